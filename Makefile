@@ -1,0 +1,59 @@
+# Every target creates .venv and provisions servers as needed; nothing is needed by hand.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: venv servers proto proto-check lint format typecheck unit integration test demo bench bench-full clean
+
+$(STAMP): pyproject.toml
+	@echo "==> creating $(VENV) and installing liftbridge-client with dev tools"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+servers: venv
+	$(BIN)/python -m liftbridge_client.testing provision
+
+proto: venv
+	$(BIN)/python scripts/gen_proto.py
+
+proto-check: venv
+	$(BIN)/python scripts/gen_proto.py --check
+
+format: venv
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+lint: venv
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+integration: servers
+	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+# One pytest run, so its summary counts unit and integration tests together.
+test: lint typecheck proto-check servers
+	$(BIN)/pytest tests $(PYTEST_ARGS)
+
+demo: servers
+	$(BIN)/python scripts/demo.py
+
+bench: servers
+	$(BIN)/python -m bench --quick
+
+bench-full: servers
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .servers

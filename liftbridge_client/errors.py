@@ -1,0 +1,249 @@
+"""Every exception liftbridge-client raises, under one root.
+
+The tree::
+
+    LiftbridgeError
+    ├── InvalidInputError (also ValueError)  rejected client-side, nothing was sent
+    ├── ProtocolError                        bytes that do not decode
+    │   ├── EnvelopeError
+    │   │   ├── EnvelopeTooShortError
+    │   │   ├── BadMagicError
+    │   │   ├── UnsupportedVersionError
+    │   │   ├── BadHeaderLengthError
+    │   │   ├── CrcMismatchError
+    │   │   ├── UnknownMessageTypeError
+    │   │   └── UnexpectedMessageTypeError
+    │   └── PayloadDecodeError               the envelope was fine, the protobuf was not
+    ├── ConnectionClosedError                the client was closed or lost its connection
+    ├── NoBrokerAvailableError               no seed or broker could be reached
+    ├── TimeoutError (also builtins.TimeoutError)
+    │   └── AckTimeoutError                  no ack within the ack wait time
+    ├── PublishError                         the server refused a published message
+    │   ├── IncorrectOffsetError             optimistic concurrency check failed
+    │   ├── MessageTooLargeError
+    │   ├── EncryptionFailedError
+    │   └── ReadonlyPartitionError
+    ├── SubscriptionEnded                    a subscription's normal, typed end
+    │   ├── StopPositionReached
+    │   ├── ReadonlyPartitionEnd
+    │   ├── StreamDeletedEnd
+    │   └── PartitionPausedEnd
+    └── ServerError                          a gRPC status from the server
+        ├── InvalidArgumentError
+        ├── NotFoundError
+        ├── AlreadyExistsError
+        ├── FailedPreconditionError
+        │   └── NotLeaderError               retriable after a metadata refresh
+        ├── ResourceExhaustedError
+        ├── PermissionDeniedError            incl. the server's plain "not authorized"
+        ├── UnauthenticatedError
+        ├── UnavailableError                 retriable
+        ├── DeadlineExceededError            also builtins.TimeoutError
+        ├── CancelledError
+        ├── InternalServerError
+        └── UnknownServerError
+
+Every class carries ``retriable``: True when sending the same request again may
+succeed (after a metadata refresh where ``invalid_metadata`` is True too).
+"""
+
+from __future__ import annotations
+
+import builtins
+
+
+class LiftbridgeError(Exception):
+    """Root of every error this package raises."""
+
+    retriable: bool = False
+    invalid_metadata: bool = False
+
+
+class InvalidInputError(LiftbridgeError, ValueError):
+    """An argument was rejected before anything was sent to the server."""
+
+
+# ---------------------------------------------------------------- wire
+
+
+class ProtocolError(LiftbridgeError):
+    """Bytes received (or given to a decoder) do not follow the protocol."""
+
+
+class EnvelopeError(ProtocolError):
+    """A Liftbridge envelope header failed validation."""
+
+
+class EnvelopeTooShortError(EnvelopeError):
+    """Fewer bytes than the 8-byte minimum header."""
+
+
+class BadMagicError(EnvelopeError):
+    """The first four bytes are not the Liftbridge magic number."""
+
+
+class UnsupportedVersionError(EnvelopeError):
+    """The envelope version byte is not one this client understands."""
+
+
+class BadHeaderLengthError(EnvelopeError):
+    """HeaderLen is below 8, beyond the data, or not 12 while the CRC flag is set."""
+
+
+class CrcMismatchError(EnvelopeError):
+    """The payload's CRC-32C does not match the one in the header."""
+
+
+class UnknownMessageTypeError(EnvelopeError):
+    """The MsgType byte names no known message type."""
+
+
+class UnexpectedMessageTypeError(EnvelopeError):
+    """A valid envelope of another message type than the caller expected."""
+
+
+class PayloadDecodeError(ProtocolError):
+    """The envelope was valid but its protobuf payload did not decode."""
+
+
+# ---------------------------------------------------------------- connection
+
+
+class ConnectionClosedError(LiftbridgeError):
+    """The client was closed, or lost its connection, before the operation finished."""
+
+
+class NoBrokerAvailableError(LiftbridgeError):
+    """None of the seed or known broker addresses could be reached."""
+
+    retriable = True
+
+
+class TimeoutError(LiftbridgeError, builtins.TimeoutError):  # noqa: A001 - deliberate: catches as both
+    """An operation did not finish within its deadline."""
+
+    retriable = True
+
+
+class AckTimeoutError(TimeoutError):
+    """No ack arrived for a published message within the ack wait time.
+
+    The message may or may not have been stored: acks are at-least-once.
+    """
+
+
+# ---------------------------------------------------------------- publish
+
+
+class PublishError(LiftbridgeError):
+    """The server refused a published message (an ack or async error said so)."""
+
+
+class IncorrectOffsetError(PublishError):
+    """The partition's next offset did not match the message's expected offset."""
+
+
+class MessageTooLargeError(PublishError):
+    """The message is larger than the server accepts."""
+
+
+class EncryptionFailedError(PublishError):
+    """The server could not encrypt the message at rest."""
+
+
+class ReadonlyPartitionError(PublishError):
+    """The partition is read-only."""
+
+
+# ---------------------------------------------------------------- subscriptions
+
+
+class SubscriptionEnded(LiftbridgeError):  # noqa: N818 - an outcome, not a failure
+    """A subscription ended for a reason the server states; iteration stops cleanly."""
+
+
+class StopPositionReached(SubscriptionEnded):
+    """The subscription's stop position was reached."""
+
+
+class ReadonlyPartitionEnd(SubscriptionEnded):
+    """The end of a read-only partition was reached."""
+
+
+class StreamDeletedEnd(SubscriptionEnded):
+    """The stream was deleted while subscribed."""
+
+
+class PartitionPausedEnd(SubscriptionEnded):
+    """The partition was paused while subscribed."""
+
+
+# ---------------------------------------------------------------- gRPC status
+
+
+class ServerError(LiftbridgeError):
+    """The server answered a call with a non-OK gRPC status."""
+
+    code_name: str = "UNKNOWN"
+
+    def __init__(self, message: str, *, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
+
+
+class InvalidArgumentError(ServerError):
+    code_name = "INVALID_ARGUMENT"
+
+
+class NotFoundError(ServerError):
+    code_name = "NOT_FOUND"
+
+
+class AlreadyExistsError(ServerError):
+    code_name = "ALREADY_EXISTS"
+
+
+class FailedPreconditionError(ServerError):
+    code_name = "FAILED_PRECONDITION"
+
+
+class NotLeaderError(FailedPreconditionError):
+    """The broker is not the leader for the partition; metadata is stale."""
+
+    retriable = True
+    invalid_metadata = True
+
+
+class ResourceExhaustedError(ServerError):
+    code_name = "RESOURCE_EXHAUSTED"
+
+
+class PermissionDeniedError(ServerError):
+    code_name = "PERMISSION_DENIED"
+
+
+class UnauthenticatedError(ServerError):
+    code_name = "UNAUTHENTICATED"
+
+
+class UnavailableError(ServerError):
+    code_name = "UNAVAILABLE"
+    retriable = True
+    invalid_metadata = True
+
+
+class DeadlineExceededError(ServerError, builtins.TimeoutError):
+    code_name = "DEADLINE_EXCEEDED"
+    retriable = True
+
+
+class CancelledError(ServerError):
+    code_name = "CANCELLED"
+
+
+class InternalServerError(ServerError):
+    code_name = "INTERNAL"
+
+
+class UnknownServerError(ServerError):
+    code_name = "UNKNOWN"
