@@ -138,7 +138,9 @@ def decode(data: bytes, expected: MsgType | None = None) -> Envelope:
         stated = int.from_bytes(data[8:12], "big")
         actual = crc32c(payload)
         if stated != actual:
-            raise CrcMismatchError(f"CRC-32C mismatch: header {stated:#010x}, payload {actual:#010x}")
+            raise CrcMismatchError(
+                f"CRC-32C mismatch: header {stated:#010x}, payload {actual:#010x}"
+            )
     type_byte = data[7]
     if type_byte >= len(_MSG_TYPES):
         raise UnknownMessageTypeError(f"unknown message type {type_byte}")

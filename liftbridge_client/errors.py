@@ -16,6 +16,7 @@ The tree::
     │   └── PayloadDecodeError               the envelope was fine, the protobuf was not
     ├── ConnectionClosedError                the client was closed or lost its connection
     ├── NoBrokerAvailableError               no seed or broker could be reached
+    ├── InflightLimitError                   publish_nowait with the in-flight window full
     ├── TimeoutError (also builtins.TimeoutError)
     │   └── AckTimeoutError                  no ack within the ack wait time
     ├── PublishError                         the server refused a published message
@@ -119,7 +120,13 @@ class NoBrokerAvailableError(LiftbridgeError):
     retriable = True
 
 
-class TimeoutError(LiftbridgeError, builtins.TimeoutError):  # noqa: A001 - deliberate: catches as both
+class InflightLimitError(LiftbridgeError):
+    """``max_inflight`` publishes are already awaiting acks; wait (or use send()) and retry."""
+
+    retriable = True
+
+
+class TimeoutError(LiftbridgeError, builtins.TimeoutError):
     """An operation did not finish within its deadline."""
 
     retriable = True
@@ -158,7 +165,7 @@ class ReadonlyPartitionError(PublishError):
 # ---------------------------------------------------------------- subscriptions
 
 
-class SubscriptionEnded(LiftbridgeError):  # noqa: N818 - an outcome, not a failure
+class SubscriptionEnded(LiftbridgeError):
     """A subscription ended for a reason the server states; iteration stops cleanly."""
 
 

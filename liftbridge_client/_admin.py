@@ -1,0 +1,126 @@
+"""Stream administration and metadata RPCs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from liftbridge_client import errors
+from liftbridge_client._grpc import is_no_metadata_leader, with_retries
+from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._proto import api_pb2
+from liftbridge_client.models import (
+    Metadata,
+    PartitionInfo,
+    metadata_from_proto,
+    partition_from_proto,
+)
+from liftbridge_client.options import ClientOptions, StreamConfig
+
+
+def _check_name(kind: str, value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise errors.InvalidInputError(f"{kind} must be a non-empty string, got {value!r}")
+
+
+def _check_partitions(partitions: Sequence[int]) -> list[int]:
+    out = list(partitions)
+    for p in out:
+        if not isinstance(p, int) or p < 0:
+            raise errors.InvalidInputError(f"partition ids must be ints >= 0, got {p!r}")
+    return out
+
+
+async def create_stream(
+    metadata: MetadataCache,
+    options: ClientOptions,
+    subject: str,
+    name: str,
+    config: StreamConfig | None,
+    settings: Mapping[str, Any],
+) -> None:
+    _check_name("subject", subject)
+    _check_name("name", name)
+    try:
+        config = replace(config or StreamConfig(), **settings)
+    except TypeError as exc:  # an unknown keyword
+        raise errors.InvalidInputError(str(exc)) from exc
+    req = config.to_request(subject, name)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + options.create_stream_timeout
+    timeout = options.rpc_timeout
+
+    async def attempt() -> None:
+        # The server needs a deadline to wait for a metadata leader at all.
+        await metadata.call_any("CreateStream", lambda s: s.CreateStream(req, timeout=timeout))
+
+    await with_retries(
+        attempt,
+        options.retry,
+        what="CreateStream",
+        retry_if=lambda e: is_no_metadata_leader(e) or isinstance(e, errors.NoBrokerAvailableError),
+        deadline=deadline,
+    )
+
+
+async def delete_stream(metadata: MetadataCache, options: ClientOptions, name: str) -> None:
+    _check_name("name", name)
+    req = api_pb2.DeleteStreamRequest(name=name)
+    timeout = options.rpc_timeout
+    await metadata.call_any("DeleteStream", lambda s: s.DeleteStream(req, timeout=timeout))
+
+
+async def pause_stream(
+    metadata: MetadataCache,
+    options: ClientOptions,
+    name: str,
+    partitions: Sequence[int],
+    resume_all: bool,
+) -> None:
+    _check_name("name", name)
+    req = api_pb2.PauseStreamRequest(
+        name=name, partitions=_check_partitions(partitions), resumeAll=resume_all
+    )
+    timeout = options.rpc_timeout
+    await metadata.call_any("PauseStream", lambda s: s.PauseStream(req, timeout=timeout))
+
+
+async def set_stream_readonly(
+    metadata: MetadataCache,
+    options: ClientOptions,
+    name: str,
+    partitions: Sequence[int],
+    readonly: bool,
+) -> None:
+    _check_name("name", name)
+    req = api_pb2.SetStreamReadonlyRequest(
+        name=name, partitions=_check_partitions(partitions), readonly=readonly
+    )
+    timeout = options.rpc_timeout
+    await metadata.call_any(
+        "SetStreamReadonly", lambda s: s.SetStreamReadonly(req, timeout=timeout)
+    )
+
+
+async def fetch_metadata(metadata: MetadataCache, streams: Sequence[str]) -> Metadata:
+    if not streams:
+        return await metadata.refresh()
+    return metadata_from_proto(await metadata.fetch(streams))
+
+
+async def fetch_partition_metadata(
+    metadata: MetadataCache, options: ClientOptions, stream: str, partition: int
+) -> PartitionInfo:
+    _check_name("stream", stream)
+    _check_partitions([partition])
+    req = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+    timeout = options.rpc_timeout
+    resp = await metadata.call_leader(
+        "FetchPartitionMetadata",
+        stream,
+        partition,
+        lambda s: s.FetchPartitionMetadata(req, timeout=timeout),
+    )
+    return partition_from_proto(stream, resp.metadata)

@@ -1,0 +1,181 @@
+"""gRPC plumbing: one channel per broker address, error mapping, bounded retries."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+
+import grpc
+import grpc.aio
+
+from liftbridge_client import errors
+from liftbridge_client._proto import api_pb2_grpc
+from liftbridge_client.options import ClientOptions, RetryPolicy
+
+if TYPE_CHECKING:
+    from liftbridge_client._proto.api_pb2_grpc import APIAsyncStub as Stub
+else:
+    Stub = api_pb2_grpc.APIStub
+
+log = logging.getLogger("liftbridge_client")
+
+__all__ = ["BrokerPool", "Stub", "call", "map_rpc_error", "with_retries"]
+
+T = TypeVar("T")
+
+# Table-driven: a status code maps to one class, refined below by message text
+# where the server signals something more specific through a generic code.
+_BY_CODE: dict[grpc.StatusCode, type[errors.ServerError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgumentError,
+    grpc.StatusCode.NOT_FOUND: errors.NotFoundError,
+    grpc.StatusCode.ALREADY_EXISTS: errors.AlreadyExistsError,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPreconditionError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhaustedError,
+    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDeniedError,
+    grpc.StatusCode.UNAUTHENTICATED: errors.UnauthenticatedError,
+    grpc.StatusCode.UNAVAILABLE: errors.UnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceededError,
+    grpc.StatusCode.CANCELLED: errors.CancelledError,
+    grpc.StatusCode.INTERNAL: errors.InternalServerError,
+    grpc.StatusCode.UNKNOWN: errors.UnknownServerError,
+}
+
+# FailedPrecondition texts that mean "ask the current leader instead".
+_NOT_LEADER_MARKERS = (
+    "not partition leader",
+    "should be sent to partition leader",
+    "not cursor partition leader",
+    "not leader for cursors partition",
+)
+
+
+def map_rpc_error(exc: grpc.RpcError) -> errors.ServerError:
+    """Turn a gRPC failure into the matching `ServerError` subclass."""
+    code: grpc.StatusCode = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else _code(exc)
+    details = (exc.details() if isinstance(exc, grpc.aio.AioRpcError) else "") or ""
+    lowered = details.lower()
+    cls = _BY_CODE.get(code, errors.UnknownServerError)
+    if code is grpc.StatusCode.UNKNOWN and "not authorized" in lowered:
+        cls = errors.PermissionDeniedError  # the server reports authz failures as Unknown
+    elif code is grpc.StatusCode.FAILED_PRECONDITION and any(
+        m in lowered for m in _NOT_LEADER_MARKERS
+    ):
+        cls = errors.NotLeaderError
+    return cls(f"{code.name}: {details}" if details else code.name, details=details)
+
+
+def _code(exc: grpc.RpcError) -> grpc.StatusCode:
+    code = getattr(exc, "code", None)
+    result = code() if callable(code) else None
+    return result if isinstance(result, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
+
+
+def is_no_metadata_leader(exc: errors.LiftbridgeError) -> bool:
+    """True for the transient error the server gives while no metadata leader exists."""
+    return isinstance(exc, errors.ServerError) and "no known metadata leader" in exc.details
+
+
+class BrokerPool:
+    """Lazily opened grpc.aio channels, one per reachable broker address."""
+
+    def __init__(self, options: ClientOptions) -> None:
+        self._options = options
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, Stub] = {}
+        self._credentials: grpc.ChannelCredentials | None = None
+        self._closed = False
+
+    def stub(self, address: str) -> Stub:
+        """The stub for an advertised address (overrides applied)."""
+        if self._closed:
+            raise errors.ConnectionClosedError("client is closed")
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = self._open(self._options.resolve(address))
+            self._channels[address] = channel
+            stub = self._stubs[address] = api_pb2_grpc.APIStub(channel)
+        return stub
+
+    def addresses(self) -> set[str]:
+        """Advertised addresses with an open channel."""
+        return set(self._channels)
+
+    def _open(self, target: str) -> grpc.aio.Channel:
+        opts: list[tuple[str, int | str]] = [
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            # Fail fast on a dead broker instead of waiting for the call deadline.
+            ("grpc.enable_retries", 0),
+        ]
+        if self._options.keepalive_time is not None:
+            opts += [
+                ("grpc.keepalive_time_ms", int(self._options.keepalive_time * 1000)),
+                ("grpc.keepalive_timeout_ms", 10_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.max_pings_without_data", 0),
+            ]
+        tls = self._options.tls
+        if tls is None:
+            return grpc.aio.insecure_channel(target, options=opts)
+        if tls.server_name:
+            opts.append(("grpc.ssl_target_name_override", tls.server_name))
+        if self._credentials is None:
+            self._credentials = grpc.ssl_channel_credentials(
+                root_certificates=tls.ca_file.read_bytes() if tls.ca_file else None,
+                private_key=tls.key_file.read_bytes() if tls.key_file else None,
+                certificate_chain=tls.cert_file.read_bytes() if tls.cert_file else None,
+            )
+        return grpc.aio.secure_channel(target, self._credentials, options=opts)
+
+    async def forget(self, address: str) -> None:
+        """Close the channel to a broker that left the cluster."""
+        self._stubs.pop(address, None)
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            await channel.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        channels = list(self._channels.values())
+        self._channels.clear()
+        self._stubs.clear()
+        await asyncio.gather(*(c.close() for c in channels), return_exceptions=True)
+
+
+async def call(fn: Callable[[], Awaitable[T]]) -> T:
+    """Await one RPC, mapping gRPC failures to our errors."""
+    try:
+        return await fn()
+    except grpc.RpcError as exc:
+        raise map_rpc_error(exc) from exc
+
+
+async def with_retries(
+    attempt: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    *,
+    what: str,
+    retry_if: Callable[[errors.LiftbridgeError], bool] = lambda e: e.retriable,
+    on_retry: Callable[[errors.LiftbridgeError], Awaitable[None]] | None = None,
+    deadline: float | None = None,
+) -> T:
+    """Run ``attempt`` until it succeeds, fails for good, or retries run out.
+
+    ``deadline`` (event-loop time) bounds the whole thing, whatever the policy.
+    """
+    loop = asyncio.get_running_loop()
+    n = 0
+    while True:
+        n += 1
+        try:
+            return await attempt()
+        except errors.LiftbridgeError as exc:
+            delay = policy.backoff(n)
+            out_of_time = deadline is not None and loop.time() + delay > deadline
+            if not retry_if(exc) or (n >= policy.attempts and deadline is None) or out_of_time:
+                raise
+            log.debug("%s failed (%s); retry %d in %.3fs", what, exc, n, delay)
+            if on_retry is not None:
+                await on_retry(exc)
+            await asyncio.sleep(delay)

@@ -1,0 +1,199 @@
+"""Cluster metadata cache and leader routing.
+
+The cache holds the last FetchMetadata answer (all streams). Calls that must
+reach a partition leader go through `call_leader`, which refreshes the cache
+and retries when the server says it is not the leader or is unreachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from liftbridge_client import errors
+from liftbridge_client._grpc import BrokerPool, Stub, call, with_retries
+from liftbridge_client._proto import api_pb2
+from liftbridge_client.models import Metadata, PartitionInfo, StreamInfo, metadata_from_proto
+from liftbridge_client.options import ClientOptions
+
+log = logging.getLogger("liftbridge_client")
+
+T = TypeVar("T")
+
+_EMPTY = Metadata(brokers=(), streams={})
+
+
+def _unreachable(exc: errors.LiftbridgeError) -> bool:
+    """Failures that say nothing about the request, only about the broker."""
+    return isinstance(
+        exc,
+        errors.UnavailableError
+        | errors.DeadlineExceededError
+        | errors.CancelledError
+        | errors.NoBrokerAvailableError,
+    )
+
+
+class MetadataCache:
+    def __init__(self, pool: BrokerPool, seeds: Sequence[str], options: ClientOptions) -> None:
+        if not seeds:
+            raise errors.InvalidInputError("at least one seed address is needed")
+        self._pool = pool
+        self._seeds = list(dict.fromkeys(seeds))
+        self._options = options
+        self._metadata = _EMPTY
+        self._lock = asyncio.Lock()
+        self._generation = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def current(self) -> Metadata:
+        return self._metadata
+
+    # ------------------------------------------------------------ fetching
+
+    def addresses(self) -> list[str]:
+        """Known brokers first (shuffled to spread load), then seeds not among them."""
+        known = [b.address for b in self._metadata.brokers]
+        random.shuffle(known)
+        return known + [s for s in self._seeds if s not in known]
+
+    async def call_any(self, what: str, fn: Callable[[Stub], Awaitable[T]]) -> T:
+        """Run an RPC that any broker can answer, moving on from unreachable ones."""
+        last: errors.LiftbridgeError | None = None
+        for address in self.addresses():
+            try:
+                return await call(lambda a=address: fn(self._pool.stub(a)))  # type: ignore[misc]
+            except errors.LiftbridgeError as exc:
+                if not _unreachable(exc):
+                    raise
+                log.debug("%s: broker %s unreachable: %s", what, address, exc)
+                last = exc
+        raise errors.NoBrokerAvailableError(
+            f"{what}: no broker reachable among {self.addresses()}"
+        ) from last
+
+    async def fetch(
+        self, streams: Sequence[str] = (), groups: Sequence[str] = ()
+    ) -> api_pb2.FetchMetadataResponse:
+        req = api_pb2.FetchMetadataRequest(streams=list(streams), groups=list(groups))
+        timeout = self._options.rpc_timeout
+        return await self.call_any(
+            "FetchMetadata", lambda stub: stub.FetchMetadata(req, timeout=timeout)
+        )
+
+    async def refresh(self) -> Metadata:
+        """Fetch all metadata; concurrent callers share one round trip."""
+        generation = self._generation
+        async with self._lock:
+            if self._generation != generation:
+                return self._metadata  # someone refreshed while we waited
+            self._metadata = metadata_from_proto(await self.fetch())
+            self._generation += 1
+            await self._drop_departed()
+            return self._metadata
+
+    async def _drop_departed(self) -> None:
+        known = {b.address for b in self._metadata.brokers} | set(self._seeds)
+        for address in self._pool.addresses() - known:
+            await self._pool.forget(address)
+
+    # ------------------------------------------------------------ periodic refresh
+
+    def start(self) -> None:
+        interval = self._options.metadata_refresh_interval
+        if interval is not None and self._task is None:
+            self._task = asyncio.create_task(self._refresh_loop(interval), name="lb-metadata")
+
+    async def _refresh_loop(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.refresh()
+            except errors.LiftbridgeError as exc:
+                log.warning("periodic metadata refresh failed: %s", exc)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # ------------------------------------------------------------ lookups
+
+    async def stream(self, name: str) -> StreamInfo:
+        """A stream's metadata, refreshing once if it is not cached."""
+        info = self._metadata.streams.get(name)
+        if info is None:
+            info = (await self.refresh()).streams.get(name)
+        if info is None:
+            raise errors.NotFoundError(f"no such stream: {name}", details="stream not found")
+        return info
+
+    async def partition(self, stream: str, partition: int) -> PartitionInfo:
+        info = await self.stream(stream)
+        part = info.partitions.get(partition)
+        if part is None:
+            raise errors.NotFoundError(
+                f"stream {stream} has no partition {partition}", details="No such partition"
+            )
+        return part
+
+    async def leader_address(self, stream: str, partition: int) -> str:
+        part = await self.partition(stream, partition)
+        address = self._address_of(part.leader)
+        if address is None:
+            part = (await self.refresh()).streams[stream].partitions[partition]
+            address = self._address_of(part.leader)
+        if address is None:
+            raise errors.UnavailableError(
+                f"partition {stream}/{partition} has no known leader", details="no leader"
+            )
+        return address
+
+    async def replica_address(self, stream: str, partition: int) -> str:
+        """A random in-sync replica, or the leader when the ISR is empty or unknown."""
+        part = await self.partition(stream, partition)
+        candidates = [a for a in map(self._address_of, part.isr) if a is not None]
+        if candidates:
+            return random.choice(candidates)
+        return await self.leader_address(stream, partition)
+
+    def _address_of(self, broker_id: str) -> str | None:
+        broker = self._metadata.broker(broker_id) if broker_id else None
+        return broker.address if broker is not None else None
+
+    # ------------------------------------------------------------ leader-routed calls
+
+    async def call_leader(
+        self,
+        what: str,
+        stream: str,
+        partition: int,
+        fn: Callable[[Stub], Awaitable[T]],
+        *,
+        address: Callable[[str, int], Awaitable[str]] | None = None,
+    ) -> T:
+        """Run ``fn`` against the partition leader, refreshing and retrying on stale routes."""
+        resolve = address or self.leader_address
+
+        async def attempt() -> T:
+            target = await resolve(stream, partition)
+            return await call(lambda: fn(self._pool.stub(target)))
+
+        async def on_retry(exc: errors.LiftbridgeError) -> None:
+            if exc.invalid_metadata:
+                await self.refresh()
+
+        return await with_retries(
+            attempt,
+            self._options.retry,
+            what=what,
+            retry_if=lambda e: e.retriable or _unreachable(e),
+            on_retry=on_retry,
+        )
