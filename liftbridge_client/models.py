@@ -94,7 +94,7 @@ class Message:
     timestamp_ns: int = 0
     subject: str = ""
     reply_subject: str = ""
-    headers: Mapping[str, bytes] = field(default=_EMPTY)
+    headers: Mapping[str, bytes] = field(default_factory=lambda: _EMPTY)
 
     @property
     def timestamp(self) -> datetime:

@@ -1,0 +1,85 @@
+"""Protobuf becomes frozen public dataclasses in one place (models.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+import pytest
+
+from liftbridge_client._proto import api_pb2
+from liftbridge_client.models import (
+    AckPolicy,
+    EventTimestamps,
+    ack_from_proto,
+    message_from_proto,
+    metadata_from_proto,
+)
+
+
+def test_ack_conversion() -> None:
+    pb = api_pb2.Ack(
+        stream="s",
+        partitionSubject="subj",
+        msgSubject="subj.1",
+        offset=41,
+        ackInbox="inbox",
+        correlationId="c",
+        ackPolicy=api_pb2.ALL,
+        receptionTimestamp=1_700_000_000_000_000_000,
+        commitTimestamp=1_700_000_000_500_000_000,
+    )
+    ack = ack_from_proto(pb)
+    assert (ack.stream, ack.offset, ack.correlation_id, ack.msg_subject) == ("s", 41, "c", "subj.1")
+    assert ack.ack_policy is AckPolicy.ALL
+    assert ack.commit_time == datetime(2023, 11, 14, 22, 13, 20, 500000, tzinfo=UTC)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ack.offset = 1  # type: ignore[misc]
+
+
+def test_message_conversion_copies_headers_read_only() -> None:
+    pb = api_pb2.Message(offset=3, key=b"k", value=b"v", stream="s", partition=2, timestamp=5)
+    pb.headers["h"] = b"x"
+    msg = message_from_proto(pb)
+    pb.headers["h"] = b"changed"
+    assert msg.headers == {"h": b"x"}
+    with pytest.raises(TypeError):
+        msg.headers["h"] = b"y"  # type: ignore[index]
+    assert (msg.offset, msg.key, msg.value, msg.partition) == (3, b"k", b"v", 2)
+    assert message_from_proto(api_pb2.Message()).headers == {}
+
+
+def test_metadata_conversion() -> None:
+    resp = api_pb2.FetchMetadataResponse(brokers=[api_pb2.Broker(id="n1", host="h", port=9)])
+    good = resp.streamMetadata.add(name="s", subject="subj", creationTimestamp=7)
+    good.partitions[1].CopyFrom(
+        api_pb2.PartitionMetadata(
+            id=1,
+            leader="n1",
+            replicas=["n1"],
+            isr=["n1"],
+            highWatermark=4,
+            newestOffset=4,
+            paused=True,
+            messagesReceivedTimestamps=api_pb2.PartitionEventTimestamps(
+                firstTimestamp=1, latestTimestamp=2
+            ),
+        )
+    )
+    good.partitions[0].CopyFrom(api_pb2.PartitionMetadata(id=0, leader="n1"))
+    resp.streamMetadata.add(name="missing", error=api_pb2.StreamMetadata.UNKNOWN_STREAM)
+    resp.groupMetadata.add(groupId="g", coordinator="n1", epoch=3)
+    md = metadata_from_proto(resp)
+    assert md.broker("n1") is not None
+    assert md.brokers[0].address == "h:9"
+    assert md.broker("zz") is None
+    assert set(md.streams) == {"s"}  # unknown streams are left out
+    stream = md.streams["s"]
+    assert list(stream.partitions) == [0, 1]  # sorted by id
+    p1 = stream.partitions[1]
+    assert (p1.high_watermark, p1.paused, p1.isr) == (4, True, ("n1",))
+    assert p1.messages_received == EventTimestamps(first_ns=1, latest_ns=2)
+    assert p1.pause_changed is None
+    assert stream.partition_subject(0) == "subj"
+    assert stream.partition_subject(2) == "subj.2"
+    assert md.groups["g"].epoch == 3
