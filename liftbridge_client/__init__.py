@@ -1,7 +1,57 @@
-"""liftbridge-client: an asyncio client for Liftbridge."""
+"""liftbridge-client: an asyncio client for Liftbridge.
+
+Start with `Client`; everything it returns is defined in `models`, everything
+it raises in `errors`, and its settings in `options`.
+"""
 
 from __future__ import annotations
 
 from liftbridge_client._version import __version__
+from liftbridge_client.client import Client
+from liftbridge_client.errors import LiftbridgeError
+from liftbridge_client.models import (
+    Ack,
+    AckPolicy,
+    Broker,
+    ConsumerGroupInfo,
+    EventTimestamps,
+    Message,
+    Metadata,
+    PartitionInfo,
+    StartPosition,
+    StopPosition,
+    StreamInfo,
+)
+from liftbridge_client.options import (
+    ClientOptions,
+    NatsAuth,
+    RetryPolicy,
+    StreamConfig,
+    TLSConfig,
+    Transport,
+)
+from liftbridge_client.subscription import Subscription
 
-__all__ = ["__version__"]
+__all__ = [
+    "Ack",
+    "AckPolicy",
+    "Broker",
+    "Client",
+    "ClientOptions",
+    "ConsumerGroupInfo",
+    "EventTimestamps",
+    "LiftbridgeError",
+    "Message",
+    "Metadata",
+    "NatsAuth",
+    "PartitionInfo",
+    "RetryPolicy",
+    "StartPosition",
+    "StopPosition",
+    "StreamConfig",
+    "StreamInfo",
+    "Subscription",
+    "TLSConfig",
+    "Transport",
+    "__version__",
+]
