@@ -167,27 +167,34 @@ def encode_message(
     default matters: a 0 there would fail every publish on an OCC stream
     whose partition is not empty.
     """
-    msg = api_pb2.Message(
-        offset=expected_offset,
-        key=key,
-        value=value,
-        ackInbox=ack_inbox,
-        correlationId=correlation_id,
-        ackPolicy=ack_policy,  # type: ignore[arg-type]
-    )
-    if headers:
-        check_header_keys(headers)
-        msg.headers.update(headers)
+    try:
+        msg = api_pb2.Message(
+            offset=expected_offset,
+            key=key,
+            value=value,
+            ackInbox=ack_inbox,
+            correlationId=correlation_id,
+            ackPolicy=ack_policy,  # type: ignore[arg-type]
+        )
+        if headers:
+            check_header_keys(headers)
+            msg.headers.update(headers)
+    except InvalidInputError:
+        raise
+    except ValueError as exc:  # an integer out of range, a str that is not valid UTF-8
+        raise InvalidInputError(f"cannot encode message: {exc}") from exc
     return encode(MsgType.PUBLISH, msg.SerializeToString(), crc=crc)
 
 
 def check_header_keys(headers: Mapping[str, bytes]) -> None:
     """Reject header keys the server cannot store (an oversized key crashes it)."""
     for name in headers:
-        if len(name.encode()) > MAX_HEADER_KEY_BYTES:
-            raise InvalidInputError(
-                f"header key of {len(name.encode())} bytes exceeds {MAX_HEADER_KEY_BYTES}"
-            )
+        try:
+            size = len(name.encode())
+        except UnicodeEncodeError as exc:
+            raise InvalidInputError(f"header key {name!r} is not valid UTF-8") from exc
+        if size > MAX_HEADER_KEY_BYTES:
+            raise InvalidInputError(f"header key of {size} bytes exceeds {MAX_HEADER_KEY_BYTES}")
 
 
 def decode_message(data: bytes) -> api_pb2.Message:

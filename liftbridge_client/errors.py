@@ -15,9 +15,9 @@ The tree::
     │   │   └── UnexpectedMessageTypeError
     │   └── PayloadDecodeError               the envelope was fine, the protobuf was not
     ├── ConnectionClosedError                the client was closed or lost its connection
-    ├── NoBrokerAvailableError               no seed or broker could be reached
-    ├── InflightLimitError                   publish_nowait with the in-flight window full
-    ├── TimeoutError (also builtins.TimeoutError)
+    ├── NoBrokerAvailableError               no seed or broker could be reached; retriable
+    ├── InflightLimitError                   publish_nowait with a full in-flight window; retriable
+    ├── TimeoutError (also builtins.TimeoutError)  retriable
     │   └── AckTimeoutError                  no ack within the ack wait time
     ├── PublishError                         the server refused a published message
     │   ├── IncorrectOffsetError             optimistic concurrency check failed
@@ -38,14 +38,16 @@ The tree::
         ├── ResourceExhaustedError
         ├── PermissionDeniedError            incl. the server's plain "not authorized"
         ├── UnauthenticatedError
-        ├── UnavailableError                 retriable
-        ├── DeadlineExceededError            also builtins.TimeoutError
+        ├── UnavailableError                 retriable after a metadata refresh
+        ├── DeadlineExceededError            also builtins.TimeoutError; retriable
         ├── CancelledError
         ├── InternalServerError
         └── UnknownServerError
 
 Every class carries ``retriable``: True when sending the same request again may
-succeed (after a metadata refresh where ``invalid_metadata`` is True too).
+succeed (after a metadata refresh where ``invalid_metadata`` is True too). Both
+flags hold where the tree says so and are inherited by subclasses
+(tests/unit/test_errors.py checks the tree against the classes).
 """
 
 from __future__ import annotations
