@@ -1,0 +1,72 @@
+"""Real Liftbridge and NATS servers for tests, demos and benchmarks.
+
+Provisioning (:func:`liftbridge_binary`, :func:`nats_server_binary`) builds the pinned
+Liftbridge release (:data:`LIFTBRIDGE_VERSION`) once into a per-version cache. Deployments
+start servers on 127.0.0.1 only, each in its own temporary directory with its log:
+
+- :class:`SingleNode`: one node with embedded NATS.
+- :class:`Cluster`: three nodes (``n1``..``n3``) on one external :class:`NatsServer`, with
+  fast failover; kill, stop and restart nodes, then :meth:`Cluster.ensure_all_running`.
+- :class:`ExternalDeployment`: servers started elsewhere, from ``LIFTBRIDGE_ADDRS`` and
+  ``LIFTBRIDGE_NATS_URL``.
+
+All three satisfy :class:`Deployment`. The pytest plugin (:mod:`.plugin`, registered as the
+``liftbridge`` entry point) wraps them in fixtures; ``python -m liftbridge_client.testing``
+provisions or runs servers from the command line. See docs/testing.md.
+"""
+
+from __future__ import annotations
+
+from liftbridge_client.testing._config import FAST_FAILOVER, NodeConfig, Setting
+from liftbridge_client.testing._deployments import (
+    ENV_ADDRS,
+    ENV_NATS_URL,
+    Cluster,
+    Deployment,
+    ExternalDeployment,
+    SingleNode,
+)
+from liftbridge_client.testing._errors import (
+    ConfigError,
+    HarnessError,
+    ProvisionError,
+    ServerStartError,
+)
+from liftbridge_client.testing._names import StreamName, StreamNames
+from liftbridge_client.testing._probe import PROBE_STREAM_PREFIX
+from liftbridge_client.testing._process import free_ports
+from liftbridge_client.testing._provision import (
+    LIFTBRIDGE_VERSION,
+    ProvisionReport,
+    liftbridge_binary,
+    nats_server_binary,
+    provision,
+)
+from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
+
+__all__ = [
+    "ENV_ADDRS",
+    "ENV_NATS_URL",
+    "FAST_FAILOVER",
+    "LIFTBRIDGE_VERSION",
+    "PROBE_STREAM_PREFIX",
+    "Cluster",
+    "ConfigError",
+    "Deployment",
+    "ExternalDeployment",
+    "HarnessError",
+    "LiftbridgeNode",
+    "NatsServer",
+    "NodeConfig",
+    "ProvisionError",
+    "ProvisionReport",
+    "ServerStartError",
+    "Setting",
+    "SingleNode",
+    "StreamName",
+    "StreamNames",
+    "free_ports",
+    "liftbridge_binary",
+    "nats_server_binary",
+    "provision",
+]

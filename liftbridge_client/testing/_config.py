@@ -1,0 +1,164 @@
+"""Server configuration files, generated from small typed descriptions.
+
+Pure functions and frozen dataclasses only: nothing here starts a process or touches the
+network, so every rule (loopback only, cursors on, peers as a list, no keys v1.9.0 rejects)
+is unit-tested without a server.
+
+Liftbridge reads YAML through viper and rejects unknown keys. Every setting is written as one
+``dotted.key: <value>`` line whose value is JSON (a subset of YAML): strings are quoted,
+lists are flow sequences (``["n1", "n2", "n3"]``), durations are Go duration strings
+(``"500ms"``, ``"3s"``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from liftbridge_client.testing._errors import ConfigError
+
+__all__ = [
+    "FAST_FAILOVER",
+    "LOOPBACK",
+    "NodeConfig",
+    "Setting",
+    "nats_embedded_config",
+    "nats_server_argv",
+    "nats_url",
+    "render_settings",
+]
+
+LOOPBACK = "127.0.0.1"
+"""The only interface any server of the harness binds to."""
+
+Setting = str | int | bool | tuple[str, ...]
+"""A value of one Liftbridge setting."""
+
+FAST_FAILOVER: Mapping[str, Setting] = MappingProxyType(
+    {
+        # Defaults are 15 s / 15 s / 10 s: far too slow for fault tests. idle.wait must stay
+        # below lag.time or ISRs of idle streams shrink and grow all the time.
+        "clustering.replica.max.lag.time": "3s",
+        "clustering.replica.max.leader.timeout": "3s",
+        "clustering.replica.max.idle.wait": "500ms",
+    }
+)
+"""Replication timeouts the test cluster uses so a dead leader is replaced in seconds.
+
+The metadata Raft group's own timeouts are not configurable in v1.9.0 (hashicorp/raft
+defaults: about 1 s to elect a new metadata leader).
+"""
+
+# Keys the harness owns: passing them in ``extra`` would silently fight the typed fields.
+_OWNED_KEYS = frozenset(
+    {
+        "listen",
+        "host",
+        "port",
+        "data.dir",
+        "logging.level",
+        "nats.servers",
+        "nats.embedded",
+        "nats.embedded.config",
+        "clustering.server.id",
+        "clustering.namespace",
+        "clustering.raft.bootstrap.seed",
+        "clustering.raft.bootstrap.peers",
+        "cursors.stream.partitions",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Everything that makes one Liftbridge node's configuration file.
+
+    The node listens on ``127.0.0.1:port`` only. With ``embedded_nats_config`` set it also
+    runs an embedded NATS server configured by that file (see :func:`nats_embedded_config`)
+    and ``nats_servers`` must point at it: Liftbridge does not connect to its embedded NATS
+    by itself.
+    """
+
+    server_id: str
+    port: int
+    data_dir: Path
+    nats_servers: tuple[str, ...]
+    namespace: str | None = None
+    embedded_nats_config: Path | None = None
+    bootstrap_seed: bool = False
+    bootstrap_peers: tuple[str, ...] = ()
+    cursors_partitions: int = 1
+    log_level: str = "debug"
+    extra: Mapping[str, Setting] = field(default_factory=dict)
+
+    def settings(self) -> dict[str, Setting]:
+        """Return the settings as flat dotted keys, validated."""
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"port {self.port} is out of range")
+        if not self.server_id:
+            raise ConfigError("server_id must not be empty")
+        if not self.nats_servers:
+            raise ConfigError("nats_servers must not be empty")
+        if self.bootstrap_seed and self.bootstrap_peers:
+            raise ConfigError("use bootstrap_seed or bootstrap_peers, not both")
+        for key in self.extra:
+            if key in _OWNED_KEYS:
+                raise ConfigError(f"{key!r} is set by the harness; use the NodeConfig field")
+            if key == "telemetry" or key.startswith("telemetry."):
+                raise ConfigError(
+                    f"{key!r}: Liftbridge v1.9.0 has no telemetry and rejects unknown keys"
+                )
+        settings: dict[str, Setting] = {
+            "host": LOOPBACK,
+            "port": self.port,
+            "data.dir": str(self.data_dir),
+            "logging.level": self.log_level,
+            "nats.servers": self.nats_servers,
+            "clustering.server.id": self.server_id,
+            "cursors.stream.partitions": self.cursors_partitions,
+        }
+        if self.embedded_nats_config is not None:
+            settings["nats.embedded"] = True
+            settings["nats.embedded.config"] = str(self.embedded_nats_config)
+        if self.namespace is not None:
+            settings["clustering.namespace"] = self.namespace
+        if self.bootstrap_seed:
+            settings["clustering.raft.bootstrap.seed"] = True
+        if self.bootstrap_peers:
+            settings["clustering.raft.bootstrap.peers"] = self.bootstrap_peers
+        settings.update(self.extra)
+        return settings
+
+    def render(self) -> str:
+        """Return the YAML text of the configuration file."""
+        return render_settings(self.settings(), header=f"Liftbridge node {self.server_id}")
+
+
+def render_settings(settings: Mapping[str, Setting], *, header: str = "") -> str:
+    """Render flat dotted settings as YAML, one ``key: <JSON value>`` line each."""
+    lines = [f"# {header} (generated by liftbridge_client.testing)"] if header else []
+    for key, value in settings.items():
+        encoded = json.dumps(list(value)) if isinstance(value, tuple) else json.dumps(value)
+        lines.append(f"{key}: {encoded}")
+    return "\n".join(lines) + "\n"
+
+
+def nats_embedded_config(port: int) -> str:
+    """The NATS configuration for an embedded server: loopback only, on ``port``.
+
+    Without it the embedded server binds 0.0.0.0:4222.
+    """
+    return f"listen: {LOOPBACK}:{port}\n"
+
+
+def nats_server_argv(binary: Path, port: int) -> list[str]:
+    """The command line of a standalone ``nats-server`` on ``127.0.0.1:port``."""
+    return [str(binary), "-a", LOOPBACK, "-p", str(port)]
+
+
+def nats_url(port: int) -> str:
+    """The client URL of a NATS server on the loopback port."""
+    return f"nats://{LOOPBACK}:{port}"

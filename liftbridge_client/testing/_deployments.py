@@ -1,0 +1,424 @@
+"""Whole deployments a test talks to: one node, a 3-node cluster, or servers run elsewhere.
+
+All of them satisfy :class:`Deployment`: gRPC ``addresses`` (``host:port``), a ``nats_url``
+and the tails of their servers' logs. Local deployments are context managers that start on
+entry and stop every process on exit; a ``weakref.finalize`` (which also runs at interpreter
+exit) stops them and removes their temporary directory if ``close`` is never called.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
+
+from liftbridge_client.testing._config import (
+    FAST_FAILOVER,
+    NodeConfig,
+    Setting,
+    nats_embedded_config,
+    nats_url,
+)
+from liftbridge_client.testing._errors import ConfigError, ServerStartError
+from liftbridge_client.testing._probe import wait_brokers, wait_serving
+from liftbridge_client.testing._process import ServerProcess, free_ports
+from liftbridge_client.testing._provision import liftbridge_binary
+from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
+
+__all__ = [
+    "ENV_ADDRS",
+    "ENV_NATS_URL",
+    "Cluster",
+    "Deployment",
+    "ExternalDeployment",
+    "SingleNode",
+]
+
+ENV_ADDRS = "LIFTBRIDGE_ADDRS"
+ENV_NATS_URL = "LIFTBRIDGE_NATS_URL"
+
+_log = logging.getLogger("liftbridge_client.testing")
+
+
+@runtime_checkable
+class Deployment(Protocol):
+    """What a test needs to reach a Liftbridge deployment."""
+
+    @property
+    def addresses(self) -> list[str]:
+        """gRPC addresses of the brokers, ``host:port``."""
+        ...
+
+    @property
+    def nats_url(self) -> str:
+        """URL of the NATS server the brokers use."""
+        ...
+
+    def log_tails(self, lines: int = 80) -> dict[str, str]:
+        """The last ``lines`` lines of each server's log, by server name (may be empty)."""
+        ...
+
+
+def _namespace() -> str:
+    return f"lbtest-{uuid.uuid4().hex[:10]}"
+
+
+def _shutdown(groups: Sequence[Sequence[ServerProcess]], owned_dir: Path | None) -> None:
+    """Stop process groups in order (each group interrupted at once), then remove the dir."""
+    for group in groups:
+        for process in group:
+            process.interrupt()
+        for process in group:
+            process.stop()
+    if owned_dir is not None:
+        shutil.rmtree(owned_dir, ignore_errors=True)
+
+
+class _LocalDeployment:
+    """Shared lifecycle of deployments whose servers run here."""
+
+    def _setup_dir(self, base_dir: Path | None, prefix: str) -> Path:
+        if base_dir is not None:
+            base_dir.mkdir(parents=True, exist_ok=True)
+            self._owned_dir: Path | None = None
+            return base_dir
+        self._owned_dir = Path(tempfile.mkdtemp(prefix=prefix))
+        return self._owned_dir
+
+    def _servers(self) -> list[LiftbridgeNode | NatsServer]:
+        raise NotImplementedError
+
+    def _arm_finalizer(self, groups: Sequence[Sequence[ServerProcess]]) -> None:
+        self._finalizer = weakref.finalize(self, _shutdown, groups, self._owned_dir)
+
+    def close(self) -> None:
+        """Stop every server (graceful, SIGKILL after 15 s) and remove an owned temp dir."""
+        self._finalizer()
+
+    def log_tails(self, lines: int = 80) -> dict[str, str]:
+        """The last ``lines`` lines of each server's log, by process name."""
+        return {server.process.name: server.tail(lines) for server in self._servers()}
+
+    def unexpected_exits(self) -> dict[str, int | None]:
+        """Servers that exited without the harness stopping them: name -> exit status."""
+        return {
+            server.process.name: server.returncode
+            for server in self._servers()
+            if server.exited_unexpectedly
+        }
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class SingleNode(_LocalDeployment):
+    """One Liftbridge node with an embedded NATS server, both on 127.0.0.1.
+
+    It seeds its own Raft group and has the cursors stream enabled. ``settings`` adds
+    Liftbridge config keys (dotted, e.g. ``{"streams.retention.max.age": "1h"}``).
+    """
+
+    def __init__(
+        self,
+        *,
+        base_dir: Path | None = None,
+        settings: Mapping[str, Setting] | None = None,
+        binary: Path | None = None,
+        server_id: str = "n1",
+    ) -> None:
+        """Pick ports and write the configuration; :meth:`start` (or ``with``) runs it."""
+        root = self._setup_dir(base_dir, "liftbridge-single-")
+        workdir = root / server_id
+        workdir.mkdir(parents=True, exist_ok=True)
+        port, self.nats_port = free_ports(2)
+        nats_config = workdir / "nats.conf"
+        nats_config.write_text(nats_embedded_config(self.nats_port))
+        config = NodeConfig(
+            server_id=server_id,
+            port=port,
+            data_dir=workdir / "data",
+            nats_servers=(nats_url(self.nats_port),),
+            namespace=_namespace(),
+            embedded_nats_config=nats_config,
+            bootstrap_seed=True,
+            extra=dict(settings or {}),
+        )
+        self.node = LiftbridgeNode(config, workdir, binary=binary)
+        self._arm_finalizer([[self.node.process]])
+
+    def __repr__(self) -> str:
+        """Address and NATS URL."""
+        return f"<SingleNode {self.address} nats={self.nats_url}>"
+
+    def __enter__(self) -> Self:
+        if not self.node.running:
+            self.start()
+        return self
+
+    def _servers(self) -> list[LiftbridgeNode | NatsServer]:
+        return [self.node]
+
+    @property
+    def address(self) -> str:
+        """The node's gRPC address, ``127.0.0.1:<port>``."""
+        return self.node.address
+
+    @property
+    def addresses(self) -> list[str]:
+        """``[address]``."""
+        return [self.node.address]
+
+    @property
+    def nats_url(self) -> str:
+        """URL of the embedded NATS server."""
+        return nats_url(self.nats_port)
+
+    def start(self, *, timeout: float = 30.0) -> Self:
+        """Start the node and wait until it can create streams."""
+        try:
+            self.node.start(timeout=timeout)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def ensure_all_running(self, *, timeout: float = 30.0) -> list[str]:
+        """Restart the node if it is down; return the ids restarted (``[]`` or ``["n1"]``)."""
+        if self.node.running:
+            return []
+        self.node.start(timeout=timeout)
+        return [self.node.server_id]
+
+
+class Cluster(_LocalDeployment):
+    """``size`` Liftbridge nodes (``n1`` ... ``nN``) on one external NATS server.
+
+    Every node gets the full peer list, a namespace unique to this cluster, its own ports
+    and data directory, and :data:`FAST_FAILOVER` timeouts (override through ``settings``).
+    Kill, stop and restart single nodes or NATS freely; :meth:`ensure_all_running` brings
+    everything back and waits until the cluster is whole again.
+    """
+
+    def __init__(
+        self,
+        size: int = 3,
+        *,
+        base_dir: Path | None = None,
+        settings: Mapping[str, Setting] | None = None,
+        binary: Path | None = None,
+    ) -> None:
+        """Pick ports and write configurations; :meth:`start` (or ``with``) runs it."""
+        if size < 1:
+            raise ConfigError(f"a cluster needs at least one node, not {size}")
+        root = self._setup_dir(base_dir, "liftbridge-cluster-")
+        binary = binary or liftbridge_binary()
+        self.namespace = _namespace()
+        self.nats = NatsServer(root / "nats")
+        ids = tuple(f"n{index}" for index in range(1, size + 1))
+        extra = {**FAST_FAILOVER, **(settings or {})}
+        self._nodes = [
+            LiftbridgeNode(
+                NodeConfig(
+                    server_id=server_id,
+                    port=port,
+                    data_dir=root / server_id / "data",
+                    nats_servers=(self.nats.url,),
+                    namespace=self.namespace,
+                    bootstrap_peers=ids,
+                    extra=extra,
+                ),
+                root / server_id,
+                binary=binary,
+            )
+            for server_id, port in zip(ids, free_ports(size), strict=True)
+        ]
+        # Nodes stop before the NATS server they talk through.
+        self._arm_finalizer([[node.process for node in self._nodes], [self.nats.process]])
+
+    def __repr__(self) -> str:
+        """Namespace and nodes."""
+        return f"<Cluster {self.namespace} {self._nodes} nats={self.nats.url}>"
+
+    def __enter__(self) -> Self:
+        if not self.nats.running:
+            self.start()
+        return self
+
+    def _servers(self) -> list[LiftbridgeNode | NatsServer]:
+        return [self.nats, *self._nodes]
+
+    @property
+    def nodes(self) -> list[LiftbridgeNode]:
+        """The nodes, in id order."""
+        return list(self._nodes)
+
+    @property
+    def server_ids(self) -> list[str]:
+        """``["n1", "n2", ...]``."""
+        return [node.server_id for node in self._nodes]
+
+    def node(self, server_id: str) -> LiftbridgeNode:
+        """The node with ``server_id``."""
+        for node in self._nodes:
+            if node.server_id == server_id:
+                return node
+        raise KeyError(f"no node {server_id!r} in this cluster (have {self.server_ids})")
+
+    @property
+    def addresses(self) -> list[str]:
+        """gRPC addresses of every node, running or not."""
+        return [node.address for node in self._nodes]
+
+    @property
+    def nats_url(self) -> str:
+        """URL of the shared NATS server."""
+        return self.nats.url
+
+    def start(self, *, timeout: float = 60.0) -> Self:
+        """Start NATS and every node, then wait until the cluster is whole."""
+        try:
+            self.nats.start()
+            for node in self._nodes:
+                node.start(wait=False)
+            self.wait_ready(timeout=timeout)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def wait_ready(self, *, timeout: float = 60.0) -> None:
+        """Block until the whole cluster works.
+
+        Every node must be running and able to create a stream; a stream replicated on every
+        node must be creatable; and every node's FetchMetadata must list every broker.
+        """
+        deadline = time.monotonic() + timeout
+        for node in self._nodes:
+            if not node.running:
+                raise ServerStartError(f"{node!r} is not running; start it first")
+            node.wait_ready(timeout=max(1.0, deadline - time.monotonic()))
+        wait_serving(
+            self._nodes[0].address,
+            replication_factor=len(self._nodes),
+            timeout=max(1.0, deadline - time.monotonic()),
+            check_alive=self._check_all_alive,
+        )
+        expected = set(self.server_ids)
+        for node in self._nodes:
+            wait_brokers(
+                node.address,
+                expected,
+                timeout=max(1.0, deadline - time.monotonic()),
+                check_alive=self._check_all_alive,
+            )
+
+    def _check_all_alive(self) -> None:
+        for server in self._servers():
+            server.check_alive()
+
+    def ensure_all_running(self, *, timeout: float = 60.0) -> list[str]:
+        """Start NATS and every node that is down, then wait until the cluster is whole.
+
+        Returns the names restarted (``"nats"`` and/or server ids); ``[]`` when everything
+        was running, in which case nothing is waited for.
+        """
+        restarted: list[str] = []
+        if not self.nats.running:
+            self.nats.start()
+            restarted.append("nats")
+        for node in self._nodes:
+            if not node.running:
+                node.start(wait=False)
+                restarted.append(node.server_id)
+        if restarted:
+            _log.info("restarted %s in cluster %s", ", ".join(restarted), self.namespace)
+            self.wait_ready(timeout=timeout)
+        return restarted
+
+
+class ExternalDeployment:
+    """Servers run elsewhere (docker compose, CI services): only their addresses."""
+
+    def __init__(self, addresses: Sequence[str], nats_url: str) -> None:
+        """Validate ``host:port`` addresses and keep them with the NATS URL."""
+        cleaned = [address.strip() for address in addresses if address.strip()]
+        if not cleaned:
+            raise ConfigError("an external deployment needs at least one address")
+        for address in cleaned:
+            host, sep, port = address.rpartition(":")
+            if not (host and sep and port.isdigit() and 0 < int(port) < 65536):
+                raise ConfigError(f"{address!r} is not host:port")
+        if not nats_url.strip():
+            raise ConfigError("an external deployment needs a NATS URL")
+        self._addresses = cleaned
+        self._nats_url = nats_url.strip()
+
+    def __repr__(self) -> str:
+        """Addresses and NATS URL."""
+        return f"<ExternalDeployment {self._addresses} nats={self._nats_url}>"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ExternalDeployment | None:
+        """Build from ``LIFTBRIDGE_ADDRS`` / ``LIFTBRIDGE_NATS_URL``; None if ADDRS is unset."""
+        env = os.environ if environ is None else environ
+        addresses = env.get(ENV_ADDRS, "").strip()
+        if not addresses:
+            return None
+        url = env.get(ENV_NATS_URL, "").strip()
+        if not url:
+            raise ConfigError(
+                f"${ENV_ADDRS} is set but ${ENV_NATS_URL} is not: set both to use external "
+                "servers (e.g. LIFTBRIDGE_NATS_URL=nats://127.0.0.1:4222)"
+            )
+        return cls(addresses.split(","), url)
+
+    @property
+    def addresses(self) -> list[str]:
+        """The configured gRPC addresses."""
+        return list(self._addresses)
+
+    @property
+    def nats_url(self) -> str:
+        """The configured NATS URL."""
+        return self._nats_url
+
+    def log_tails(self, lines: int = 80) -> dict[str, str]:
+        """Always empty: the logs of external servers are not ours to read."""
+        return {}
+
+    def wait_ready(self, *, timeout: float = 30.0) -> Self:
+        """Block until the first address can create (and delete) a probe stream."""
+        try:
+            wait_serving(self._addresses[0], timeout=timeout)
+        except ServerStartError as exc:
+            raise ServerStartError(
+                f"external Liftbridge from ${ENV_ADDRS} is not usable: {exc}"
+            ) from exc
+        return self
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

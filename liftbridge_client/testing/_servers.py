@@ -1,0 +1,210 @@
+"""One server each: a standalone NATS server and a Liftbridge node.
+
+Both keep their ports (and a node its data directory) across :meth:`stop` / :meth:`start`,
+so a restarted server is the same server to its peers and clients. Output goes to
+``<workdir>/server.log``, appended across restarts.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from liftbridge_client.testing._config import LOOPBACK, NodeConfig, nats_server_argv, nats_url
+from liftbridge_client.testing._errors import ServerStartError
+from liftbridge_client.testing._probe import wait_serving
+from liftbridge_client.testing._process import ServerProcess, free_ports
+from liftbridge_client.testing._provision import liftbridge_binary, nats_server_binary
+
+__all__ = ["LiftbridgeNode", "NatsServer"]
+
+_LOG_TAIL = 80
+_NATS_START_TIMEOUT = 10.0
+_NODE_START_TIMEOUT = 30.0
+
+
+class _Server:
+    """What both servers share: a :class:`ServerProcess`, a log, start/stop/kill."""
+
+    process: ServerProcess
+
+    @property
+    def log_path(self) -> Path:
+        """The server's log file (stdout and stderr, every run)."""
+        return self.process.log_path
+
+    @property
+    def running(self) -> bool:
+        """True while the server process is alive."""
+        return self.process.running
+
+    @property
+    def exited_unexpectedly(self) -> bool:
+        """True when the process ended without :meth:`stop` or :meth:`kill` (a crash)."""
+        return self.process.exited_unexpectedly
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status of the last run (negative: killed by that signal), None if alive."""
+        return self.process.returncode
+
+    def logs(self) -> str:
+        """The whole log as text."""
+        return self.process.logs()
+
+    def tail(self, lines: int = _LOG_TAIL) -> str:
+        """The last ``lines`` lines of the log."""
+        return self.process.tail(lines)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """Graceful stop: SIGINT, then wait (SIGKILL after ``timeout`` s). Returns the status."""
+        return self.process.stop(timeout)
+
+    def kill(self) -> int | None:
+        """Hard stop: SIGKILL and wait. Returns the exit status."""
+        return self.process.kill()
+
+    def check_alive(self) -> None:
+        """Raise :class:`ServerStartError`, with the log tail, if the process has exited."""
+        if not self.process.running:
+            raise ServerStartError(
+                f"{self.process.name} exited with status {self.process.returncode} while "
+                f"starting; last lines of {self.log_path}:\n{self.tail()}"
+            )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class NatsServer(_Server):
+    """A standalone ``nats-server`` on ``127.0.0.1:port``, restartable on the same port."""
+
+    def __init__(self, workdir: Path, *, port: int | None = None, binary: Path | None = None):
+        """Describe the server (a free port is picked when ``port`` is None); not started."""
+        self.workdir = workdir
+        self.port = port if port is not None else free_ports(1)[0]
+        argv = nats_server_argv(binary or nats_server_binary(), self.port)
+        self.process = ServerProcess(f"nats-server:{self.port}", argv, workdir / "server.log")
+
+    def __repr__(self) -> str:
+        """Port and state."""
+        return f"<NatsServer {self.url} {'running' if self.running else 'stopped'}>"
+
+    @property
+    def url(self) -> str:
+        """The client URL, ``nats://127.0.0.1:<port>``."""
+        return nats_url(self.port)
+
+    def start(self, *, timeout: float = _NATS_START_TIMEOUT) -> Self:
+        """Start the server and wait until it greets clients with its INFO line."""
+        self.process.start()
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.process.kill()
+            raise
+        return self
+
+    def restart(self, *, timeout: float = _NATS_START_TIMEOUT) -> Self:
+        """Stop the server if it runs, then start it again on the same port."""
+        self.stop()
+        return self.start(timeout=timeout)
+
+    def wait_ready(self, timeout: float = _NATS_START_TIMEOUT) -> None:
+        """Block until a TCP client receives the server's ``INFO`` greeting."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            try:
+                with socket.create_connection((LOOPBACK, self.port), timeout=0.5) as sock:
+                    if sock.recv(4).startswith(b"INFO"):
+                        return
+            except OSError:
+                pass
+            if time.monotonic() >= deadline:
+                raise ServerStartError(
+                    f"{self.url} did not answer within {timeout:.0f} s; last lines of "
+                    f"{self.log_path}:\n{self.tail()}"
+                )
+            time.sleep(0.05)
+
+
+class LiftbridgeNode(_Server):
+    """One Liftbridge server process, described by a :class:`NodeConfig`.
+
+    :meth:`restart` (or :meth:`start` after :meth:`stop` / :meth:`kill`) runs the same
+    server id on the same ports and data directory, so it rejoins with its state.
+    """
+
+    def __init__(self, config: NodeConfig, workdir: Path, *, binary: Path | None = None):
+        """Write ``<workdir>/config.yaml`` for ``config``; the node is not started."""
+        self.config = config
+        self.workdir = workdir
+        self.config_path = workdir / "config.yaml"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(config.render())
+        argv = [str(binary or liftbridge_binary()), "-c", str(self.config_path)]
+        self.process = ServerProcess(f"liftbridge:{config.server_id}", argv, workdir / "server.log")
+
+    def __repr__(self) -> str:
+        """Id, address and state."""
+        state = "running" if self.running else "stopped"
+        return f"<LiftbridgeNode {self.server_id} {self.address} {state}>"
+
+    @property
+    def server_id(self) -> str:
+        """The node's ``clustering.server.id``."""
+        return self.config.server_id
+
+    @property
+    def port(self) -> int:
+        """The gRPC port on 127.0.0.1."""
+        return self.config.port
+
+    @property
+    def address(self) -> str:
+        """The gRPC address, ``127.0.0.1:<port>``."""
+        return f"{LOOPBACK}:{self.config.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        """The node's data directory (kept across restarts)."""
+        return self.config.data_dir
+
+    def start(self, *, wait: bool = True, timeout: float = _NODE_START_TIMEOUT) -> Self:
+        """Start the process; with ``wait``, block until it can create a stream."""
+        self.process.start()
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def restart(self, *, wait: bool = True, timeout: float = _NODE_START_TIMEOUT) -> Self:
+        """Stop the node gracefully if it runs, then start it again with the same state."""
+        self.stop()
+        return self.start(wait=wait, timeout=timeout)
+
+    def wait_ready(self, timeout: float = _NODE_START_TIMEOUT) -> None:
+        """Block until a probe stream can be created through this node.
+
+        That needs a metadata leader, so in a cluster it also means a quorum is up.
+        """
+        try:
+            wait_serving(self.address, timeout=timeout, check_alive=self.check_alive)
+        except ServerStartError as exc:
+            if not self.running:
+                raise
+            raise ServerStartError(
+                f"Liftbridge {self.server_id} is not ready: {exc}; last lines of "
+                f"{self.log_path}:\n{self.tail()}"
+            ) from exc

@@ -1,0 +1,123 @@
+"""pytest plugin: real Liftbridge servers as fixtures (entry point ``liftbridge``).
+
+Fixtures:
+
+- ``liftbridge_server`` (session): a :class:`~liftbridge_client.testing.Deployment`. A local
+  :class:`~liftbridge_client.testing.SingleNode`, or an
+  :class:`~liftbridge_client.testing.ExternalDeployment` when ``LIFTBRIDGE_ADDRS`` (and
+  ``LIFTBRIDGE_NATS_URL``) are set.
+- ``liftbridge_cluster`` (session, started on first use): a 3-node
+  :class:`~liftbridge_client.testing.Cluster`. After every test that used it, nodes or NATS
+  the test stopped or killed are restarted and the cluster is waited for.
+- ``stream_names`` (function): a :class:`~liftbridge_client.testing.StreamNames` factory of
+  unique ``(name, subject)`` pairs prefixed with the test's name.
+- ``unique_stream`` (function): one such pair.
+
+A server that cannot be provisioned or started makes the fixture raise (the test errors); it
+never skips. When a test fails, the last 80 lines of each server log it used are attached to
+the report. A server that exits by itself during a test (a crash) is restarted and the test
+errors in teardown, with its log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+
+import pytest
+
+from liftbridge_client.testing._deployments import (
+    Cluster,
+    Deployment,
+    ExternalDeployment,
+    SingleNode,
+)
+from liftbridge_client.testing._names import StreamName, StreamNames
+
+__all__ = [
+    "liftbridge_cluster",
+    "liftbridge_server",
+    "pytest_configure",
+    "pytest_runtest_makereport",
+    "stream_names",
+    "unique_stream",
+]
+
+LOG_TAIL_LINES = 80
+_DEPLOYMENT_FIXTURES = ("liftbridge_server", "liftbridge_cluster")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``integration`` marker unless the project already declares it."""
+    declared = config.getini("markers")
+    if not any(str(line).split(":", 1)[0].strip() == "integration" for line in declared):
+        config.addinivalue_line("markers", "integration: needs real Liftbridge and NATS servers")
+
+
+@pytest.fixture(scope="session")
+def liftbridge_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Deployment]:
+    """One Liftbridge node with embedded NATS for the session (or external servers)."""
+    external = ExternalDeployment.from_env()
+    if external is not None:
+        yield external.wait_ready()
+        return
+    with SingleNode(base_dir=tmp_path_factory.mktemp("liftbridge-single")) as node:
+        yield node
+
+
+@pytest.fixture(scope="session")
+def liftbridge_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A 3-node Liftbridge cluster on a shared NATS server, started on first use."""
+    with Cluster(3, base_dir=tmp_path_factory.mktemp("liftbridge-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def stream_names(request: pytest.FixtureRequest) -> StreamNames:
+    """A factory of unique ``(name, subject)`` pairs named after the current test."""
+    return StreamNames(request.node.name)
+
+
+@pytest.fixture
+def unique_stream(stream_names: StreamNames) -> StreamName:
+    """A unique ``(name, subject)`` pair for the current test."""
+    return stream_names()
+
+
+@pytest.fixture(autouse=True)
+def _liftbridge_health(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that used local servers: restart what is down, report crashes."""
+    yield
+    for fixture in _DEPLOYMENT_FIXTURES:
+        deployment = request.node.funcargs.get(fixture)
+        if isinstance(deployment, SingleNode | Cluster):
+            crashed = deployment.unexpected_exits()
+            logs = deployment.log_tails(LOG_TAIL_LINES) if crashed else {}
+            deployment.ensure_all_running()
+            if crashed:
+                pytest.fail(
+                    f"server(s) exited during the test without being stopped: {crashed} "
+                    "(restarted since).\n" + _format_logs(logs),
+                    pytrace=False,
+                )
+
+
+def _format_logs(logs: dict[str, str]) -> str:
+    return "\n".join(f"----- {name} (last lines) -----\n{text}" for name, text in logs.items())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the tail of each server log to the report of a failed test."""
+    report = yield
+    if report.failed and report.when in {"setup", "call"}:
+        funcargs = getattr(item, "funcargs", {})
+        for fixture in _DEPLOYMENT_FIXTURES:
+            deployment = funcargs.get(fixture)
+            if isinstance(deployment, Deployment):
+                for name, text in deployment.log_tails(LOG_TAIL_LINES).items():
+                    report.sections.append((f"{name} log (last {LOG_TAIL_LINES} lines)", text))
+    return report
