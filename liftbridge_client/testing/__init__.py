@@ -6,7 +6,8 @@ start servers on 127.0.0.1 only, each in its own temporary directory with its lo
 
 - :class:`SingleNode`: one node with embedded NATS.
 - :class:`Cluster`: three nodes (``n1``..``n3``) on one external :class:`NatsServer`, with
-  fast failover; kill, stop and restart nodes, then :meth:`Cluster.ensure_all_running`.
+  fast failover (:data:`CLUSTER_SETTINGS`); kill, stop and restart nodes, then
+  :meth:`Cluster.ensure_all_running`.
 - :class:`ExternalDeployment`: servers started elsewhere, from ``LIFTBRIDGE_ADDRS`` and
   ``LIFTBRIDGE_NATS_URL``.
 
@@ -17,7 +18,7 @@ provisions or runs servers from the command line. See docs/testing.md.
 
 from __future__ import annotations
 
-from liftbridge_client.testing._config import FAST_FAILOVER, NodeConfig, Setting
+from liftbridge_client.testing._config import CLUSTER_SETTINGS, NodeConfig, Setting
 from liftbridge_client.testing._deployments import (
     ENV_ADDRS,
     ENV_NATS_URL,
@@ -45,9 +46,9 @@ from liftbridge_client.testing._provision import (
 from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
 
 __all__ = [
+    "CLUSTER_SETTINGS",
     "ENV_ADDRS",
     "ENV_NATS_URL",
-    "FAST_FAILOVER",
     "LIFTBRIDGE_VERSION",
     "PROBE_STREAM_PREFIX",
     "Cluster",

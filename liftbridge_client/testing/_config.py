@@ -21,7 +21,7 @@ from types import MappingProxyType
 from liftbridge_client.testing._errors import ConfigError
 
 __all__ = [
-    "FAST_FAILOVER",
+    "CLUSTER_SETTINGS",
     "LOOPBACK",
     "NodeConfig",
     "Setting",
@@ -37,16 +37,24 @@ LOOPBACK = "127.0.0.1"
 Setting = str | int | bool | tuple[str, ...]
 """A value of one Liftbridge setting."""
 
-FAST_FAILOVER: Mapping[str, Setting] = MappingProxyType(
+CLUSTER_SETTINGS: Mapping[str, Setting] = MappingProxyType(
     {
-        # Defaults are 15 s / 15 s / 10 s: far too slow for fault tests. idle.wait must stay
-        # below lag.time or ISRs of idle streams shrink and grow all the time.
+        # Failover in seconds, not the default 15 s / 15 s / 10 s. idle.wait must stay below
+        # lag.time or the ISRs of idle streams shrink and grow all the time.
         "clustering.replica.max.lag.time": "3s",
         "clustering.replica.max.leader.timeout": "3s",
         "clustering.replica.max.idle.wait": "500ms",
+        # A node answers FetchMetadata from a broker cache while the Raft membership is
+        # unchanged. When that cache has expired, it surveys its peers and waits for every
+        # one of them: with a peer down the call lasts until the caller's deadline, and the
+        # short list it gathered is then cached, so a restarted peer stays missing for the
+        # cache's lifetime (2 min by default). Filled while every node is up (the cluster's
+        # readiness check does that) and kept for an hour, the list stays complete and quick
+        # through kills and restarts, which keep every node's address.
+        "metadata.cache.max.age": "1h",
     }
 )
-"""Replication timeouts the test cluster uses so a dead leader is replaced in seconds.
+"""Settings every node of a test :class:`~liftbridge_client.testing.Cluster` gets by default.
 
 The metadata Raft group's own timeouts are not configurable in v1.9.0 (hashicorp/raft
 defaults: about 1 s to elect a new metadata leader).

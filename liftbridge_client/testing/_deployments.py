@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from liftbridge_client.testing._config import (
-    FAST_FAILOVER,
+    CLUSTER_SETTINGS,
     NodeConfig,
     Setting,
     nats_embedded_config,
@@ -207,7 +207,8 @@ class Cluster(_LocalDeployment):
     """``size`` Liftbridge nodes (``n1`` ... ``nN``) on one external NATS server.
 
     Every node gets the full peer list, a namespace unique to this cluster, its own ports
-    and data directory, and :data:`FAST_FAILOVER` timeouts (override through ``settings``).
+    and data directory, and :data:`CLUSTER_SETTINGS` (fast failover, a long-lived broker
+    cache); ``settings`` adds or overrides keys.
     Kill, stop and restart single nodes or NATS freely; :meth:`ensure_all_running` brings
     everything back and waits until the cluster is whole again.
     """
@@ -228,7 +229,7 @@ class Cluster(_LocalDeployment):
         self.namespace = _namespace()
         self.nats = NatsServer(root / "nats")
         ids = tuple(f"n{index}" for index in range(1, size + 1))
-        extra = {**FAST_FAILOVER, **(settings or {})}
+        extra = {**CLUSTER_SETTINGS, **(settings or {})}
         self._nodes = [
             LiftbridgeNode(
                 NodeConfig(

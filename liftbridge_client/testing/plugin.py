@@ -90,7 +90,7 @@ def _liftbridge_health(request: pytest.FixtureRequest) -> Iterator[None]:
     """After a test that used local servers: restart what is down, report crashes."""
     yield
     for fixture in _DEPLOYMENT_FIXTURES:
-        deployment = request.node.funcargs.get(fixture)
+        deployment = getattr(request.node, "funcargs", {}).get(fixture)
         if isinstance(deployment, SingleNode | Cluster):
             crashed = deployment.unexpected_exits()
             logs = deployment.log_tails(LOG_TAIL_LINES) if crashed else {}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from liftbridge_client.testing import (
-    FAST_FAILOVER,
+    CLUSTER_SETTINGS,
     LIFTBRIDGE_VERSION,
     Cluster,
     ConfigError,
@@ -113,7 +113,7 @@ def test_cluster_configs_share_namespace_and_list_every_peer(tmp_path: Path) -> 
             assert settings["clustering.raft.bootstrap.peers"] == ["n1", "n2", "n3"]
             assert "clustering.raft.bootstrap.seed" not in settings
             assert settings["cursors.stream.partitions"] == 1
-            for key, value in FAST_FAILOVER.items():
+            for key, value in CLUSTER_SETTINGS.items():
                 assert settings[key] == value
         assert [c["clustering.server.id"] for c in configs] == ["n1", "n2", "n3"]
         assert len({c["clustering.namespace"] for c in configs}) == 1
@@ -187,9 +187,9 @@ def test_fast_failover_keeps_idle_wait_below_lag_time() -> None:
         text = str(value)
         return float(text[:-2]) / 1000 if text.endswith("ms") else float(text[:-1])
 
-    lag = seconds(FAST_FAILOVER["clustering.replica.max.lag.time"])
-    assert seconds(FAST_FAILOVER["clustering.replica.max.idle.wait"]) < lag <= 5
-    assert seconds(FAST_FAILOVER["clustering.replica.max.leader.timeout"]) <= 5
+    lag = seconds(CLUSTER_SETTINGS["clustering.replica.max.lag.time"])
+    assert seconds(CLUSTER_SETTINGS["clustering.replica.max.idle.wait"]) < lag <= 5
+    assert seconds(CLUSTER_SETTINGS["clustering.replica.max.leader.timeout"]) <= 5
 
 
 # --- external deployments ----------------------------------------------------------------
