@@ -234,10 +234,18 @@ class Client:
     def subscribe(
         self, stream: str, partition: int = 0, **kw: Unpack[SubscribeArgs]
     ) -> Subscription:
-        """A subscription to one partition: ``async with`` it and ``async for`` over it."""
+        """A subscription to one partition: ``async with`` it and ``async for`` over it.
+
+        Options (`SubscribeArgs`, keyword-only): ``start`` / ``start_offset`` /
+        ``start_timestamp_ns`` / ``start_time_delta``, ``stop`` / ``stop_offset`` /
+        ``stop_timestamp_ns``, ``read_isr_replica``, ``resume``, ``reverse``. They are
+        validated here (`InvalidInputError`); see `Subscription` for how it ends and
+        how it survives a leader failover.
+        """
         self._require_open()
         sub = Subscription(
             self._metadata,
+            self._pool,
             self._options,
             stream,
             partition,

@@ -24,7 +24,7 @@ The tree::
     │   ├── MessageTooLargeError
     │   ├── EncryptionFailedError
     │   └── ReadonlyPartitionError
-    ├── SubscriptionEnded                    a subscription's normal, typed end
+    ├── SubscriptionEnded                    why the server ended a subscription
     │   ├── StopPositionReached
     │   ├── ReadonlyPartitionEnd
     │   ├── StreamDeletedEnd
@@ -42,6 +42,7 @@ The tree::
         ├── DeadlineExceededError            also builtins.TimeoutError; retriable
         ├── CancelledError
         ├── InternalServerError
+        │   └── CursorsDisabledError         the server has no cursors stream
         └── UnknownServerError
 
 Every class carries ``retriable``: True when sending the same request again may
@@ -168,23 +169,33 @@ class ReadonlyPartitionError(PublishError):
 
 
 class SubscriptionEnded(LiftbridgeError):
-    """A subscription ended for a reason the server states; iteration stops cleanly."""
+    """A subscription ended for a reason the server states (`Subscription.end_reason`).
+
+    `StopPositionReached` and `ReadonlyPartitionEnd` end iteration cleanly;
+    `StreamDeletedEnd` and `PartitionPausedEnd` are raised by the iteration.
+    """
 
 
 class StopPositionReached(SubscriptionEnded):
-    """The subscription's stop position was reached."""
+    """The stop position was reached (or, with ``stop=LATEST``, the partition was empty).
+
+    Iteration ends cleanly.
+    """
 
 
 class ReadonlyPartitionEnd(SubscriptionEnded):
-    """The end of a read-only partition was reached."""
+    """The end of a read-only partition was reached. Iteration ends cleanly."""
 
 
 class StreamDeletedEnd(SubscriptionEnded):
-    """The stream was deleted while subscribed."""
+    """The stream was deleted while subscribed. Raised by the iteration."""
 
 
 class PartitionPausedEnd(SubscriptionEnded):
-    """The partition was paused while subscribed."""
+    """The partition was paused while subscribed. Raised by the iteration.
+
+    Subscribe with ``resume=True`` to resume a paused partition.
+    """
 
 
 # ---------------------------------------------------------------- gRPC status
@@ -252,6 +263,14 @@ class CancelledError(ServerError):
 
 class InternalServerError(ServerError):
     code_name = "INTERNAL"
+
+
+class CursorsDisabledError(InternalServerError):
+    """Cursors are off on the server: it has no ``__cursors`` stream.
+
+    The server answers cursor calls with INTERNAL "Cursors stream does not exist"
+    until ``cursors.stream.partitions`` is set to 1 or more in its configuration.
+    """
 
 
 class UnknownServerError(ServerError):

@@ -1,47 +1,156 @@
 """Subscriptions: an async iterator over one stream partition.
 
-SKELETON: the interface `client.py` relies on. Implementation pending.
+A `Subscription` holds one server-streaming Subscribe call at a time. Arguments are
+validated, and the wire request and the meaning of each ending status are decided,
+in `_subscribe_spec` (no IO); this module does the IO: connecting, the handshake,
+reading, resubscribing, closing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
+import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Self, TypedDict
+from typing import TYPE_CHECKING, Self, Unpack
 
+import grpc
+import grpc.aio
+
+from liftbridge_client import errors
+from liftbridge_client._grpc import BrokerPool, map_rpc_error
 from liftbridge_client._metadata import MetadataCache
-from liftbridge_client.models import Message, StartPosition, StopPosition
+from liftbridge_client._proto import api_pb2
+from liftbridge_client._subscribe_spec import (
+    Action,
+    Phase,
+    SubscribeArgs,
+    SubscribeSpec,
+    classify,
+)
+from liftbridge_client.models import Message, message_from_proto
 from liftbridge_client.options import ClientOptions
 
+if TYPE_CHECKING:
+    SubscribeCall = grpc.aio.UnaryStreamCall[api_pb2.SubscribeRequest, api_pb2.Message]
 
-class SubscribeArgs(TypedDict, total=False):
-    start: StartPosition  # default NEW_ONLY
-    start_offset: int  # with StartPosition.OFFSET
-    start_timestamp_ns: int  # with StartPosition.TIMESTAMP
-    start_time_delta: float  # seconds back from now (sets TIMESTAMP)
-    stop: StopPosition  # default ON_CANCEL
-    stop_offset: int
-    stop_timestamp_ns: int
-    read_isr_replica: bool
-    resume: bool
-    reverse: bool
+log = logging.getLogger("liftbridge_client")
+
+__all__ = ["SubscribeArgs", "Subscription"]
 
 
 class Subscription:
+    """Messages of one partition, in offset order: ``async with`` it, ``async for`` over it.
+
+    Created by `Client.subscribe`. ``async with`` establishes the subscription (the
+    server's handshake has arrived), so a missing stream or partition raises
+    `NotFoundError` there; ``async for`` alone also works and opens on first use.
+
+    **How it ends.** With a stop position, iteration ends cleanly when the server
+    says the stop was reached: ``end_reason`` is then a `StopPositionReached`. Reading
+    a read-only partition to its end ends cleanly too (`ReadonlyPartitionEnd`), and so
+    does ``stop=StopPosition.LATEST`` on an empty partition (`StopPositionReached`).
+    A stream deleted while subscribed raises `StreamDeletedEnd`, and a partition
+    paused while subscribed raises `PartitionPausedEnd`: both are abnormal for a
+    reader, so they are raised, not swallowed; ``end_reason`` holds them as well.
+    `close()` (also from another task) ends iteration cleanly with ``end_reason``
+    None. Cancelling the task that reads closes the subscription and its gRPC call.
+
+    **Failover.** When the broker becomes unreachable (UNAVAILABLE), is no longer
+    the partition leader, or closes the partition under the stream, the
+    subscription refreshes metadata and subscribes again, with backoff, for at most
+    ``ClientOptions.resubscribe_wait`` seconds, from the offset after the last
+    message delivered (from the original start position if none was). Messages at
+    or before the last delivered offset are never delivered again, so the reader
+    sees no gap and no duplicate. If nothing was delivered yet, NEW_ONLY and LATEST
+    are evaluated again on the new broker; ``stop=StopPosition.LATEST`` is always
+    evaluated again (the server resolves it at each subscribe).
+
+    **Reverse** (``reverse=True``, newest first) needs a server newer than v1.9.0:
+    v1.9.0 ignores the flag and streams forward.
+    """
+
     def __init__(
         self,
         metadata: MetadataCache,
+        pool: BrokerPool,
         options: ClientOptions,
         stream: str,
-        partition: int,
+        partition: int = 0,
         *,
-        on_close: Callable[[Subscription], None],
-        **kw: object,
+        on_close: Callable[[Subscription], None] | None = None,
+        **kw: Unpack[SubscribeArgs],
     ) -> None:
+        self._spec = SubscribeSpec.build(stream, partition, kw, now_ns=time.time_ns())
+        self._metadata = metadata
+        self._pool = pool
+        self._options = options
         self._on_close = on_close
+        self._call: SubscribeCall | None = None
+        self._pending: api_pb2.Message | None = None  # a message that arrived as the first
+        self._address: str | None = None
+        self._established = False  # a handshake arrived at least once
+        self._finished = False  # ended or failed for good: iteration is over
+        self._closed = False
+        self._end_reason: errors.SubscriptionEnded | None = None
+        self._last_offset: int | None = None
+        self._resubscribes = 0
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "ended" if self._finished else "open"
+        return (
+            f"<Subscription {self._spec.stream}/{self._spec.partition} {state} "
+            f"last_offset={self._last_offset} broker={self._address}>"
+        )
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def stream(self) -> str:
+        return self._spec.stream
+
+    @property
+    def partition(self) -> int:
+        return self._spec.partition
+
+    @property
+    def end_reason(self) -> errors.SubscriptionEnded | None:
+        """Why the server ended the subscription; None while it runs or after `close()`."""
+        return self._end_reason
+
+    @property
+    def last_offset(self) -> int | None:
+        """Offset of the last message delivered; None before the first."""
+        return self._last_offset
+
+    @property
+    def broker(self) -> str | None:
+        """Address of the broker currently (or last) read from."""
+        return self._address
+
+    @property
+    def resubscribes(self) -> int:
+        """How many times the subscription was established again after a failure."""
+        return self._resubscribes
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> Self:
-        raise NotImplementedError
+        try:
+            async with self._lock:
+                await self._ensure_open()
+        except asyncio.CancelledError:
+            self._on_cancelled()
+            if not self._closed or _being_cancelled():
+                raise
+        return self
 
     async def __aexit__(
         self,
@@ -51,11 +160,196 @@ class Subscription:
     ) -> None:
         await self.close()
 
+    async def close(self) -> None:
+        """Cancel the gRPC call and end iteration (a reader in another task stops). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._release()
+
+    def _release(self) -> None:
+        """Drop the call and leave the client's registry (once)."""
+        self._drop_call()
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close(self)
+
+    def _drop_call(self) -> None:
+        call, self._call = self._call, None
+        self._pending = None
+        if call is not None:
+            call.cancel()
+
+    def _on_cancelled(self) -> None:
+        """A CancelledError reached us: the reading task's own, or our call's after close()."""
+        task = asyncio.current_task()
+        if self._closed and (task is None or task.cancelling() == 0):
+            return  # close() cancelled the call under a reader: not the reader's cancellation
+        # The consumer is being cancelled: the subscription cannot be resumed mid-read.
+        self._closed = True
+        self._release()
+
+    # ------------------------------------------------------------ iteration
+
     def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> Message:
-        raise NotImplementedError
+        try:
+            async with self._lock:
+                return await self._next()
+        except asyncio.CancelledError:
+            self._on_cancelled()
+            if self._closed and not _being_cancelled():
+                raise StopAsyncIteration from None
+            raise
 
-    async def close(self) -> None:
-        self._on_close(self)
+    async def _next(self) -> Message:
+        while True:
+            if self._closed or self._finished:
+                raise StopAsyncIteration
+            if self._call is None:
+                await self._ensure_open()
+                continue
+            pb, self._pending = self._pending, None
+            if pb is None:
+                pb = await self._read(self._call)
+                if pb is None:
+                    continue  # the stream broke: resubscribe, or it ended
+            if self._spec.is_replay(pb.offset, self._last_offset):
+                log.debug("%r: dropping replayed offset %d", self, pb.offset)
+                continue
+            self._last_offset = pb.offset
+            return message_from_proto(pb)
+
+    async def _read(self, call: SubscribeCall) -> api_pb2.Message | None:
+        try:
+            pb = await call.read()
+        except grpc.RpcError as exc:
+            if self._closed:
+                return None
+            err: errors.LiftbridgeError = map_rpc_error(exc)
+            err.__cause__ = exc
+        else:
+            if isinstance(pb, api_pb2.Message):
+                return pb
+            if self._closed:
+                return None
+            # An OK status mid-stream: the server stopped serving it (e.g. shutting down).
+            err = errors.UnavailableError("the server ended the subscription stream")
+        self._drop_call()
+        verdict = classify(err, self._spec, Phase.STREAMING)
+        if verdict.action is Action.RESUBSCRIBE:
+            log.info("%r: stream broke (%s); resubscribing", self, err)
+            return None
+        self._conclude(verdict.action, verdict.error)
+        return None
+
+    def _conclude(self, action: Action, error: errors.LiftbridgeError) -> None:
+        """End for good: cleanly (END) or by raising ``error``."""
+        self._finished = True
+        if isinstance(error, errors.SubscriptionEnded) and action is not Action.FAIL:
+            self._end_reason = error
+        self._release()
+        if action is not Action.END:
+            raise error
+
+    # ------------------------------------------------------------ (re)subscribing
+
+    async def _ensure_open(self) -> None:
+        if self._call is not None or self._closed or self._finished:
+            return
+        phase = Phase.RESUBSCRIBING if self._established else Phase.OPENING
+        resume_at: int | None = None
+        if self._last_offset is not None:
+            resume_at = self._spec.next_offset(self._last_offset)
+            if resume_at is None:  # the stop offset (or the oldest, reversed) was delivered
+                self._conclude(
+                    Action.END,
+                    errors.StopPositionReached(
+                        f"{self.stream}/{self.partition}: offset {self._last_offset} was the last"
+                    ),
+                )
+                return
+        loop = asyncio.get_running_loop()
+        policy = self._options.retry
+        deadline = None
+        if phase is Phase.RESUBSCRIBING:
+            deadline = loop.time() + self._options.resubscribe_wait
+        attempt = 0
+        while not self._closed:
+            attempt += 1
+            if phase is Phase.RESUBSCRIBING or attempt > 1:
+                await self._refresh_metadata()
+            try:
+                await self._subscribe_once(resume_at, deadline)
+            except errors.LiftbridgeError as exc:
+                verdict = classify(exc, self._spec, phase)
+                if verdict.action is not Action.RESUBSCRIBE:
+                    self._conclude(verdict.action, verdict.error)
+                    return
+                delay = policy.backoff(attempt) * random.uniform(1.0, 1.5)
+                if (
+                    attempt >= policy.attempts
+                    if deadline is None
+                    else loop.time() + delay >= deadline
+                ):
+                    log.warning("%r: giving up subscribing after %d attempts", self, attempt)
+                    self._conclude(Action.FAIL, exc)
+                log.debug("%r: subscribe attempt %d failed (%s)", self, attempt, exc)
+                await asyncio.sleep(delay)
+                continue
+            if self._closed:  # closed while the handshake was on its way
+                self._drop_call()
+                return
+            if phase is Phase.RESUBSCRIBING:
+                self._resubscribes += 1
+                log.info("%r: resubscribed at offset %s", self, resume_at)
+            self._established = True
+            return
+
+    async def _refresh_metadata(self) -> None:
+        try:
+            await self._metadata.refresh()
+        except errors.LiftbridgeError as exc:  # the subscribe attempt reports what matters
+            log.debug("%r: metadata refresh failed: %s", self, exc)
+
+    async def _subscribe_once(self, resume_at: int | None, deadline: float | None) -> None:
+        """One Subscribe call, up to its handshake."""
+        spec = self._spec
+        if spec.read_isr_replica:
+            address = await self._metadata.replica_address(spec.stream, spec.partition)
+        else:
+            address = await self._metadata.leader_address(spec.stream, spec.partition)
+        call = self._pool.stub(address).Subscribe(spec.request(resume_at))
+        timeout = self._options.rpc_timeout
+        if deadline is not None:
+            timeout = max(0.01, min(timeout, deadline - asyncio.get_running_loop().time()))
+        try:
+            async with asyncio.timeout(timeout):
+                first = await call.read()
+        except grpc.RpcError as exc:
+            call.cancel()
+            raise map_rpc_error(exc) from exc
+        except TimeoutError:
+            call.cancel()
+            raise errors.TimeoutError(
+                f"Subscribe to {spec.stream}/{spec.partition} on {address}: "
+                f"no handshake within {timeout:.3g}s"
+            ) from None
+        except BaseException:
+            call.cancel()
+            raise
+        if not isinstance(first, api_pb2.Message):
+            call.cancel()
+            raise errors.UnavailableError(
+                f"{address} ended the Subscribe call before its handshake"
+            )
+        self._call = call
+        self._address = address
+        if first.ByteSize():  # not the empty handshake: a message (kept for the reader)
+            self._pending = first
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -1,0 +1,332 @@
+"""Subscriptions without IO: validated arguments, the wire request, what a status means.
+
+- `SubscribeSpec.build` checks the caller's keyword arguments (`InvalidInputError`
+  before anything is sent) and resolves a time delta to an absolute timestamp once,
+  so every resubscribe asks for the same position.
+- `SubscribeSpec.request` is the SubscribeRequest for the first subscribe or for a
+  resubscribe after the last offset received.
+- `classify` decides what an error ending (or refusing) a subscription means: a
+  clean end, a typed end to raise, a reason to resubscribe, or a plain failure.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypedDict, TypeVar
+
+from liftbridge_client import errors
+from liftbridge_client._proto import api_pb2
+from liftbridge_client.models import StartPosition, StopPosition
+
+__all__ = ["Action", "Phase", "SubscribeArgs", "SubscribeSpec", "Verdict", "classify"]
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+_P = TypeVar("_P", StartPosition, StopPosition)
+_E = TypeVar("_E", bound=errors.SubscriptionEnded)
+
+
+class SubscribeArgs(TypedDict, total=False):
+    """Keyword arguments of `Client.subscribe` (all optional)."""
+
+    start: StartPosition  # default NEW_ONLY (or implied by the option below)
+    start_offset: int  # implies StartPosition.OFFSET
+    start_timestamp_ns: int  # implies StartPosition.TIMESTAMP (Unix ns)
+    start_time_delta: float  # seconds back from now; implies StartPosition.TIMESTAMP
+    stop: StopPosition  # default ON_CANCEL (or implied by the option below)
+    stop_offset: int  # implies StopPosition.OFFSET (inclusive)
+    stop_timestamp_ns: int  # implies StopPosition.TIMESTAMP (Unix ns)
+    read_isr_replica: bool  # read from a random in-sync replica, not only the leader
+    resume: bool  # resume the partition if it is paused
+    reverse: bool  # newest first; servers after v1.9.0 only (v1.9.0 reads forward)
+
+
+_KNOWN_ARGS = frozenset(SubscribeArgs.__annotations__)
+
+
+def _int(name: str, value: object, low: int, high: int = _INT64_MAX) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise errors.InvalidInputError(f"{name} must be an int, got {value!r}")
+    if not low <= value <= high:
+        raise errors.InvalidInputError(f"{name} must be in [{low}, {high}], got {value}")
+    return value
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise errors.InvalidInputError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
+def _position(name: str, value: object, enum_type: type[_P]) -> _P:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise errors.InvalidInputError(f"{name} must be a {enum_type.__name__}, got {value!r}")
+    try:
+        return enum_type(value)
+    except ValueError:
+        raise errors.InvalidInputError(f"{name}: no {enum_type.__name__} {value!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeSpec:
+    """A validated subscription: where to read and how."""
+
+    stream: str
+    partition: int
+    start: StartPosition = StartPosition.NEW_ONLY
+    start_offset: int = 0
+    start_timestamp_ns: int = 0
+    stop: StopPosition = StopPosition.ON_CANCEL
+    stop_offset: int = 0
+    stop_timestamp_ns: int = 0
+    read_isr_replica: bool = False
+    resume: bool = False
+    reverse: bool = False
+
+    @classmethod
+    def build(
+        cls, stream: str, partition: int, args: Mapping[str, object], *, now_ns: int
+    ) -> SubscribeSpec:
+        """Validate ``args`` (`SubscribeArgs`); ``now_ns`` anchors ``start_time_delta``."""
+        if not isinstance(stream, str) or not stream:
+            raise errors.InvalidInputError(f"stream must be a non-empty string, got {stream!r}")
+        partition = _int("partition", partition, 0, _INT32_MAX)
+        unknown = sorted(set(args) - _KNOWN_ARGS)
+        if unknown:
+            raise errors.InvalidInputError(f"unknown subscribe option(s): {', '.join(unknown)}")
+
+        start_given = [
+            n for n in ("start_offset", "start_timestamp_ns", "start_time_delta") if n in args
+        ]
+        if len(start_given) > 1:
+            raise errors.InvalidInputError(f"conflicting start options: {', '.join(start_given)}")
+        implied_start = {
+            "start_offset": StartPosition.OFFSET,
+            "start_timestamp_ns": StartPosition.TIMESTAMP,
+            "start_time_delta": StartPosition.TIMESTAMP,
+        }
+        default_start = implied_start[start_given[0]] if start_given else StartPosition.NEW_ONLY
+        start = _position("start", args.get("start", default_start), StartPosition)
+        if start_given and implied_start[start_given[0]] is not start:
+            raise errors.InvalidInputError(f"{start_given[0]} conflicts with start={start.name}")
+
+        start_offset = start_ts = 0
+        if start is StartPosition.OFFSET:
+            if "start_offset" not in args:
+                raise errors.InvalidInputError("start=OFFSET needs start_offset")
+            start_offset = _int("start_offset", args["start_offset"], 0)
+        elif start is StartPosition.TIMESTAMP:
+            if "start_timestamp_ns" in args:
+                start_ts = _int("start_timestamp_ns", args["start_timestamp_ns"], 0)
+            elif "start_time_delta" in args:
+                delta = args["start_time_delta"]
+                if (
+                    isinstance(delta, bool)
+                    or not isinstance(delta, int | float)
+                    or not math.isfinite(delta)
+                    or delta < 0
+                ):
+                    raise errors.InvalidInputError(
+                        f"start_time_delta must be seconds >= 0, got {delta!r}"
+                    )
+                start_ts = max(0, now_ns - round(delta * 1e9))
+            else:
+                raise errors.InvalidInputError(
+                    "start=TIMESTAMP needs start_timestamp_ns or start_time_delta"
+                )
+
+        stop_given = [n for n in ("stop_offset", "stop_timestamp_ns") if n in args]
+        if len(stop_given) > 1:
+            raise errors.InvalidInputError(f"conflicting stop options: {', '.join(stop_given)}")
+        implied_stop = {
+            "stop_offset": StopPosition.OFFSET,
+            "stop_timestamp_ns": StopPosition.TIMESTAMP,
+        }
+        default_stop = implied_stop[stop_given[0]] if stop_given else StopPosition.ON_CANCEL
+        stop = _position("stop", args.get("stop", default_stop), StopPosition)
+        if stop_given and implied_stop[stop_given[0]] is not stop:
+            raise errors.InvalidInputError(f"{stop_given[0]} conflicts with stop={stop.name}")
+
+        stop_offset = stop_ts = 0
+        if stop is StopPosition.OFFSET:
+            if "stop_offset" not in args:
+                raise errors.InvalidInputError("stop=OFFSET needs stop_offset")
+            stop_offset = _int("stop_offset", args["stop_offset"], 0)
+            if start is StartPosition.OFFSET and stop_offset < start_offset:
+                raise errors.InvalidInputError(
+                    f"stop_offset {stop_offset} is before start_offset {start_offset}"
+                )
+        elif stop is StopPosition.TIMESTAMP:
+            if "stop_timestamp_ns" not in args:
+                raise errors.InvalidInputError("stop=TIMESTAMP needs stop_timestamp_ns")
+            stop_ts = _int("stop_timestamp_ns", args["stop_timestamp_ns"], 0)
+            if start is StartPosition.TIMESTAMP and stop_ts < start_ts:
+                raise errors.InvalidInputError(
+                    f"stop_timestamp_ns {stop_ts} is before the start timestamp {start_ts}"
+                )
+
+        reverse = _flag("reverse", args.get("reverse", False))
+        if reverse and stop is not StopPosition.ON_CANCEL:
+            raise errors.InvalidInputError(
+                "reverse reads end at the oldest message; a stop position cannot be combined"
+            )
+        return cls(
+            stream=stream,
+            partition=partition,
+            start=start,
+            start_offset=start_offset,
+            start_timestamp_ns=start_ts,
+            stop=stop,
+            stop_offset=stop_offset,
+            stop_timestamp_ns=stop_ts,
+            read_isr_replica=_flag("read_isr_replica", args.get("read_isr_replica", False)),
+            resume=_flag("resume", args.get("resume", False)),
+            reverse=reverse,
+        )
+
+    # ------------------------------------------------------------ positions
+
+    def next_offset(self, last: int) -> int | None:
+        """Where a resubscribe starts after receiving ``last``; None when nothing is left."""
+        if self.reverse:
+            return last - 1 if last > 0 else None
+        if self.stop is StopPosition.OFFSET and last >= self.stop_offset:
+            return None
+        return last + 1
+
+    def is_replay(self, offset: int, last: int | None) -> bool:
+        """True for a message at or before the last one delivered (never delivered twice)."""
+        if last is None:
+            return False
+        return offset >= last if self.reverse else offset <= last
+
+    def request(self, resume_at: int | None = None) -> api_pb2.SubscribeRequest:
+        """The request: the original position, or OFFSET ``resume_at`` when resubscribing."""
+        req = api_pb2.SubscribeRequest(
+            stream=self.stream,
+            partition=self.partition,
+            startPosition=self.start.value,
+            startOffset=self.start_offset,
+            startTimestamp=self.start_timestamp_ns,
+            stopPosition=self.stop.value,
+            stopOffset=self.stop_offset,
+            stopTimestamp=self.stop_timestamp_ns,
+            readISRReplica=self.read_isr_replica,
+            resume=self.resume,
+            reverse=self.reverse,
+        )
+        if resume_at is not None:
+            req.startPosition = api_pb2.OFFSET
+            req.startOffset = resume_at
+            req.startTimestamp = 0
+        return req
+
+
+# ---------------------------------------------------------------- outcomes
+
+
+class Phase(enum.Enum):
+    OPENING = "opening"  # first subscribe: nothing was ever established
+    STREAMING = "streaming"  # an established stream failed
+    RESUBSCRIBING = "resubscribing"  # reopening after an established stream failed
+
+
+class Action(enum.Enum):
+    END = "end"  # iteration stops cleanly; the error is the end reason
+    END_RAISE = "end_raise"  # the error is the end reason and is raised
+    RESUBSCRIBE = "resubscribe"  # refresh metadata and subscribe again
+    FAIL = "fail"  # raise the error as it is
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    action: Action
+    error: errors.LiftbridgeError
+
+
+# Texts the v1.9.0 server puts in statuses that end or refuse a subscription.
+STOP_OFFSET_REACHED = "Stop offset reached"
+END_OF_READONLY = "End of readonly partition"
+STREAM_IS_EMPTY = "Stream is empty"
+STOP_BEFORE_START = "Stop offset is before start offset"
+LOG_CLOSED = "commit log was closed"
+SEGMENT_CLOSED = "segment has been closed"  # INTERNAL when subscribing to a paused partition
+
+
+def _end(kind: type[_E], text: str, cause: errors.LiftbridgeError) -> _E:
+    end = kind(text)
+    end.__cause__ = cause
+    return end
+
+
+# The partition (or its broker) went away, not the subscription: try again elsewhere.
+_RESUBSCRIBE_ON = (
+    errors.UnavailableError,
+    errors.NotLeaderError,
+    errors.TimeoutError,
+    errors.DeadlineExceededError,
+    errors.NoBrokerAvailableError,
+)
+
+
+def classify(exc: errors.LiftbridgeError, spec: SubscribeSpec, phase: Phase) -> Verdict:
+    """What ``exc``, ending or refusing a subscription in ``phase``, means."""
+    details = exc.details if isinstance(exc, errors.ServerError) else ""
+    where = f"{spec.stream}/{spec.partition}"
+    if isinstance(exc, errors.ResourceExhaustedError):
+        if details.startswith(STOP_OFFSET_REACHED):
+            if spec.stop is StopPosition.ON_CANCEL:
+                # The server turns ON_CANCEL into "stop at the newest offset" on a
+                # partition that was already read-only when the subscription started.
+                return Verdict(
+                    Action.END, _end(errors.ReadonlyPartitionEnd, f"{where}: {details}", exc)
+                )
+            return Verdict(Action.END, _end(errors.StopPositionReached, f"{where}: {details}", exc))
+        if details.startswith(END_OF_READONLY):
+            return Verdict(
+                Action.END, _end(errors.ReadonlyPartitionEnd, f"{where}: {details}", exc)
+            )
+        if details.startswith(STREAM_IS_EMPTY):
+            return Verdict(Action.END, _end(errors.StopPositionReached, f"{where}: {details}", exc))
+        return Verdict(Action.FAIL, exc)
+    if isinstance(exc, errors.InvalidArgumentError) and details.startswith(STOP_BEFORE_START):
+        # Nothing lies between start and stop. When the server chose the stop
+        # (ON_CANCEL on a read-only partition, LATEST) or we resubscribe after the
+        # last message, that is an empty read, not a mistake of the caller.
+        if spec.stop is StopPosition.ON_CANCEL:
+            return Verdict(
+                Action.END, _end(errors.ReadonlyPartitionEnd, f"{where}: {details}", exc)
+            )
+        if spec.stop is StopPosition.LATEST or phase is Phase.RESUBSCRIBING:
+            return Verdict(Action.END, _end(errors.StopPositionReached, f"{where}: {details}", exc))
+        return Verdict(Action.FAIL, exc)
+    if isinstance(exc, _RESUBSCRIBE_ON) or (
+        isinstance(exc, errors.InternalServerError) and LOG_CLOSED in details
+    ):
+        return Verdict(Action.RESUBSCRIBE, exc)
+    if isinstance(exc, errors.NotFoundError) and phase is not Phase.OPENING:
+        return Verdict(
+            Action.END_RAISE, _end(errors.StreamDeletedEnd, f"{where}: {details or exc}", exc)
+        )
+    if (isinstance(exc, errors.FailedPreconditionError) and LOG_CLOSED in details) or (
+        isinstance(exc, errors.InternalServerError) and SEGMENT_CLOSED in details
+    ):
+        # Paused while subscribed (FAILED_PRECONDITION), or paused before (INTERNAL
+        # "Failed to create stream reader: segment has been closed").
+        return Verdict(
+            Action.END_RAISE,
+            _end(
+                errors.PartitionPausedEnd,
+                f"{where}: the partition is paused ({details}); subscribe with resume=True "
+                "to resume it",
+                exc,
+            ),
+        )
+    if isinstance(exc, errors.UnknownServerError) and spec.reverse and details == "EOF":
+        # Newer servers end a reverse read at the oldest message with a bare EOF.
+        return Verdict(Action.END, _end(errors.StopPositionReached, f"{where}: {details}", exc))
+    return Verdict(Action.FAIL, exc)

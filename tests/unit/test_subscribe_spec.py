@@ -1,0 +1,324 @@
+"""Subscription arguments, the wire request, and what each ending status means (no IO)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+
+from liftbridge_client import StartPosition, StopPosition, errors
+from liftbridge_client._grpc import map_rpc_error
+from liftbridge_client._proto import api_pb2
+from liftbridge_client._subscribe_spec import Action, Phase, SubscribeSpec, classify
+
+NOW = 1_700_000_000_000_000_000
+
+
+def spec(**kw: Any) -> SubscribeSpec:
+    return SubscribeSpec.build("s", 0, kw, now_ns=NOW)
+
+
+def status(code: grpc.StatusCode, details: str) -> errors.ServerError:
+    return map_rpc_error(
+        grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
+    )
+
+
+# ---------------------------------------------------------------- positions
+
+
+def test_defaults_are_new_only_until_cancelled() -> None:
+    s = spec()
+    assert (s.start, s.stop) == (StartPosition.NEW_ONLY, StopPosition.ON_CANCEL)
+    req = s.request()
+    assert req.startPosition == api_pb2.NEW_ONLY
+    assert req.stopPosition == api_pb2.STOP_ON_CANCEL
+    assert (req.stream, req.partition) == ("s", 0)
+
+
+@pytest.mark.parametrize(
+    ("kw", "start", "field", "value"),
+    [
+        ({"start_offset": 7}, StartPosition.OFFSET, "startOffset", 7),
+        (
+            {"start": StartPosition.OFFSET, "start_offset": 0},
+            StartPosition.OFFSET,
+            "startOffset",
+            0,
+        ),
+        ({"start_timestamp_ns": 123}, StartPosition.TIMESTAMP, "startTimestamp", 123),
+        ({"start_time_delta": 1.5}, StartPosition.TIMESTAMP, "startTimestamp", NOW - 1_500_000_000),
+        ({"start": StartPosition.EARLIEST}, StartPosition.EARLIEST, "startOffset", 0),
+        ({"start": StartPosition.LATEST}, StartPosition.LATEST, "startOffset", 0),
+    ],
+)
+def test_start_positions(kw: dict[str, Any], start: StartPosition, field: str, value: int) -> None:
+    s = spec(**kw)
+    assert s.start is start
+    req = s.request()
+    assert req.startPosition == start.value
+    assert getattr(req, field) == value
+
+
+@pytest.mark.parametrize(
+    ("kw", "stop", "field", "value"),
+    [
+        ({"stop_offset": 9}, StopPosition.OFFSET, "stopOffset", 9),
+        ({"stop_timestamp_ns": 55}, StopPosition.TIMESTAMP, "stopTimestamp", 55),
+        ({"stop": StopPosition.LATEST}, StopPosition.LATEST, "stopOffset", 0),
+    ],
+)
+def test_stop_positions(kw: dict[str, Any], stop: StopPosition, field: str, value: int) -> None:
+    s = spec(**kw)
+    assert s.stop is stop
+    req = s.request()
+    assert req.stopPosition == stop.value
+    assert getattr(req, field) == value
+
+
+def test_flags_reach_the_request_and_reverse_is_field_12() -> None:
+    req = spec(read_isr_replica=True, resume=True, reverse=True).request()
+    assert (req.readISRReplica, req.resume, req.reverse) == (True, True, True)
+    assert api_pb2.SubscribeRequest.DESCRIPTOR.fields_by_name["reverse"].number == 12
+    assert req.SerializeToString().endswith(b"\x60\x01")  # tag 12, varint 1
+
+
+def test_resubscribe_request_starts_at_an_offset_and_keeps_the_rest() -> None:
+    s = spec(start_time_delta=10, stop_offset=100, read_isr_replica=True)
+    req = s.request(resume_at=42)
+    assert (req.startPosition, req.startOffset, req.startTimestamp) == (api_pb2.OFFSET, 42, 0)
+    assert (req.stopPosition, req.stopOffset, req.readISRReplica) == (
+        api_pb2.STOP_OFFSET,
+        100,
+        True,
+    )
+
+
+def test_next_offset_forward_reverse_and_stop() -> None:
+    assert spec().next_offset(4) == 5
+    assert spec(reverse=True).next_offset(4) == 3
+    assert spec(reverse=True).next_offset(0) is None
+    assert spec(stop_offset=4).next_offset(4) is None
+    assert spec(stop_offset=4).next_offset(3) == 4
+
+
+def test_replays_are_recognised() -> None:
+    assert not spec().is_replay(0, None)
+    assert spec().is_replay(4, 4)
+    assert not spec().is_replay(5, 4)
+    assert spec(reverse=True).is_replay(4, 4)
+    assert not spec(reverse=True).is_replay(3, 4)
+
+
+@pytest.mark.parametrize(
+    ("kw", "fragment"),
+    [
+        ({"start": StartPosition.OFFSET}, "needs start_offset"),
+        ({"start_offset": -1}, "start_offset must be in"),
+        ({"start_offset": True}, "must be an int"),
+        ({"start_offset": 1.0}, "must be an int"),
+        ({"start": StartPosition.EARLIEST, "start_offset": 3}, "conflicts with start=EARLIEST"),
+        ({"start_offset": 1, "start_timestamp_ns": 2}, "conflicting start options"),
+        ({"start_timestamp_ns": 1, "start_time_delta": 2}, "conflicting start options"),
+        ({"start": StartPosition.TIMESTAMP}, "needs start_timestamp_ns or start_time_delta"),
+        ({"start_timestamp_ns": -5}, "start_timestamp_ns must be in"),
+        ({"start_time_delta": -1}, "start_time_delta must be seconds >= 0"),
+        ({"start_time_delta": float("nan")}, "start_time_delta must be seconds >= 0"),
+        ({"start": 99}, "no StartPosition 99"),
+        ({"start": "EARLIEST"}, "start must be a StartPosition"),
+        ({"stop": StopPosition.OFFSET}, "needs stop_offset"),
+        ({"stop_offset": -2}, "stop_offset must be in"),
+        ({"start_offset": 10, "stop_offset": 9}, "stop_offset 9 is before start_offset 10"),
+        ({"stop": StopPosition.LATEST, "stop_offset": 3}, "conflicts with stop=LATEST"),
+        ({"stop_offset": 3, "stop_timestamp_ns": 4}, "conflicting stop options"),
+        ({"stop": StopPosition.TIMESTAMP}, "needs stop_timestamp_ns"),
+        ({"start_timestamp_ns": 10, "stop_timestamp_ns": 9}, "is before the start timestamp"),
+        ({"reverse": True, "stop": StopPosition.LATEST}, "reverse"),
+        ({"reverse": 1}, "reverse must be a bool"),
+        ({"resume": "yes"}, "resume must be a bool"),
+        ({"startOffset": 3}, "unknown subscribe option(s): startOffset"),
+    ],
+)
+def test_invalid_arguments(kw: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(errors.InvalidInputError) as info:
+        spec(**kw)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("stream", "partition"), [("", 0), ("s", -1), ("s", 2**31), (None, 0), ("s", True)]
+)
+def test_invalid_stream_or_partition(stream: Any, partition: Any) -> None:
+    with pytest.raises(errors.InvalidInputError):
+        SubscribeSpec.build(stream, partition, {}, now_ns=NOW)
+
+
+# ---------------------------------------------------------------- outcomes
+
+OK_ = grpc.StatusCode
+CASES: list[tuple[dict[str, Any], Phase, grpc.StatusCode, str, Action, type[Exception]]] = [
+    (
+        {"stop_offset": 3},
+        Phase.STREAMING,
+        OK_.RESOURCE_EXHAUSTED,
+        "Stop offset reached",
+        Action.END,
+        errors.StopPositionReached,
+    ),
+    (
+        {"stop": StopPosition.LATEST},
+        Phase.OPENING,
+        OK_.RESOURCE_EXHAUSTED,
+        "Stream is empty",
+        Action.END,
+        errors.StopPositionReached,
+    ),
+    (
+        {},
+        Phase.STREAMING,
+        OK_.RESOURCE_EXHAUSTED,
+        "Stop offset reached",
+        Action.END,
+        errors.ReadonlyPartitionEnd,
+    ),
+    (
+        {},
+        Phase.STREAMING,
+        OK_.RESOURCE_EXHAUSTED,
+        "End of readonly partition",
+        Action.END,
+        errors.ReadonlyPartitionEnd,
+    ),
+    (
+        {},
+        Phase.OPENING,
+        OK_.INVALID_ARGUMENT,
+        "Stop offset is before start offset: 2 < 3",
+        Action.END,
+        errors.ReadonlyPartitionEnd,
+    ),
+    (
+        {"stop": StopPosition.LATEST},
+        Phase.OPENING,
+        OK_.INVALID_ARGUMENT,
+        "Stop offset is before start offset: 2 < 3",
+        Action.END,
+        errors.StopPositionReached,
+    ),
+    (
+        {"stop_timestamp_ns": 5},
+        Phase.RESUBSCRIBING,
+        OK_.INVALID_ARGUMENT,
+        "Stop offset is before start offset: 2 < 3",
+        Action.END,
+        errors.StopPositionReached,
+    ),
+    (
+        {"stop_timestamp_ns": 5},
+        Phase.OPENING,
+        OK_.INVALID_ARGUMENT,
+        "Stop offset is before start offset: 2 < 3",
+        Action.FAIL,
+        errors.InvalidArgumentError,
+    ),
+    ({}, Phase.OPENING, OK_.NOT_FOUND, "No such partition", Action.FAIL, errors.NotFoundError),
+    (
+        {},
+        Phase.STREAMING,
+        OK_.NOT_FOUND,
+        "commit log was deleted",
+        Action.END_RAISE,
+        errors.StreamDeletedEnd,
+    ),
+    (
+        {},
+        Phase.RESUBSCRIBING,
+        OK_.NOT_FOUND,
+        "No such partition",
+        Action.END_RAISE,
+        errors.StreamDeletedEnd,
+    ),
+    (
+        {},
+        Phase.STREAMING,
+        OK_.FAILED_PRECONDITION,
+        "commit log was closed",
+        Action.END_RAISE,
+        errors.PartitionPausedEnd,
+    ),
+    (
+        {},
+        Phase.OPENING,
+        OK_.INTERNAL,
+        "Failed to create stream reader: segment has been closed",
+        Action.END_RAISE,
+        errors.PartitionPausedEnd,
+    ),
+    (
+        {},
+        Phase.OPENING,
+        OK_.FAILED_PRECONDITION,
+        "Server not partition leader",
+        Action.RESUBSCRIBE,
+        errors.NotLeaderError,
+    ),
+    (
+        {},
+        Phase.STREAMING,
+        OK_.UNAVAILABLE,
+        "Socket closed",
+        Action.RESUBSCRIBE,
+        errors.UnavailableError,
+    ),
+    (
+        {},
+        Phase.STREAMING,
+        OK_.INTERNAL,
+        "commit log was closed",
+        Action.RESUBSCRIBE,
+        errors.InternalServerError,
+    ),
+    (
+        {"reverse": True},
+        Phase.STREAMING,
+        OK_.UNKNOWN,
+        "EOF",
+        Action.END,
+        errors.StopPositionReached,
+    ),
+    ({}, Phase.STREAMING, OK_.UNKNOWN, "EOF", Action.FAIL, errors.UnknownServerError),
+    (
+        {},
+        Phase.STREAMING,
+        OK_.RESOURCE_EXHAUSTED,
+        "other",
+        Action.FAIL,
+        errors.ResourceExhaustedError,
+    ),
+    ({}, Phase.STREAMING, OK_.CANCELLED, "", Action.FAIL, errors.CancelledError),
+]
+
+
+@pytest.mark.parametrize(("kw", "phase", "code", "details", "action", "kind"), CASES)
+def test_classify(
+    kw: dict[str, Any],
+    phase: Phase,
+    code: grpc.StatusCode,
+    details: str,
+    action: Action,
+    kind: type[Exception],
+) -> None:
+    cause = status(code, details)
+    verdict = classify(cause, spec(**kw), phase)
+    assert verdict.action is action
+    assert type(verdict.error) is kind
+    if isinstance(verdict.error, errors.SubscriptionEnded):
+        assert verdict.error.__cause__ is cause
+        assert "s/0" in str(verdict.error)
+
+
+def test_client_side_timeouts_resubscribe() -> None:
+    for exc in (errors.TimeoutError("no handshake"), errors.NoBrokerAvailableError("none")):
+        assert classify(exc, spec(), Phase.RESUBSCRIBING).action is Action.RESUBSCRIBE

@@ -1,0 +1,481 @@
+"""Subscription IO against a scripted fake stub: handshake, ends, resubscribe, cancellation.
+
+Each Subscribe call returns the next scripted `FakeCall` for the broker it went to. A
+script lists what the call yields: messages (``EMPTY`` is the handshake), gRPC errors,
+``EOF`` (an OK status), and, when it runs out, the call waits like an idle stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+
+from liftbridge_client import StartPosition, StopPosition, errors
+from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._proto import api_pb2
+from liftbridge_client.options import ClientOptions, RetryPolicy
+from liftbridge_client.subscription import Subscription
+
+A, B = "127.0.0.1:1001", "127.0.0.1:1002"
+EMPTY = api_pb2.Message()
+EOF = grpc.aio.EOF
+FAST = RetryPolicy(attempts=3, initial_backoff=0.001, max_backoff=0.005)
+OPTIONS = ClientOptions(retry=FAST, resubscribe_wait=0.5, rpc_timeout=0.2)
+
+Item = api_pb2.Message | grpc.aio.AioRpcError | object
+
+
+def msg(offset: int, value: bytes = b"v") -> api_pb2.Message:
+    return api_pb2.Message(stream="s", partition=0, offset=offset, value=value, timestamp=1)
+
+
+def rpc_error(code: grpc.StatusCode, details: str = "") -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
+
+
+class FakeCall:
+    """Mimics grpc.aio: a cancelled read cancels the call; reading a cancelled call raises
+    asyncio.CancelledError."""
+
+    def __init__(self, items: Iterable[Item]) -> None:
+        self.queue: asyncio.Queue[Item] = asyncio.Queue()
+        for item in items:
+            self.queue.put_nowait(item)
+        self.cancelled = False
+
+    async def read(self) -> Item:
+        if self.cancelled:
+            raise asyncio.CancelledError
+        try:
+            item = await self.queue.get()
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+        if item is _CANCELLED:
+            raise asyncio.CancelledError
+        if isinstance(item, grpc.aio.AioRpcError):
+            raise item
+        return item
+
+    def cancel(self) -> bool:
+        if not self.cancelled:
+            self.cancelled = True
+            self.queue.put_nowait(_CANCELLED)
+        return True
+
+
+_CANCELLED = object()
+
+
+class FakeStub:
+    def __init__(self, cluster: FakeCluster, address: str) -> None:
+        self.cluster = cluster
+        self.address = address
+
+    async def FetchMetadata(self, req: Any, timeout: float) -> api_pb2.FetchMetadataResponse:
+        self.cluster.refreshes += 1
+        if self.cluster.leader_plan:
+            self.cluster.leader = self.cluster.leader_plan.pop(0)
+        return self.cluster.metadata()
+
+    def Subscribe(self, req: api_pb2.SubscribeRequest) -> FakeCall:
+        self.cluster.requests.append((self.address, req))
+        scripts = self.cluster.scripts[self.address]
+        call = FakeCall(scripts.pop(0) if scripts else [rpc_error(grpc.StatusCode.UNAVAILABLE)])
+        self.cluster.calls.append(call)
+        return call
+
+
+class FakeCluster:
+    """Pool and server in one: brokers a (1001) and b (1002); ``leader`` leads s/0."""
+
+    def __init__(self, leader: str = "a", isr: tuple[str, ...] = ("a", "b")) -> None:
+        self.leader = leader
+        self.isr = isr
+        self.scripts: dict[str, list[list[Item]]] = defaultdict(list)
+        self.requests: list[tuple[str, api_pb2.SubscribeRequest]] = []
+        self.calls: list[FakeCall] = []
+        self.refreshes = 0
+        self.stream_exists = True
+        self.leader_plan: list[str] = []  # leaders the next refreshes see, in turn
+
+    def script(self, address: str, *items: Item) -> None:
+        self.scripts[address].append(list(items))
+
+    def metadata(self) -> api_pb2.FetchMetadataResponse:
+        resp = api_pb2.FetchMetadataResponse(
+            brokers=[
+                api_pb2.Broker(id="a", host="127.0.0.1", port=1001),
+                api_pb2.Broker(id="b", host="127.0.0.1", port=1002),
+            ]
+        )
+        if self.stream_exists:
+            stream = resp.streamMetadata.add(name="s", subject="subj")
+            stream.partitions[0].CopyFrom(
+                api_pb2.PartitionMetadata(
+                    id=0, leader=self.leader, replicas=["a", "b"], isr=list(self.isr)
+                )
+            )
+        return resp
+
+    # BrokerPool interface
+    def stub(self, address: str) -> FakeStub:
+        return FakeStub(self, address)
+
+    def addresses(self) -> set[str]:
+        return {A, B}
+
+    async def forget(self, address: str) -> None:
+        pass
+
+
+def subscribe(
+    cluster: FakeCluster, options: ClientOptions = OPTIONS, **kw: Any
+) -> tuple[Subscription, list[Subscription]]:
+    metadata = MetadataCache(cluster, [A], options)  # type: ignore[arg-type]
+    closed: list[Subscription] = []
+    sub = Subscription(metadata, cluster, options, "s", 0, on_close=closed.append, **kw)  # type: ignore[arg-type]
+    return sub, closed
+
+
+async def offsets(sub: Subscription) -> list[int]:
+    return [m.offset async for m in sub]
+
+
+# ---------------------------------------------------------------- handshake
+
+
+async def test_handshake_is_hidden_and_messages_are_models() -> None:
+    cluster = FakeCluster()
+    cluster.script(
+        A,
+        EMPTY,
+        msg(0, b"zero"),
+        msg(1),
+        rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached"),
+    )
+    sub, closed = subscribe(cluster, start=StartPosition.EARLIEST, stop_offset=1)
+    async with sub:
+        assert sub.broker == A
+        first = await anext(sub)
+        assert (first.offset, first.value, first.stream) == (0, b"zero", "s")
+        assert await offsets(sub) == [1]
+    assert isinstance(sub.end_reason, errors.StopPositionReached)
+    assert sub.last_offset == 1
+    assert closed == [sub]
+    ((_, req),) = cluster.requests
+    assert (req.startPosition, req.stopPosition, req.stopOffset) == (
+        api_pb2.EARLIEST,
+        api_pb2.STOP_OFFSET,
+        1,
+    )
+
+
+async def test_a_first_message_that_is_not_a_handshake_is_delivered() -> None:
+    cluster = FakeCluster()
+    cluster.script(A, msg(5), EOF)
+    sub, _ = subscribe(cluster)
+    async with sub:
+        assert (await anext(sub)).offset == 5
+
+
+async def test_async_for_without_async_with_opens_lazily() -> None:
+    cluster = FakeCluster()
+    cluster.script(
+        A, EMPTY, msg(0), rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached")
+    )
+    sub, closed = subscribe(cluster, start=StartPosition.EARLIEST, stop=StopPosition.LATEST)
+    assert cluster.requests == []
+    assert await offsets(sub) == [0]
+    assert closed == [sub]  # an ended subscription leaves the client's registry
+    with pytest.raises(StopAsyncIteration):
+        await anext(sub)
+
+
+async def test_enter_raises_not_found_early() -> None:
+    cluster = FakeCluster()
+    cluster.script(A, rpc_error(grpc.StatusCode.NOT_FOUND, "No such partition"))
+    sub, closed = subscribe(cluster)
+    with pytest.raises(errors.NotFoundError):
+        await sub.__aenter__()
+    assert sub.end_reason is None
+    assert closed == [sub]
+
+
+async def test_unknown_stream_raises_not_found_without_subscribing() -> None:
+    cluster = FakeCluster()
+    cluster.stream_exists = False
+    sub, _ = subscribe(cluster)
+    with pytest.raises(errors.NotFoundError):
+        async with sub:
+            pass
+    assert cluster.requests == []
+
+
+async def test_not_leader_at_open_refreshes_and_goes_to_the_new_leader() -> None:
+    cluster = FakeCluster()
+    cluster.leader_plan = ["a", "b"]
+    cluster.script(A, rpc_error(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader"))
+    cluster.script(B, EMPTY, msg(0))
+    sub, _ = subscribe(cluster)
+    async with sub:
+        assert sub.broker == B
+        assert (await anext(sub)).offset == 0
+    assert [a for a, _ in cluster.requests] == [A, B]
+
+
+async def test_handshake_timeout_is_retried_then_raised() -> None:
+    cluster = FakeCluster()
+    for _ in range(FAST.attempts):
+        cluster.script(A)  # never answers
+    sub, _ = subscribe(cluster, options=ClientOptions(retry=FAST, rpc_timeout=0.02))
+    with pytest.raises(errors.TimeoutError, match="no handshake"):
+        async with sub:
+            pass
+    assert len(cluster.requests) == FAST.attempts
+    assert all(call.cancelled for call in cluster.calls)
+
+
+async def test_read_isr_replica_goes_to_an_isr_member_and_empty_isr_to_the_leader() -> None:
+    cluster = FakeCluster(leader="a", isr=("b",))
+    cluster.script(B, EMPTY)
+    sub, _ = subscribe(cluster, read_isr_replica=True)
+    async with sub:
+        assert sub.broker == B
+    assert cluster.requests[0][1].readISRReplica
+
+    cluster = FakeCluster(leader="a", isr=())
+    cluster.script(A, EMPTY)
+    sub, _ = subscribe(cluster, read_isr_replica=True)
+    async with sub:
+        assert sub.broker == A
+
+
+# ---------------------------------------------------------------- ends
+
+
+async def test_stop_latest_on_an_empty_stream_ends_cleanly_at_enter() -> None:
+    cluster = FakeCluster()
+    cluster.script(A, rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stream is empty"))
+    sub, _ = subscribe(cluster, start=StartPosition.EARLIEST, stop=StopPosition.LATEST)
+    async with sub:
+        assert await offsets(sub) == []
+    assert isinstance(sub.end_reason, errors.StopPositionReached)
+    assert "Stream is empty" in str(sub.end_reason)
+
+
+async def test_readonly_end_is_clean() -> None:
+    cluster = FakeCluster()
+    cluster.script(
+        A, EMPTY, msg(0), rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "End of readonly partition")
+    )
+    sub, _ = subscribe(cluster, start=StartPosition.EARLIEST)
+    async with sub:
+        assert await offsets(sub) == [0]
+    assert isinstance(sub.end_reason, errors.ReadonlyPartitionEnd)
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "kind"),
+    [
+        (grpc.StatusCode.NOT_FOUND, "commit log was deleted", errors.StreamDeletedEnd),
+        (grpc.StatusCode.FAILED_PRECONDITION, "commit log was closed", errors.PartitionPausedEnd),
+    ],
+)
+async def test_deleted_and_paused_are_raised_after_the_messages(
+    code: grpc.StatusCode, details: str, kind: type[errors.SubscriptionEnded]
+) -> None:
+    cluster = FakeCluster()
+    cluster.script(A, EMPTY, msg(0), msg(1), rpc_error(code, details))
+    sub, _ = subscribe(cluster, start=StartPosition.EARLIEST)
+    async with sub:
+        assert [(await anext(sub)).offset for _ in range(2)] == [0, 1]
+        with pytest.raises(kind) as info:
+            await anext(sub)
+    assert sub.end_reason is info.value
+    assert isinstance(info.value.__cause__, errors.ServerError)
+    with pytest.raises(StopAsyncIteration):
+        await anext(sub)
+
+
+# ---------------------------------------------------------------- resubscribe
+
+
+async def test_resubscribe_after_unavailable_resumes_after_the_last_offset() -> None:
+    cluster = FakeCluster()
+    cluster.leader_plan = ["a", "b"]
+    cluster.script(A, EMPTY, msg(0), msg(1), msg(2), rpc_error(grpc.StatusCode.UNAVAILABLE, "gone"))
+    # The new leader replays 2 (must be dropped), then continues.
+    cluster.script(B, EMPTY, msg(2), msg(3), msg(4))
+    sub, _ = subscribe(cluster, start=StartPosition.EARLIEST, stop_offset=10)
+    got: list[int] = []
+    async with sub:
+        async for m in sub:
+            got.append(m.offset)
+            if m.offset == 4:
+                break
+    assert got == [0, 1, 2, 3, 4]
+    assert sub.resubscribes == 1
+    (_, first), (address, second) = cluster.requests
+    assert first.startPosition == api_pb2.EARLIEST
+    assert address == B
+    assert (second.startPosition, second.startOffset) == (api_pb2.OFFSET, 3)
+    assert (second.stopPosition, second.stopOffset) == (api_pb2.STOP_OFFSET, 10)
+
+
+async def test_resubscribe_before_any_message_uses_the_original_position() -> None:
+    cluster = FakeCluster()
+    cluster.script(A, EMPTY, rpc_error(grpc.StatusCode.UNAVAILABLE, "gone"))
+    cluster.script(A, EMPTY, msg(7))
+    sub, _ = subscribe(cluster, start_time_delta=60)
+    async with sub:
+        assert (await anext(sub)).offset == 7
+    (_, first), (_, second) = cluster.requests
+    assert second.startPosition == first.startPosition == api_pb2.TIMESTAMP
+    assert second.startTimestamp == first.startTimestamp > 0
+
+
+async def test_not_leader_and_closed_log_during_resubscribe_are_retried() -> None:
+    cluster = FakeCluster()
+    # open: a; resubscribe: still a (which says it is not the leader), then b.
+    cluster.leader_plan = ["a", "a", "b"]
+    cluster.script(A, EMPTY, msg(0), rpc_error(grpc.StatusCode.INTERNAL, "commit log was closed"))
+    cluster.script(A, rpc_error(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader"))
+    cluster.script(B, EMPTY, msg(1))
+    sub, _ = subscribe(cluster)
+    async with sub:
+        assert [(await anext(sub)).offset for _ in range(2)] == [0, 1]
+    assert [a for a, _ in cluster.requests] == [A, A, B]
+    assert cluster.requests[-1][1].startOffset == 1
+
+
+async def test_an_ok_status_mid_stream_resubscribes() -> None:
+    cluster = FakeCluster()
+    cluster.script(A, EMPTY, msg(0), EOF)
+    cluster.script(A, EMPTY, msg(1))
+    sub, _ = subscribe(cluster)
+    async with sub:
+        assert [(await anext(sub)).offset for _ in range(2)] == [0, 1]
+
+
+async def test_resubscribe_gives_up_after_resubscribe_wait() -> None:
+    cluster = FakeCluster()
+    cluster.script(A, EMPTY, msg(0), rpc_error(grpc.StatusCode.UNAVAILABLE, "gone"))
+    options = ClientOptions(retry=FAST, resubscribe_wait=0.2, rpc_timeout=0.1)
+    sub, closed = subscribe(cluster, options=options)
+    loop = asyncio.get_running_loop()
+    async with sub:
+        assert (await anext(sub)).offset == 0
+        started = loop.time()
+        with pytest.raises(errors.UnavailableError):
+            await anext(sub)
+        assert 0.15 < loop.time() - started < 1.0
+        assert len(cluster.requests) > 3
+        assert closed == [sub]
+
+
+async def test_stream_deleted_during_resubscribe_raises_stream_deleted() -> None:
+    cluster = FakeCluster()
+    cluster.script(A, EMPTY, msg(0), rpc_error(grpc.StatusCode.UNAVAILABLE, "gone"))
+    cluster.script(A, rpc_error(grpc.StatusCode.NOT_FOUND, "No such partition"))
+    sub, _ = subscribe(cluster)
+    async with sub:
+        await anext(sub)
+        with pytest.raises(errors.StreamDeletedEnd):
+            await anext(sub)
+
+
+async def test_stop_offset_delivered_before_the_break_ends_without_resubscribing() -> None:
+    cluster = FakeCluster()
+    cluster.script(A, EMPTY, msg(2), msg(3), rpc_error(grpc.StatusCode.UNAVAILABLE, "gone"))
+    sub, _ = subscribe(cluster, start_offset=2, stop_offset=3)
+    async with sub:
+        assert await offsets(sub) == [2, 3]
+    assert isinstance(sub.end_reason, errors.StopPositionReached)
+    assert len(cluster.requests) == 1
+
+
+async def test_reverse_resumes_below_the_last_offset_and_ends_on_eof() -> None:
+    cluster = FakeCluster()
+    cluster.script(A, EMPTY, msg(9), msg(8), rpc_error(grpc.StatusCode.UNAVAILABLE, "gone"))
+    cluster.script(A, EMPTY, msg(8), msg(7), rpc_error(grpc.StatusCode.UNKNOWN, "EOF"))
+    sub, _ = subscribe(cluster, start=StartPosition.LATEST, reverse=True)
+    async with sub:
+        assert await offsets(sub) == [9, 8, 7]
+    assert isinstance(sub.end_reason, errors.StopPositionReached)
+    assert cluster.requests[1][1].startOffset == 7
+    assert cluster.requests[1][1].reverse
+
+
+# ---------------------------------------------------------------- close and cancel
+
+
+async def test_cancelling_the_consuming_task_cancels_the_call_and_closes() -> None:
+    cluster = FakeCluster()
+    cluster.script(A, EMPTY, msg(0))
+    sub, closed = subscribe(cluster)
+    received = asyncio.Event()
+
+    async def consume() -> None:
+        async with sub:
+            async for _ in sub:
+                received.set()
+
+    task = asyncio.create_task(consume())
+    await received.wait()
+    await asyncio.sleep(0.01)  # the consumer is now waiting in read()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cluster.calls[0].cancelled
+    assert sub.closed
+    assert closed == [sub]
+
+
+async def test_cancelling_a_bare_anext_closes_too() -> None:
+    cluster = FakeCluster()
+    cluster.script(A, EMPTY)
+    sub, _ = subscribe(cluster)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(anext(sub), 0.05)
+    assert cluster.calls[0].cancelled
+    assert sub.closed
+    with pytest.raises(StopAsyncIteration):
+        await anext(sub)
+
+
+async def test_close_from_another_task_ends_iteration_cleanly() -> None:
+    cluster = FakeCluster()
+    cluster.script(A, EMPTY, msg(0))
+    sub, closed = subscribe(cluster)
+    async with sub:
+        reader = asyncio.create_task(offsets(sub))
+        await asyncio.sleep(0.01)
+        await sub.close()
+        await sub.close()
+        assert await reader == [0]
+    assert sub.end_reason is None
+    assert cluster.calls[0].cancelled
+    assert closed == [sub]
+
+
+async def test_close_before_open_sends_nothing() -> None:
+    cluster = FakeCluster()
+    sub, closed = subscribe(cluster)
+    await sub.close()
+    assert await offsets(sub) == []
+    assert cluster.requests == []
+    assert closed == [sub]
+
+
+async def test_invalid_arguments_are_rejected_before_anything_is_sent() -> None:
+    cluster = FakeCluster()
+    with pytest.raises(errors.InvalidInputError):
+        subscribe(cluster, start=StartPosition.OFFSET)
+    assert cluster.requests == []
