@@ -75,7 +75,13 @@ class _Server:
                 f"starting; last lines of {self.log_path}:\n{self.tail()}"
             )
 
+    def start(self) -> Self:
+        """Start the server and wait until it is ready."""
+        raise NotImplementedError
+
     def __enter__(self) -> Self:
+        if not self.running:
+            self.start()
         return self
 
     def __exit__(

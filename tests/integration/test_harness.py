@@ -22,6 +22,7 @@ from liftbridge_client.testing import (
     PROBE_STREAM_PREFIX,
     Cluster,
     Deployment,
+    NatsServer,
     SingleNode,
     StreamName,
 )
@@ -166,6 +167,16 @@ async def test_nats_stops_and_restarts_on_the_same_port(liftbridge_cluster: Clus
     # The Liftbridge nodes reconnect by themselves (they retry every 250 ms).
     liftbridge_cluster.wait_ready(timeout=30)
     assert 'Trapped "interrupt" signal' in nats_server.logs()
+
+
+def test_standalone_nats_server_is_a_context_manager(tmp_path: Path) -> None:
+    with NatsServer(tmp_path) as server:
+        assert server.running
+        assert port_is_open(server.port)
+        assert server.url == f"nats://127.0.0.1:{server.port}"
+    assert server.returncode == 0  # stopped with SIGINT on exit
+    assert not port_is_open(server.port)
+    assert "Server is ready" in server.logs()
 
 
 # --- plugin behaviour, in a separate pytest run ----------------------------------------------
