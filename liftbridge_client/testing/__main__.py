@@ -26,7 +26,7 @@ def _provision(_: argparse.Namespace) -> int:
     print(f"liftbridge   {report.liftbridge_version:<10} {report.liftbridge}")
     print(f"nats-server  {report.nats_server_version:<10} {report.nats_server}")
     print(f"go           {report.go_version or 'not found'}")
-    print(f"took {report.seconds:.1f} s")
+    print(f"took {report.seconds:.2f} s")
     return 0
 
 

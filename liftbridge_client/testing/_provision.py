@@ -49,6 +49,7 @@ __all__ = [
     "go_version",
     "liftbridge_binary",
     "liftbridge_install_dir",
+    "liftbridge_needs_build",
     "nats_server_binary",
     "provision",
 ]
@@ -155,7 +156,7 @@ def liftbridge_binary(version: str = LIFTBRIDGE_VERSION) -> Path:
 
     install_dir = liftbridge_install_dir(version)
     target = install_dir / "bin" / "liftbridge"
-    if binary_version(target) != version:
+    if liftbridge_needs_build(version):
         install_dir.mkdir(parents=True, exist_ok=True)
         with _exclusive_lock(install_dir / ".lock"):
             # Another process may have finished the build while we waited for the lock.
@@ -163,6 +164,13 @@ def liftbridge_binary(version: str = LIFTBRIDGE_VERSION) -> Path:
                 _install(version, target)
     _link_into_checkout(target, "liftbridge")
     return target
+
+
+def liftbridge_needs_build(version: str = LIFTBRIDGE_VERSION) -> bool:
+    """True when :func:`liftbridge_binary` would have to build (no override, no good cache)."""
+    if os.environ.get(ENV_LIFTBRIDGE_BIN):
+        return False
+    return binary_version(liftbridge_install_dir(version) / "bin" / "liftbridge") != version
 
 
 def nats_server_binary() -> Path:

@@ -21,21 +21,31 @@ errors in teardown, with its log.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Generator, Iterator
 
 import pytest
 
 from liftbridge_client.testing._deployments import (
+    ENV_ADDRS,
     Cluster,
     Deployment,
     ExternalDeployment,
     SingleNode,
 )
+from liftbridge_client.testing._errors import HarnessError
 from liftbridge_client.testing._names import StreamName, StreamNames
+from liftbridge_client.testing._provision import (
+    LIFTBRIDGE_VERSION,
+    liftbridge_binary,
+    liftbridge_needs_build,
+)
 
 __all__ = [
     "liftbridge_cluster",
     "liftbridge_server",
+    "pytest_collection_finish",
     "pytest_configure",
     "pytest_runtest_makereport",
     "stream_names",
@@ -51,6 +61,29 @@ def pytest_configure(config: pytest.Config) -> None:
     declared = config.getini("markers")
     if not any(str(line).split(":", 1)[0].strip() == "integration" for line in declared):
         config.addinivalue_line("markers", "integration: needs real Liftbridge and NATS servers")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build Liftbridge before the first test (and its timeout) starts, if a test needs it.
+
+    A cold build takes a minute or two, which would otherwise count against the timeout of
+    whichever test first asks for a server. Failures are left for that fixture to raise.
+    """
+    if session.config.option.collectonly or not liftbridge_needs_build():
+        return
+    wanted = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    if "liftbridge_cluster" not in wanted and (
+        "liftbridge_server" not in wanted or os.environ.get(ENV_ADDRS)
+    ):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(
+            f"liftbridge-client: building Liftbridge {LIFTBRIDGE_VERSION} with Go "
+            "(once per version; about a minute or two)..."
+        )
+    with contextlib.suppress(HarnessError):
+        liftbridge_binary()
 
 
 @pytest.fixture(scope="session")

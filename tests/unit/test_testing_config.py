@@ -251,6 +251,19 @@ def test_cached_binary_with_the_right_version_is_not_rebuilt(
     assert link.resolve() == target.resolve()
 
 
+def test_needs_build_reflects_cache_and_override(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _provision.liftbridge_needs_build()
+    fake_liftbridge(cached_binary(cache), "v1.8.0")
+    assert _provision.liftbridge_needs_build()
+    fake_liftbridge(cached_binary(cache), LIFTBRIDGE_VERSION)
+    assert not _provision.liftbridge_needs_build()
+    cached_binary(cache).unlink()
+    monkeypatch.setenv("LIFTBRIDGE_BIN", str(fake_liftbridge(tmp_path / "lb", "v0.1.0")))
+    assert not _provision.liftbridge_needs_build()
+
+
 def test_cached_binary_with_another_version_is_rebuilt_atomically(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
