@@ -69,12 +69,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     A cold build takes a minute or two, which would otherwise count against the timeout of
     whichever test first asks for a server. Failures are left for that fixture to raise.
     """
-    if session.config.option.collectonly or not liftbridge_needs_build():
+    if session.config.option.collectonly:
         return
     wanted = {name for item in session.items for name in getattr(item, "fixturenames", ())}
     if "liftbridge_cluster" not in wanted and (
         "liftbridge_server" not in wanted or os.environ.get(ENV_ADDRS)
     ):
+        return
+    if not liftbridge_needs_build():
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
