@@ -1,0 +1,349 @@
+"""Correlation ids to pending ack futures, and the in-flight window. No IO here.
+
+`Correlator` is the publish hot path's bookkeeping. Per message it costs one
+future (an `AckFuture`, which is also the registry entry) and a deque append;
+there is no task per message and no timer handle per message: timers are kept
+per distinct timeout value (`_Deadlines`), which turned a heap push of about
+3 us (asyncio compares timer handles in Python) into an append.
+
+Every entry leaves the registry exactly once, and the one exit (``_pop``) is
+what frees its window slot and disarms its deadline (the deadline entry is
+then skipped and dropped lazily). The ways out:
+
+- an answer: `resolve` (an ack) or `fail` (a typed error from the server or a
+  failed send);
+- the ack timeout: `AckTimeoutError` once ``timeout`` seconds have passed;
+- the caller cancelling the future (directly, or by cancelling a task awaiting
+  it): the entry goes at once, synchronously, inside ``cancel()``;
+- `fail_all` / `fail_owned` / `close`: connection loss or client close.
+
+An answer for an id that is no longer (or never was) pending is ignored and
+counted in `unknown_acks`: a late ack after a timeout, a duplicate, or another
+client's ack on a shared inbox.
+
+The window: at most ``capacity`` slots are held at a time. A slot is taken with
+`try_acquire` (fails at once with `InflightLimitError`) or `acquire` (waits, first
+come first served), then handed to `register`, and comes back when the entry
+leaves. `wait_empty` waits until every slot is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+from liftbridge_client.errors import (
+    AckTimeoutError,
+    ConnectionClosedError,
+    InflightLimitError,
+    InvalidInputError,
+)
+
+if TYPE_CHECKING:
+    from liftbridge_client.models import Ack
+
+log = logging.getLogger("liftbridge_client")
+
+__all__ = ["AckFuture", "Correlator"]
+
+
+class AckFuture(asyncio.Future["Ack | None"]):
+    """The future of one publish; it is its own registry entry.
+
+    ``owner`` tags the connection the message went out on (a gRPC stream), so
+    that connection's loss fails exactly its messages (`Correlator.fail_owned`).
+    """
+
+    __slots__ = ("_correlator", "correlation_id", "owner")
+
+    def __init__(
+        self, correlator: Correlator, correlation_id: str, *, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        super().__init__(loop=loop)
+        self._correlator: Correlator | None = correlator  # None once it left the registry
+        self.correlation_id = correlation_id
+        self.owner: object = None
+
+    def cancel(self, msg: object = None) -> bool:
+        if not super().cancel(msg):
+            return False
+        correlator = self._correlator
+        if correlator is not None:
+            correlator._pop(self.correlation_id)  # the caller gave up: leave now
+        return True
+
+
+# A due deadline may be served this much early (the loop's clock granularity).
+_EARLY = 0.001
+
+
+class _Deadlines:
+    """Deadlines of the entries registered with one timeout value, in order, and one timer.
+
+    One ``call_at`` handle per distinct timeout replaces one per message: entries
+    registered with equal timeouts expire in registration order, so a deque is
+    enough and registering is an append. Settled entries are dropped lazily,
+    from the head (on register and when the timer fires).
+    """
+
+    __slots__ = ("handle", "queue")
+
+    def __init__(self) -> None:
+        self.queue: deque[tuple[float, AckFuture]] = deque()
+        self.handle: asyncio.TimerHandle | None = None
+
+
+class Correlator:
+    """Pending publishes by correlation id, with a bounded in-flight window."""
+
+    def __init__(self, capacity: int, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        if capacity < 1:
+            raise InvalidInputError(f"capacity must be >= 1, got {capacity}")
+        self._capacity = capacity
+        self._loop = loop or asyncio.get_running_loop()
+        self._entries: dict[str, AckFuture] = {}
+        self._held = 0  # slots taken: registered entries + acquired, not yet registered
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._empty_waiters: list[asyncio.Future[None]] = []
+        self._closed: BaseException | None = None
+        self._timers: dict[float, _Deadlines] = {}
+        self.unknown_acks = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, correlation_id: object) -> bool:
+        return correlation_id in self._entries
+
+    def __repr__(self) -> str:
+        return (
+            f"<Correlator pending={len(self._entries)} held={self._held}/{self._capacity} "
+            f"unknown_acks={self.unknown_acks}{' closed' if self._closed else ''}>"
+        )
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def held(self) -> int:
+        """Slots in use (registered entries plus acquired, unregistered slots)."""
+        return self._held
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    # ------------------------------------------------------------ the window
+
+    def try_acquire(self) -> None:
+        """Take a slot now, or raise `InflightLimitError` (also when others are waiting)."""
+        self._check_open()
+        if self._held >= self._capacity or self._waiters:
+            raise InflightLimitError(
+                f"{self._held} publishes in flight, the limit (max_inflight) is {self._capacity}"
+            )
+        self._held += 1
+
+    async def acquire(self) -> None:
+        """Take a slot, waiting (first come, first served) until one is free."""
+        self._check_open()
+        if self._held < self._capacity and not self._waiters:
+            self._held += 1
+            return
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter  # a freed slot is handed over by _free_slot, held unchanged
+            self._check_open()  # closed after the hand-over (close reset the count)
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._free_slot()  # handed a slot just as we were cancelled: give it back
+            raise
+        finally:
+            if (not waiter.done() or waiter.cancelled()) and waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def release(self) -> None:
+        """Give back a slot that was acquired but never registered."""
+        if self._closed is not None:
+            return  # close() took every slot back
+        if self._held <= len(self._entries):
+            raise RuntimeError("release() without an unregistered acquired slot")
+        self._free_slot()
+
+    def _free_slot(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot passes straight to the waiter
+                return
+        self._held -= 1
+        if self._held == 0 and self._empty_waiters:
+            empty, self._empty_waiters = self._empty_waiters, []
+            for fut in empty:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def wait_empty(self) -> None:
+        """Wait until no publish is pending (every slot is back)."""
+        if self._held == 0:
+            return
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._empty_waiters.append(fut)
+        try:
+            await fut
+        finally:
+            if not fut.done():
+                fut.cancel()
+            if fut in self._empty_waiters:
+                self._empty_waiters.remove(fut)
+
+    def _check_open(self) -> None:
+        if self._closed is not None:
+            raise ConnectionClosedError("the publisher is closed") from self._closed
+
+    # ------------------------------------------------------------ the registry
+
+    def register(self, correlation_id: str, timeout: float) -> AckFuture:
+        """Register a pending publish on an acquired slot; it fails after ``timeout`` s."""
+        self._check_open()
+        if self._held <= len(self._entries):
+            raise RuntimeError("register() needs a slot from acquire() or try_acquire()")
+        if correlation_id in self._entries:
+            raise InvalidInputError(f"correlation id {correlation_id!r} is already pending")
+        fut = AckFuture(self, correlation_id, loop=self._loop)
+        self._entries[correlation_id] = fut
+        deadline = self._loop.time() + timeout
+        timer = self._timers.get(timeout)
+        if timer is None:
+            timer = self._timers[timeout] = _Deadlines()
+        queue = timer.queue
+        while queue and queue[0][1]._correlator is None:
+            queue.popleft()  # already settled (acks mostly come in order): keep it short
+        queue.append((deadline, fut))
+        if timer.handle is None:
+            timer.handle = self._loop.call_at(deadline, self._expire_due, timeout)
+        return fut
+
+    def get(self, correlation_id: str) -> AckFuture | None:
+        return self._entries.get(correlation_id)
+
+    def pending(self) -> list[AckFuture]:
+        """A snapshot of the pending futures, oldest first."""
+        return list(self._entries.values())
+
+    def _pop(self, correlation_id: str) -> AckFuture | None:
+        """The single exit of the registry: cancel the timer, free the slot."""
+        fut = self._entries.pop(correlation_id, None)
+        if fut is None:
+            return None
+        fut._correlator = None  # its deadline entry is dropped lazily
+        self._free_slot()
+        return fut
+
+    def resolve(self, correlation_id: str, ack: Ack | None) -> bool:
+        """An ack arrived. False (and counted) when nothing was waiting for it."""
+        fut = self._pop(correlation_id)
+        if fut is None:
+            self.unknown_acks += 1
+            log.debug("ack for unknown correlation id %r ignored", correlation_id)
+            return False
+        if not fut.done():
+            fut.set_result(ack)
+        return True
+
+    def fail(self, correlation_id: str, exc: BaseException) -> bool:
+        """An error answer arrived. False (and counted) when nothing was waiting for it."""
+        fut = self._pop(correlation_id)
+        if fut is None:
+            self.unknown_acks += 1
+            log.debug("error for unknown correlation id %r ignored: %s", correlation_id, exc)
+            return False
+        if not fut.done():
+            fut.set_exception(exc)
+        return True
+
+    def _expire_due(self, timeout: float) -> None:
+        """The timer of one ack-wait value: fail what is due, re-arm for the next one."""
+        timer = self._timers.get(timeout)
+        if timer is None:  # pragma: no cover - close() cancels every handle
+            return
+        timer.handle = None
+        queue = timer.queue
+        now = self._loop.time() + _EARLY
+        while queue:
+            deadline, fut = queue[0]
+            if fut._correlator is None:
+                queue.popleft()  # settled some other way
+                continue
+            if deadline > now:
+                break
+            queue.popleft()
+            self._pop(fut.correlation_id)
+            if not fut.done():
+                fut.set_exception(
+                    AckTimeoutError(
+                        f"no ack for correlation id {fut.correlation_id!r} within {timeout}s"
+                    )
+                )
+        if queue:
+            timer.handle = self._loop.call_at(queue[0][0], self._expire_due, timeout)
+        else:
+            del self._timers[timeout]
+
+    def fail_owned(self, owner: object, exc: BaseException) -> int:
+        """Fail every pending publish tagged with ``owner``; return how many."""
+        ids = [cid for cid, fut in self._entries.items() if fut.owner is owner]
+        for cid in ids:
+            fut = self._pop(cid)
+            if fut is not None and not fut.done():
+                fut.set_exception(exc)
+        return len(ids)
+
+    def fail_all(self, exc: BaseException) -> int:
+        """Fail every pending publish with ``exc`` (one instance, shared); return how many.
+
+        Give ``exc`` its cause (``__cause__``) before calling: `Future.result`
+        re-raises it with the traceback it was stored with, chain included.
+        """
+        ids = list(self._entries)
+        for cid in ids:
+            fut = self._pop(cid)
+            if fut is not None and not fut.done():
+                fut.set_exception(exc)
+        return len(ids)
+
+    def close(self, exc: BaseException) -> int:
+        """Fail everything pending and every `acquire` waiting; refuse new work.
+
+        The futures failed here are marked as retrieved: whoever awaits one still
+        gets ``exc``, but a future nobody kept does not log "exception was never
+        retrieved" (the caller asked for the close; the publisher logs a count).
+        """
+        if self._closed is None:
+            self._closed = exc
+        # Waiters first, so that slots freed below are not handed to them.
+        waiters, self._waiters = self._waiters, deque()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(exc)
+        pending = self.pending()
+        count = self.fail_all(exc)
+        for fut in pending:
+            if not fut.cancelled():
+                fut.exception()  # mark retrieved
+        for timer in self._timers.values():
+            if timer.handle is not None:
+                timer.handle.cancel()
+        self._timers.clear()
+        # Slots acquired but never registered die with the window.
+        self._held = 0
+        empty, self._empty_waiters = self._empty_waiters, []
+        for waiter in empty:
+            if not waiter.done():
+                waiter.set_result(None)
+        return count
