@@ -97,7 +97,7 @@ async def _rate(client: Any, task: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     acked = 0
     # publish_bulk hands an async iterable straight to grpc when wait=False.
-    async for resp in client.publish_bulk(paced(), wait=False):  # type: ignore[arg-type]
+    async for resp in client.publish_bulk(paced(), wait=False):
         t0 = sent.popleft()
         if not resp.HasField("asyncError"):
             acked += 1

@@ -1,0 +1,7 @@
+"""``python -m bench [--quick]``."""
+
+import sys
+
+from bench.runner import main
+
+sys.exit(main())
