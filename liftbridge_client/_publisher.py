@@ -1,23 +1,72 @@
 """Publishing: NATS envelopes or gRPC, with acks correlated to futures.
 
-SKELETON: the interface `client.py` relies on. Implementation pending.
+`Publisher` composes the pieces:
+
+- `partitioning`: which partition a message goes to;
+- `_correlation.Correlator`: correlation id -> ack future, ack timeouts, the
+  in-flight window (``ClientOptions.max_inflight``);
+- `_nats.NatsPublisher`: enveloped messages on the partition's NATS subject,
+  acks on the client's inbox;
+- `_grpc_publish`: PublishAsync streams (one per broker) and the unary calls.
+
+Ordering. Every `publish`, `send` and `publish_nowait` call puts one item on a
+FIFO queue, synchronously, before it returns (or, for `send`, once it has a
+window slot; slots are granted first come, first served). One sender task
+drains the queue and awaits each write before starting the next, so messages
+reach the wire in call order: per NATS connection, and per PublishAsync
+stream. A single writer is required because both writes are coroutines
+(``nats.aio.client.Client.publish``, ``StreamStreamCall.write``) and nats-py has
+no public synchronous way to append to its outgoing buffer. The queue is a
+plain deque and the sender wakes through one future per idle period, so the
+per-message cost is a future, a timer handle and one awaited write - no task
+per message. Mixing transports for one partition gives no order guarantee
+(the gRPC path goes through a broker, the NATS path does not).
+
+Transports: ``ClientOptions.transport`` (None: NATS when the client has a NATS
+connection, else gRPC), overridden per call with ``transport=``.
+
+Silence from the server surfaces as `AckTimeoutError` after the ack wait (which
+counts from the call, queueing included): over NATS, a publish to a paused
+partition (it is only resumed by gRPC publishes and subscribes) or to a
+read-only one gets no ack at all. Over gRPC the server resumes a paused
+partition and refuses a read-only one (`ReadonlyPartitionError`). With ack
+policy NONE nothing is ever acknowledged: the future resolves to None as soon
+as the message is written.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
-from typing import TypedDict
+import itertools
+import logging
+import math
+import secrets
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 import nats.aio.client
+import nats.errors
 
+from liftbridge_client import errors
+from liftbridge_client._correlation import AckFuture, Correlator
 from liftbridge_client._grpc import BrokerPool
+from liftbridge_client._grpc_publish import PublishStream, check_request_size, publish_to_subject
 from liftbridge_client._metadata import MetadataCache
-from liftbridge_client.models import Ack, AckPolicy
+from liftbridge_client._nats import NatsPublisher
+from liftbridge_client._proto import api_pb2
+from liftbridge_client.envelope import check_header_keys
+from liftbridge_client.models import Ack, AckPolicy, StreamInfo
 from liftbridge_client.options import ClientOptions, Transport
+from liftbridge_client.partitioning import Partitioner, choose_partition
 
-# A partitioner maps (stream, key, value, partition count) to a partition id.
-Partitioner = Callable[[str, bytes | None, bytes, int], int]
+log = logging.getLogger("liftbridge_client")
+
+__all__ = ["Partitioner", "PublishArgs", "Publisher", "SubjectPublishArgs"]
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+_YIELD_EVERY = 256  # the sender lets the NATS flusher and ack readers run this often
 
 
 class PublishArgs(TypedDict, total=False):
@@ -35,6 +84,8 @@ class PublishArgs(TypedDict, total=False):
 
 
 class SubjectPublishArgs(TypedDict, total=False):
+    """Per-call options of `Client.publish_to_subject` (always gRPC)."""
+
     key: bytes | None
     headers: Mapping[str, bytes] | None
     ack_policy: AckPolicy
@@ -42,7 +93,127 @@ class SubjectPublishArgs(TypedDict, total=False):
     ack_wait: float | None
 
 
+_PUBLISH_KEYS = frozenset(PublishArgs.__optional_keys__)
+_SUBJECT_KEYS = frozenset(SubjectPublishArgs.__optional_keys__)
+
+
+class _Item:
+    """One publish between the call and the wire."""
+
+    __slots__ = (
+        "ack_policy",
+        "correlation_id",
+        "expected_offset",
+        "future",
+        "headers",
+        "key",
+        "partition",
+        "partitioner",
+        "payload",
+        "request",
+        "stream",
+        "subject",
+        "use_nats",
+        "value",
+    )
+
+    def __init__(
+        self,
+        stream: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        partition: int | None,
+        partitioner: Partitioner | None,
+        ack_policy: AckPolicy,
+        expected_offset: int,
+        correlation_id: str,
+        use_nats: bool,
+    ) -> None:
+        self.stream = stream
+        self.value = value
+        self.key = key
+        self.headers = headers
+        self.partition = partition
+        self.partitioner = partitioner
+        self.ack_policy = ack_policy
+        self.expected_offset = expected_offset
+        self.correlation_id = correlation_id
+        self.use_nats = use_nats
+        self.subject = ""
+        self.payload: bytes | None = None  # NATS: the enveloped message
+        self.request: api_pb2.PublishRequest | None = None  # gRPC
+        self.future: AckFuture | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.payload is not None or self.request is not None
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _as_bytes(name: str, value: object) -> bytes:
+    if type(value) is bytes:
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise errors.InvalidInputError(f"{name} must be bytes, got {type(value).__name__}")
+
+
+def _headers(headers: object) -> dict[str, bytes] | None:
+    if headers is None:
+        return None
+    if not isinstance(headers, Mapping):
+        raise errors.InvalidInputError(f"headers must be a mapping, got {type(headers).__name__}")
+    out: dict[str, bytes] = {}
+    for name, value in headers.items():
+        if not isinstance(name, str):
+            raise errors.InvalidInputError(f"header names must be str, got {name!r}")
+        out[name] = _as_bytes(f"header {name[:40]!r}", value)
+    check_header_keys(out)  # the server crashes on keys over 32767 bytes
+    return out or None
+
+
+def _ack_policy(value: object) -> AckPolicy:
+    if isinstance(value, AckPolicy):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return AckPolicy(value)
+        except ValueError:
+            pass
+    raise errors.InvalidInputError(f"ack_policy must be an AckPolicy, got {value!r}")
+
+
+def _ack_wait(value: object, default: float) -> float:
+    if value is None:
+        return default
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise errors.InvalidInputError(f"ack_wait must be a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _correlation_id(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise errors.InvalidInputError(f"correlation_id must be a non-empty str, got {value!r}")
+    return value
+
+
+def _unknown(kw: Mapping[str, object], known: frozenset[str]) -> None:
+    unknown = kw.keys() - known
+    if unknown:
+        raise errors.InvalidInputError(f"unknown publish argument(s): {', '.join(sorted(unknown))}")
+
+
 class Publisher:
+    """Publishing for one `Client`. See the module docstring for ordering and silence."""
+
     def __init__(
         self,
         *,
@@ -55,24 +226,394 @@ class Publisher:
         self._pool = pool
         self._options = options
         self._nats = nats
+        self._loop = asyncio.get_running_loop()
+        self._correlator = Correlator(options.max_inflight, loop=self._loop)
+        self._nats_pub = (
+            NatsPublisher(nats, self._correlator, crc=options.envelope_crc)
+            if nats is not None
+            else None
+        )
+        self._transport = options.transport or (
+            Transport.NATS if nats is not None else Transport.GRPC
+        )
+        self._cid_prefix = secrets.token_hex(8) + "-"
+        self._cid_counter = itertools.count(1)
+        self._queue: deque[_Item] = deque()
+        self._waker: asyncio.Future[None] | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._streams: dict[str, PublishStream] = {}
+        self._nats_used = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"<Publisher transport={self._transport.name} queued={len(self._queue)} "
+            f"{self._correlator!r}>"
+        )
+
+    @property
+    def transport(self) -> Transport:
+        """The default transport (``ClientOptions.transport`` resolved)."""
+        return self._transport
+
+    @property
+    def pending(self) -> int:
+        """Publishes waiting for their ack (or, with ack policy NONE, for their write)."""
+        return len(self._correlator)
+
+    @property
+    def unknown_acks(self) -> int:
+        """Acks that matched no pending publish (late after a timeout, duplicates...)."""
+        return self._correlator.unknown_acks
+
+    @property
+    def undecodable_acks(self) -> int:
+        """Messages on the NATS ack inbox that were not valid acks (dropped)."""
+        return self._nats_pub.undecodable_acks if self._nats_pub is not None else 0
+
+    @property
+    def ack_inbox(self) -> str | None:
+        return self._nats_pub.inbox if self._nats_pub is not None else None
 
     async def start(self) -> None:
-        """Subscribe the ack inbox (NATS) and get ready to publish."""
+        """Subscribe the ack inbox (NATS) and start the sender task."""
+        if self._nats_pub is not None:
+            await self._nats_pub.start()
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send_loop(), name="lb-publisher")
 
-    async def publish(self, stream: str, value: bytes, **kw: object) -> Ack | None:
-        raise NotImplementedError
+    # ------------------------------------------------------------ publishing
 
-    async def send(self, stream: str, value: bytes, **kw: object) -> asyncio.Future[Ack | None]:
-        raise NotImplementedError
+    async def publish(self, stream: str, value: bytes, **kw: Any) -> Ack | None:
+        """Send one message and wait for its ack (None with ack policy NONE).
 
-    def publish_nowait(self, stream: str, value: bytes, **kw: object) -> asyncio.Future[Ack | None]:
-        raise NotImplementedError
+        Cancelling the caller withdraws the publish: if it was not written yet
+        it never is, and its window slot is freed at once.
+        """
+        return await (await self.send(stream, value, **kw))
 
-    async def publish_to_subject(self, subject: str, value: bytes, **kw: object) -> Ack | None:
-        raise NotImplementedError
+    async def send(self, stream: str, value: bytes, **kw: Any) -> asyncio.Future[Ack | None]:
+        """Wait for room in the in-flight window, queue the message, return its future."""
+        item = self._prepare(stream, value, kw)
+        if not item.ready:
+            self._complete(item, await self._metadata.stream(stream))
+        await self._correlator.acquire()
+        return self._enqueue(item, kw)
+
+    def publish_nowait(self, stream: str, value: bytes, **kw: Any) -> asyncio.Future[Ack | None]:
+        """Queue the message now; `InflightLimitError` if the window is full.
+
+        Invalid input raises here. Only when the stream's metadata is not
+        cached yet (the first publish to it) is it looked up by the sender;
+        lookup failures, and a partition out of range, then fail the future.
+        """
+        item = self._prepare(stream, value, kw)
+        self._correlator.try_acquire()
+        return self._enqueue(item, kw)
+
+    def _prepare(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> _Item:
+        """Validate everything client-side; nothing is sent for bad input."""
+        if self._closed:
+            raise errors.ConnectionClosedError("the client is closed")
+        if not isinstance(stream, str) or not stream:
+            raise errors.InvalidInputError(f"stream must be a non-empty str, got {stream!r}")
+        value = _as_bytes("value", value)
+        key: bytes | None = None
+        headers: dict[str, bytes] | None = None
+        partition: int | None = None
+        partitioner: Partitioner | None = None
+        ack_policy = AckPolicy.LEADER
+        expected_offset = -1
+        transport = self._transport
+        cid: str | None = None
+        if kw:
+            _unknown(kw, _PUBLISH_KEYS)
+            if (k := kw.get("key")) is not None:
+                key = _as_bytes("key", k)
+            headers = _headers(kw.get("headers"))
+            partition = kw.get("partition")
+            if partition is not None and (
+                isinstance(partition, bool)
+                or not isinstance(partition, int)
+                or not 0 <= partition <= _INT32_MAX
+            ):
+                raise errors.InvalidInputError(f"partition must be an int >= 0, got {partition!r}")
+            partitioner = kw.get("partitioner")
+            if partitioner is not None and not callable(partitioner):
+                raise errors.InvalidInputError(f"partitioner must be callable, got {partitioner!r}")
+            if "ack_policy" in kw:
+                ack_policy = _ack_policy(kw["ack_policy"])
+            if "expected_offset" in kw:
+                expected_offset = kw["expected_offset"]
+                if (
+                    isinstance(expected_offset, bool)
+                    or not isinstance(expected_offset, int)
+                    or not -1 <= expected_offset <= _INT64_MAX
+                ):
+                    raise errors.InvalidInputError(
+                        f"expected_offset must be an int >= -1 (-1: no check), "
+                        f"got {expected_offset!r}"
+                    )
+                if expected_offset != -1 and ack_policy is AckPolicy.NONE:
+                    raise errors.InvalidInputError(
+                        "expected_offset needs an ack (ack_policy LEADER or ALL): with NONE "
+                        "the outcome of the check could never be reported"
+                    )
+            if (t := kw.get("transport")) is not None:
+                if not isinstance(t, Transport):
+                    raise errors.InvalidInputError(f"transport must be a Transport, got {t!r}")
+                transport = t
+            if (c := kw.get("correlation_id")) is not None:
+                cid = _correlation_id(c)
+            _ack_wait(kw.get("ack_wait"), self._options.ack_wait)  # checked here, used later
+        use_nats = transport is Transport.NATS
+        if use_nats and self._nats_pub is None:
+            raise errors.InvalidInputError(
+                "transport NATS needs a NATS connection: create the Client with "
+                "nats_servers=[...], or publish with transport=Transport.GRPC"
+            )
+        if cid is None:
+            cid = f"{self._cid_prefix}{next(self._cid_counter)}"
+        item = _Item(
+            stream,
+            value,
+            key,
+            headers,
+            partition,
+            partitioner,
+            ack_policy,
+            expected_offset,
+            cid,
+            use_nats,
+        )
+        info = self._metadata.current.streams.get(stream)
+        if info is not None:
+            self._complete(item, info)
+        return item
+
+    def _complete(self, item: _Item, info: StreamInfo) -> None:
+        """Choose the partition and build the bytes (NATS) or the request (gRPC)."""
+        partition = choose_partition(
+            item.stream,
+            item.key,
+            item.value,
+            len(info.partitions),
+            partition=item.partition,
+            partitioner=item.partitioner,
+        )
+        item.partition = partition
+        if item.use_nats:
+            assert self._nats_pub is not None
+            item.subject = info.partition_subject(partition)
+            item.payload = self._nats_pub.encode(
+                item.subject,
+                item.value,
+                key=item.key,
+                headers=item.headers,
+                correlation_id=item.correlation_id,
+                ack_policy=item.ack_policy,
+                expected_offset=item.expected_offset,
+            )
+        else:
+            req = api_pb2.PublishRequest(
+                key=item.key or b"",
+                value=item.value,
+                stream=item.stream,
+                partition=partition,
+                headers=item.headers,
+                correlationId=item.correlation_id,
+                ackPolicy=item.ack_policy,  # type: ignore[arg-type]
+                expectedOffset=item.expected_offset,
+            )
+            check_request_size(req)
+            item.request = req
+
+    def _enqueue(self, item: _Item, kw: Mapping[str, Any]) -> AckFuture:
+        """Register the future on the slot just acquired and wake the sender."""
+        ack_wait = self._options.ack_wait
+        if kw and (w := kw.get("ack_wait")) is not None:
+            ack_wait = float(w)
+        try:
+            fut = self._correlator.register(item.correlation_id, ack_wait)
+        except BaseException:
+            self._correlator.release()
+            raise
+        item.future = fut
+        self._queue.append(item)
+        waker = self._waker
+        if waker is not None and not waker.done():
+            waker.set_result(None)
+        return fut
+
+    # ------------------------------------------------------------ the sender
+
+    async def _send_loop(self) -> None:
+        queue = self._queue
+        correlator = self._correlator
+        written = 0
+        while True:
+            if not queue:
+                self._waker = self._loop.create_future()
+                await self._waker
+                continue
+            item = queue.popleft()
+            fut = item.future
+            assert fut is not None
+            if fut.done():
+                continue  # cancelled or timed out before it went out: never sent
+            try:
+                if not item.ready:
+                    self._complete(item, await self._metadata.stream(item.stream))
+                    if fut.done():
+                        continue
+                if item.use_nats:
+                    assert self._nats_pub is not None
+                    assert item.payload is not None
+                    self._nats_used = True
+                    await self._nats_pub.send(item.subject, item.payload)
+                else:
+                    await self._send_grpc(item, fut)
+            except errors.LiftbridgeError as exc:
+                if not fut.done():
+                    correlator.fail(fut.correlation_id, exc)
+                continue
+            except Exception as exc:  # a partitioner's bug, an unexpected library error
+                log.exception("publish %s failed unexpectedly", fut.correlation_id)
+                if not fut.done():
+                    failure = errors.PublishError(f"publish failed: {exc!r}")
+                    failure.__cause__ = exc
+                    correlator.fail(fut.correlation_id, failure)
+                continue
+            if item.ack_policy is AckPolicy.NONE and not fut.done():
+                correlator.resolve(fut.correlation_id, None)
+            written += 1
+            if written % _YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+
+    async def _send_grpc(self, item: _Item, fut: AckFuture) -> None:
+        assert item.request is not None
+        assert item.partition is not None
+        address = await self._metadata.leader_address(item.stream, item.partition)
+        stream = self._streams.get(address)
+        if stream is None or not stream.usable:
+            if stream is not None:
+                del self._streams[address]
+                await stream.close()
+                if stream.broken is not None and stream.broken.invalid_metadata:
+                    await self._metadata.refresh()  # the leader may have moved
+                    address = await self._metadata.leader_address(item.stream, item.partition)
+            stream = self._streams.get(address)
+            if stream is None or not stream.usable:
+                stream = PublishStream(address, self._pool.stub(address), self._correlator)
+                stream.open()
+                self._streams[address] = stream
+        fut.owner = stream
+        await stream.write(item.request)
+
+    # ------------------------------------------------------------ subject publish
+
+    async def publish_to_subject(self, subject: str, value: bytes, **kw: Any) -> Ack | None:
+        """Publish to a NATS subject through a broker (unary PublishToSubject).
+
+        Every stream on the subject stores the message; the first ack comes
+        back. The call's deadline is the ack wait: with no stream on the
+        subject, `AckTimeoutError`. Not counted in the in-flight window.
+        """
+        if self._closed:
+            raise errors.ConnectionClosedError("the client is closed")
+        if not isinstance(subject, str) or not subject:
+            raise errors.InvalidInputError(f"subject must be a non-empty str, got {subject!r}")
+        value = _as_bytes("value", value)
+        _unknown(kw, _SUBJECT_KEYS)
+        key = _as_bytes("key", kw["key"]) if kw.get("key") is not None else b""
+        headers = _headers(kw.get("headers"))
+        ack_policy = _ack_policy(kw.get("ack_policy", AckPolicy.LEADER))
+        c = kw.get("correlation_id")
+        cid = (
+            _correlation_id(c) if c is not None else f"{self._cid_prefix}{next(self._cid_counter)}"
+        )
+        ack_wait = _ack_wait(kw.get("ack_wait"), self._options.ack_wait)
+        req = api_pb2.PublishToSubjectRequest(
+            subject=subject,
+            key=key,
+            value=value,
+            headers=headers,
+            correlationId=cid,
+            ackPolicy=ack_policy,  # type: ignore[arg-type]
+        )
+        last: errors.LiftbridgeError | None = None
+        for address in self._metadata.addresses():
+            try:
+                return await publish_to_subject(self._pool.stub(address), req, ack_wait)
+            except errors.UnavailableError as exc:  # not delivered: another broker may do
+                log.debug("PublishToSubject: broker %s unavailable: %s", address, exc)
+                last = exc
+            except errors.LiftbridgeError as exc:
+                if self._closed:
+                    raise errors.ConnectionClosedError("the client was closed") from exc
+                raise
+        raise errors.NoBrokerAvailableError("PublishToSubject: no broker reachable") from last
+
+    # ------------------------------------------------------------ flush and close
 
     async def flush(self, timeout: float | None) -> None:
-        raise NotImplementedError
+        """Wait until every publish made so far is acked or failed, and NATS has the bytes.
+
+        Publishes made while waiting are not waited for. `TimeoutError` (ours,
+        also the builtin) after ``timeout`` seconds; nothing is cancelled then.
+        """
+        if timeout is not None:
+            _ack_wait(timeout, 0.0)  # same rule: a number > 0
+        if self._closed:
+            raise errors.ConnectionClosedError("the client is closed")
+        loop = self._loop
+        deadline = None if timeout is None else loop.time() + timeout
+        pending = self._correlator.pending()
+        if pending:
+            _, not_done = await asyncio.wait(pending, timeout=timeout)
+            if not_done:
+                raise errors.TimeoutError(
+                    f"flush: {len(not_done)} publishes still pending after {timeout}s"
+                )
+        if self._nats_used and self._nats is not None and not self._nats.is_closed:
+            left = None if deadline is None else max(deadline - loop.time(), 0.0)
+            try:
+                async with asyncio.timeout(left):
+                    await self._nats.flush()
+            except TimeoutError as exc:  # asyncio's, or nats-py's FlushTimeoutError
+                raise errors.TimeoutError(f"flush: NATS did not answer in time ({exc!r})") from exc
+            except nats.errors.Error as exc:
+                raise errors.ConnectionClosedError(f"flush: NATS connection: {exc!r}") from exc
 
     async def close(self, cause: BaseException | None) -> None:
-        """Fail every pending future with ConnectionClosedError chained to ``cause``."""
+        """Fail every pending publish with `ConnectionClosedError` chained to ``cause``.
+
+        Stops the sender, cancels the PublishAsync streams and unsubscribes the
+        ack inbox; no task is left running. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        exc = errors.ConnectionClosedError(
+            "the client was closed" if cause is None else f"the client was closed: {cause!r}"
+        )
+        exc.__cause__ = cause
+        failed = self._correlator.close(exc)
+        if failed:
+            log.warning("close: %d publishes were still pending and failed: %s", failed, exc)
+        self._queue.clear()
+        sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.cancel()
+            try:
+                await sender
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # we are being cancelled ourselves
+        streams = list(self._streams.values())
+        self._streams.clear()
+        for stream in streams:
+            await stream.close(exc)
+        if self._nats_pub is not None:
+            await self._nats_pub.close()

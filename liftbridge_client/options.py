@@ -104,13 +104,18 @@ class ClientOptions:
 
     ``address_overrides`` maps a broker's advertised ``host:port`` to the one
     this client can reach (containers, pods, NAT).
+
+    ``transport`` is how `Client.publish` sends by default; None picks NATS when
+    the client has a NATS connection (``nats_servers``) and gRPC otherwise.
+    Asking for NATS without a connection fails the publish with
+    `InvalidInputError`.
     """
 
     ack_wait: float = 5.0  # per published message
     rpc_timeout: float = 10.0  # deadline of each unary RPC attempt
     connect_timeout: float = 5.0
     max_inflight: int = 1024  # unacked publishes before publishing waits
-    transport: Transport = Transport.NATS
+    transport: Transport | None = None  # None: NATS if connected to NATS, else gRPC
     envelope_crc: bool = False  # add CRC-32C to enveloped NATS publishes
     metadata_refresh_interval: float | None = 30.0  # None: refresh on errors only
     resubscribe_wait: float = 30.0  # how long a subscription keeps trying to come back
@@ -136,7 +141,7 @@ class ClientOptions:
                 _positive(f.name, value)
         if not isinstance(self.max_inflight, int) or self.max_inflight < 1:
             raise InvalidInputError(f"max_inflight must be an int >= 1, got {self.max_inflight!r}")
-        if not isinstance(self.transport, Transport):
+        if self.transport is not None and not isinstance(self.transport, Transport):
             raise InvalidInputError(f"transport must be a Transport, got {self.transport!r}")
         overrides = dict(self.address_overrides)
         for advertised, reachable in overrides.items():

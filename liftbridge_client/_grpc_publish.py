@@ -1,0 +1,263 @@
+"""Publishing through the gRPC API: PublishAsync streams, unary Publish, PublishToSubject.
+
+`PublishStream` is one long-lived PublishAsync call to one broker. Requests
+carry correlation ids; the server answers each (unless the ack policy is NONE)
+with a ``PublishResponse`` whose ``asyncError`` - checked first - or ``ack``
+settles the matching future in the `Correlator`. A stream that breaks fails
+exactly the publishes written on it (`ConnectionClosedError` chained to the
+mapped gRPC error) and is replaced by a fresh one on next use.
+
+The unary calls always carry a deadline: without one the server publishes and
+returns no ack at all. The deadline is the ack wait, so a missing ack surfaces
+as `AckTimeoutError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import grpc
+import grpc.aio
+
+from liftbridge_client import errors
+from liftbridge_client._correlation import Correlator
+from liftbridge_client._grpc import Stub, map_rpc_error
+from liftbridge_client._nats import ack_error
+from liftbridge_client._proto import api_pb2
+from liftbridge_client.models import Ack, ack_from_proto
+
+log = logging.getLogger("liftbridge_client")
+
+__all__ = [
+    "MAX_REQUEST_BYTES",
+    "PublishStream",
+    "async_error",
+    "check_request_size",
+    "publish_to_subject",
+    "publish_unary",
+    "unary_publish_error",
+]
+
+# grpc-go's default limit on a received message: a bigger request kills the
+# whole PublishAsync stream (RESOURCE_EXHAUSTED), so it is refused here first.
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+
+_AsyncCode = api_pb2.PublishAsyncError
+
+# (server text fragment, class): the server reports some specific failures
+# through generic codes; these refine them.
+_TOO_LARGE_MARKERS = ("exceeds max replication size", "maximum payload")
+
+
+def async_error(pb: api_pb2.PublishAsyncError, correlation_id: str) -> errors.LiftbridgeError:
+    """The typed error a PublishAsync ``asyncError`` stands for."""
+    code, text = pb.code, pb.message
+    try:
+        name = _AsyncCode.Code.Name(code)
+    except ValueError:
+        name = str(code)
+    message = f"{name}: {text} (correlation id {correlation_id!r})"
+    lowered = text.lower()
+    if any(m in lowered for m in _TOO_LARGE_MARKERS):
+        return errors.MessageTooLargeError(message)  # BAD_REQUEST or INTERNAL from NATS
+    if code == _AsyncCode.NOT_FOUND:
+        return errors.NotFoundError(message, details=text)
+    if code == _AsyncCode.BAD_REQUEST:
+        return errors.InvalidArgumentError(message, details=text)
+    if code == _AsyncCode.READONLY:
+        return errors.ReadonlyPartitionError(message)
+    if code == _AsyncCode.INCORRECT_OFFSET:
+        return errors.IncorrectOffsetError(message)
+    if code == _AsyncCode.ENCRYPTION_FAILED:
+        return errors.EncryptionFailedError(message)
+    if code == _AsyncCode.PERMISSION_DENIED:
+        return errors.PermissionDeniedError(message, details=text)
+    if code == _AsyncCode.INTERNAL:
+        return errors.InternalServerError(message, details=text)
+    return errors.PublishError(message)
+
+
+def unary_publish_error(exc: grpc.RpcError) -> errors.LiftbridgeError:
+    """A failed unary Publish / PublishToSubject as a typed error (chain ``exc``).
+
+    The server folds publish errors into status codes: INCORRECT_OFFSET becomes
+    Unknown "incorrect expected offset", TOO_LARGE InvalidArgument "message
+    exceeds max replication size", READONLY FailedPrecondition "readonly
+    partition", ENCRYPTION Internal "encryption failed". A deadline exceeded
+    means no ack came within the ack wait.
+    """
+    mapped = map_rpc_error(exc)
+    text = mapped.details.lower()
+    if isinstance(mapped, errors.DeadlineExceededError):
+        return errors.AckTimeoutError(f"no ack within the deadline ({mapped})")
+    if "incorrect expected offset" in text:
+        return errors.IncorrectOffsetError(str(mapped))
+    if any(m in text for m in _TOO_LARGE_MARKERS):
+        return errors.MessageTooLargeError(str(mapped))
+    if "readonly partition" in text:
+        return errors.ReadonlyPartitionError(str(mapped))
+    if "encryption failed" in text:
+        return errors.EncryptionFailedError(str(mapped))
+    return mapped
+
+
+def check_request_size(req: api_pb2.PublishRequest | api_pb2.PublishToSubjectRequest) -> None:
+    """Refuse a request the server's gRPC limit would reject (and a stream with it)."""
+    if len(req.value) + len(req.key) > MAX_REQUEST_BYTES - 65536 or req.headers:
+        size = req.ByteSize()
+        if size > MAX_REQUEST_BYTES:
+            raise errors.MessageTooLargeError(
+                f"publish request of {size} bytes exceeds the gRPC limit of "
+                f"{MAX_REQUEST_BYTES} bytes; nothing was sent"
+            )
+
+
+class PublishStream:
+    """One PublishAsync call to one broker; futures it carries are tagged with it."""
+
+    def __init__(self, address: str, stub: Stub, correlator: Correlator) -> None:
+        self.address = address
+        self._stub = stub
+        self._correlator = correlator
+        self._call: grpc.aio.StreamStreamCall[api_pb2.PublishRequest, api_pb2.PublishResponse]
+        self._reader: asyncio.Task[None] | None = None
+        self.broken: errors.LiftbridgeError | None = None
+        self.closed = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else ("broken" if self.broken else "open")
+        return f"<PublishStream {self.address} {state}>"
+
+    @property
+    def usable(self) -> bool:
+        return self._reader is not None and not self.closed and self.broken is None
+
+    def open(self) -> None:
+        """Start the call and its reader; the first write sends the headers."""
+        self._call = self._stub.PublishAsync()
+        self._reader = asyncio.create_task(self._read(), name=f"lb-publish-async-{self.address}")
+
+    async def write(self, req: api_pb2.PublishRequest) -> None:
+        if self.broken is not None:
+            raise errors.ConnectionClosedError(
+                f"PublishAsync stream to {self.address} broke"
+            ) from self.broken
+        try:
+            await self._call.write(req)
+        except grpc.RpcError as exc:
+            self._break(map_rpc_error(exc))
+            raise errors.ConnectionClosedError(
+                f"PublishAsync stream to {self.address} broke"
+            ) from self.broken
+        except asyncio.InvalidStateError as exc:  # written after the call finished
+            self._break(errors.UnknownServerError(f"PublishAsync call ended: {exc}"))
+            raise errors.ConnectionClosedError(
+                f"PublishAsync stream to {self.address} ended"
+            ) from self.broken
+
+    async def _read(self) -> None:
+        call, dispatch = self._call, self.dispatch
+        try:
+            while True:
+                resp = await call.read()
+                if not isinstance(resp, api_pb2.PublishResponse):  # EOF: the call ended cleanly
+                    self._break(errors.UnavailableError("the server ended the PublishAsync call"))
+                    return
+                dispatch(resp)
+        except grpc.RpcError as exc:
+            if not self.closed:
+                self._break(map_rpc_error(exc))
+        except asyncio.CancelledError:
+            if not self.closed:
+                self._break(errors.CancelledError("PublishAsync reader cancelled"))
+            raise
+
+    def dispatch(self, resp: api_pb2.PublishResponse) -> None:
+        """Settle the publish a response answers: asyncError first, then the ack."""
+        correlator = self._correlator
+        if resp.HasField("asyncError"):
+            cid = resp.correlationId
+            err = async_error(resp.asyncError, cid)
+            if not correlator.fail(cid, err):
+                log.warning("PublishAsync error for a publish no longer pending: %s", err)
+            return
+        pb = resp.ack
+        cid = resp.correlationId or pb.correlationId
+        failure = ack_error(pb)
+        if failure is not None:
+            if not correlator.fail(cid, failure):
+                log.warning("error ack for a publish no longer pending: %s", failure)
+            return
+        try:
+            ack = ack_from_proto(pb)
+        except ValueError as exc:
+            correlator.fail(cid, errors.PayloadDecodeError(f"bad ack from the server: {exc}"))
+            return
+        correlator.resolve(cid, ack)
+
+    def _break(self, cause: errors.LiftbridgeError) -> None:
+        """Fail what this stream carries; the publisher opens a new stream on next use."""
+        if self.broken is not None:
+            return
+        self.broken = cause
+        exc = errors.ConnectionClosedError(f"PublishAsync stream to {self.address} broke: {cause}")
+        exc.__cause__ = cause
+        failed = self._correlator.fail_owned(self, exc)
+        log.warning(
+            "PublishAsync stream to %s broke (%s); %d pending publishes failed",
+            self.address,
+            cause,
+            failed,
+        )
+
+    async def close(self, exc: BaseException | None = None) -> None:
+        """Cancel the call and stop the reader. Publishes still owned fail with ``exc``."""
+        self.closed = True
+        if exc is not None:
+            self._correlator.fail_owned(self, exc)
+        reader, self._reader = self._reader, None
+        if reader is None:
+            return
+        self._call.cancel()
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+
+
+async def publish_unary(stub: Stub, req: api_pb2.PublishRequest, timeout: float) -> Ack | None:
+    """Unary Publish, always with a deadline (``timeout``). None for ack policy NONE."""
+    check_request_size(req)
+    try:
+        resp = await stub.Publish(req, timeout=timeout)
+    except grpc.RpcError as exc:
+        raise unary_publish_error(exc) from exc
+    return _unary_ack(resp.ack if resp.HasField("ack") else None)
+
+
+async def publish_to_subject(
+    stub: Stub, req: api_pb2.PublishToSubjectRequest, timeout: float
+) -> Ack | None:
+    """PublishToSubject, always with a deadline; the first stream's ack, or None for NONE.
+
+    With no stream on the subject nothing answers: `AckTimeoutError` after ``timeout``.
+    """
+    check_request_size(req)
+    try:
+        resp = await stub.PublishToSubject(req, timeout=timeout)
+    except grpc.RpcError as exc:
+        raise unary_publish_error(exc) from exc
+    return _unary_ack(resp.ack if resp.HasField("ack") else None)
+
+
+def _unary_ack(pb: api_pb2.Ack | None) -> Ack | None:
+    if pb is None:
+        return None
+    failure = ack_error(pb)  # PublishToSubject passes error acks through as they are
+    if failure is not None:
+        raise failure
+    try:
+        return ack_from_proto(pb)
+    except ValueError as exc:
+        raise errors.PayloadDecodeError(f"bad ack from the server: {exc}") from exc

@@ -1,0 +1,173 @@
+"""Enveloped publishes straight on NATS, with acks on one inbox per client.
+
+A message goes out as an enveloped ``Message`` on its partition's subject
+(partition 0: the stream's subject; partition N: ``<subject>.N``) carrying the
+client's ack inbox and a correlation id. The partition leader appends it and
+publishes an enveloped ``Ack`` to that inbox; `NatsPublisher` decodes it and
+hands it to the `Correlator` by ``Ack.correlationId``.
+
+What the server does NOT answer (the caller sees `AckTimeoutError` after the ack
+wait): a publish to a paused partition (nobody subscribes to its subject until
+it is resumed) or to a read-only one, and a publish on a subject no stream
+listens on. Error acks (``Ack.ackError``) come whatever the ack policy and are
+turned into typed errors by `ack_error`.
+
+Undecodable messages on the inbox are dropped, counted in `undecodable_acks`
+and logged at debug level.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import nats.aio.client
+import nats.aio.msg
+import nats.aio.subscription
+import nats.errors
+
+from liftbridge_client import envelope, errors
+from liftbridge_client._correlation import Correlator
+from liftbridge_client._proto import api_pb2
+from liftbridge_client.models import ack_from_proto
+
+log = logging.getLogger("liftbridge_client")
+
+__all__ = ["NatsPublisher", "ack_error", "map_nats_error"]
+
+_ACK_ERRORS: dict[int, tuple[type[errors.PublishError], str]] = {
+    api_pb2.Ack.UNKNOWN: (errors.PublishError, "the server refused the message (UNKNOWN)"),
+    api_pb2.Ack.INCORRECT_OFFSET: (
+        errors.IncorrectOffsetError,
+        "incorrect expected offset (optimistic concurrency check failed)",
+    ),
+    api_pb2.Ack.TOO_LARGE: (
+        errors.MessageTooLargeError,
+        "message exceeds the server's clustering.replication.max.bytes",
+    ),
+    api_pb2.Ack.ENCRYPTION: (errors.EncryptionFailedError, "encryption failed on partition"),
+}
+
+
+def ack_error(ack: api_pb2.Ack) -> errors.PublishError | None:
+    """The typed error an ``Ack.ackError`` stands for; None for OK."""
+    code = ack.ackError
+    if code == api_pb2.Ack.OK:
+        return None
+    cls, text = _ACK_ERRORS.get(code, (errors.PublishError, f"unknown ack error {code}"))
+    where = f"stream {ack.stream!r} subject {ack.msgSubject!r}" if ack.stream else "publish"
+    return cls(f"{where}: {text} (correlation id {ack.correlationId!r})")
+
+
+def map_nats_error(exc: nats.errors.Error, subject: str) -> errors.LiftbridgeError:
+    """A nats-py publish failure as one of ours (the caller chains ``exc``)."""
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        return errors.MessageTooLargeError(
+            f"message for {subject!r} exceeds the NATS server's max_payload; nothing was sent"
+        )
+    if isinstance(exc, nats.errors.BadSubjectError):
+        return errors.InvalidInputError(f"NATS rejected the subject {subject!r}")
+    if isinstance(exc, nats.errors.ConnectionClosedError | nats.errors.ConnectionDrainingError):
+        return errors.ConnectionClosedError(f"NATS connection is closed ({exc!r})")
+    if isinstance(exc, nats.errors.OutboundBufferLimitError):
+        return errors.ConnectionClosedError(
+            "NATS connection is reconnecting and its outbound buffer is full"
+        )
+    return errors.PublishError(f"NATS publish to {subject!r} failed: {exc!r}")
+
+
+class NatsPublisher:
+    """Publishes enveloped messages on an existing nats-py connection."""
+
+    def __init__(self, nc: nats.aio.client.Client, correlator: Correlator, *, crc: bool) -> None:
+        self._nc = nc
+        self._correlator = correlator
+        self._crc = crc
+        self.inbox = nc.new_inbox()  # unique per client: _INBOX.<nuid> (or the custom prefix)
+        self._sub: nats.aio.subscription.Subscription | None = None
+        self.undecodable_acks = 0
+
+    def __repr__(self) -> str:
+        return f"<NatsPublisher inbox={self.inbox!r} subscribed={self._sub is not None}>"
+
+    @property
+    def max_payload(self) -> int:
+        return self._nc.max_payload
+
+    async def start(self) -> None:
+        """Subscribe the ack inbox (and make sure the server has seen the subscription)."""
+        if self._sub is None:
+            self._sub = await self._nc.subscribe(self.inbox, cb=self._on_ack)
+            await self._nc.flush()
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is None or self._nc.is_closed:
+            return
+        try:
+            await sub.unsubscribe()
+        except nats.errors.Error as exc:  # e.g. the connection is going away too
+            log.debug("unsubscribing ack inbox %s failed: %r", self.inbox, exc)
+
+    # ------------------------------------------------------------ outgoing
+
+    def encode(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        correlation_id: str,
+        ack_policy: int,
+        expected_offset: int,
+    ) -> bytes:
+        """The enveloped Message for ``subject``; MessageTooLargeError if NATS would refuse it.
+
+        With ack policy NONE no ack inbox is set: the server then sends nothing,
+        not even error acks, which would only arrive after the future resolved.
+        """
+        payload = envelope.encode_message(
+            value,
+            key=key or b"",
+            headers=headers,
+            ack_inbox="" if ack_policy == api_pb2.NONE else self.inbox,
+            correlation_id=correlation_id,
+            ack_policy=ack_policy,
+            expected_offset=expected_offset,
+            crc=self._crc,
+        )
+        limit = self._nc.max_payload
+        if len(payload) > limit:
+            raise errors.MessageTooLargeError(
+                f"enveloped message of {len(payload)} bytes exceeds the NATS max_payload of "
+                f"{limit} bytes; nothing was sent"
+            )
+        return payload
+
+    async def send(self, subject: str, payload: bytes) -> None:
+        """Hand the bytes to nats-py (its buffer; its flusher writes them out)."""
+        try:
+            await self._nc.publish(subject, payload)
+        except nats.errors.Error as exc:
+            raise map_nats_error(exc, subject) from exc
+
+    # ------------------------------------------------------------ incoming
+
+    async def _on_ack(self, msg: nats.aio.msg.Msg) -> None:
+        self.dispatch(msg.data)
+
+    def dispatch(self, data: bytes) -> None:
+        """Decode one ack-inbox message and settle its publish."""
+        try:
+            pb = envelope.decode_ack(data)
+            ack = ack_from_proto(pb)
+        except (errors.ProtocolError, ValueError) as exc:
+            self.undecodable_acks += 1
+            log.debug("dropped undecodable message on ack inbox %s: %s", self.inbox, exc)
+            return
+        failure = ack_error(pb)
+        if failure is None:
+            self._correlator.resolve(pb.correlationId, ack)
+        elif not self._correlator.fail(pb.correlationId, failure):
+            log.warning("error ack for a publish no longer pending: %s", failure)

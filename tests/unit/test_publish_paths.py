@@ -1,0 +1,567 @@
+"""The publish paths against fakes: what goes on the wire, in which order, and how answers
+(acks, error acks, async errors, broken streams, silence, close) reach the caller."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from types import MappingProxyType
+from typing import Any, cast
+
+import grpc
+import grpc.aio
+import pytest
+
+from liftbridge_client import envelope, errors
+from liftbridge_client._correlation import Correlator
+from liftbridge_client._grpc_publish import PublishStream, async_error, unary_publish_error
+from liftbridge_client._nats import NatsPublisher, ack_error
+from liftbridge_client._proto import api_pb2
+from liftbridge_client._publisher import Publisher
+from liftbridge_client.models import AckPolicy, Metadata, PartitionInfo, StreamInfo
+from liftbridge_client.options import ClientOptions, Transport
+from liftbridge_client.partitioning import RoundRobinPartitioner, key_partition
+
+
+class FakeNats:
+    max_payload = 1024 * 1024
+    is_closed = False
+
+    def __init__(self) -> None:
+        self.published: list[tuple[str, bytes]] = []
+        self.flushes = 0
+
+    def new_inbox(self) -> str:
+        return "_INBOX.fake"
+
+    async def subscribe(self, subject: str, cb: Any) -> Any:
+        return None
+
+    async def flush(self, timeout: int = 10) -> None:
+        self.flushes += 1
+
+    async def publish(self, subject: str, payload: bytes) -> None:
+        self.published.append((subject, payload))
+
+    def messages(self) -> list[tuple[str, api_pb2.Message]]:
+        return [(s, envelope.decode_message(p)) for s, p in self.published]
+
+
+class FakeCall:
+    """A PublishAsync call: records writes, plays scripted responses."""
+
+    def __init__(self) -> None:
+        self.written: list[api_pb2.PublishRequest] = []
+        self.responses: asyncio.Queue[api_pb2.PublishResponse | BaseException] = asyncio.Queue()
+        self.cancelled = False
+
+    async def write(self, req: api_pb2.PublishRequest) -> None:
+        self.written.append(req)
+
+    async def read(self) -> api_pb2.PublishResponse:
+        item = await self.responses.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        return True
+
+
+class FakeStub:
+    def __init__(self, pool: FakePool) -> None:
+        self.pool = pool
+
+    def PublishAsync(self) -> FakeCall:
+        call = FakeCall()
+        self.pool.calls.append(call)
+        return call
+
+
+class FakePool:
+    def __init__(self) -> None:
+        self.calls: list[FakeCall] = []
+
+    def stub(self, address: str) -> Any:
+        return FakeStub(self)
+
+
+def stream_info(name: str, partitions: int) -> StreamInfo:
+    parts = {i: PartitionInfo(name, i, "b1", ("b1",), ("b1",)) for i in range(partitions)}
+    return StreamInfo(name, f"{name}.subj", MappingProxyType(parts))
+
+
+class FakeMetadata:
+    def __init__(self) -> None:
+        self.current = Metadata(brokers=(), streams={"s": stream_info("s", 3)})
+        self.later: dict[str, StreamInfo] = {"late": stream_info("late", 1)}
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.refreshes = 0
+
+    async def stream(self, name: str) -> StreamInfo:
+        await self.gate.wait()
+        if name in self.later:
+            streams = dict(self.current.streams)
+            streams[name] = self.later.pop(name)
+            self.current = Metadata(brokers=(), streams=streams)
+        info = self.current.streams.get(name)
+        if info is None:
+            raise errors.NotFoundError(f"no such stream: {name}", details="")
+        return info
+
+    async def leader_address(self, stream: str, partition: int) -> str:
+        return "b1:9292"
+
+    async def refresh(self) -> Metadata:
+        self.refreshes += 1
+        return self.current
+
+    def addresses(self) -> list[str]:
+        return ["b1:9292"]
+
+
+class Rig:
+    def __init__(self, publisher: Publisher, nc: FakeNats, pool: FakePool, md: FakeMetadata):
+        self.publisher, self.nc, self.pool, self.md = publisher, nc, pool, md
+
+    def ack(self, cid: str, offset: int, error: int = 0) -> None:
+        """Deliver an ack on the NATS inbox, as the server would."""
+        pb = api_pb2.Ack(
+            stream="s",
+            correlationId=cid,
+            offset=offset,
+            ackError=cast(Any, error),
+            msgSubject="s.subj",
+        )
+        nats_pub = self.publisher._nats_pub
+        assert nats_pub is not None
+        nats_pub.dispatch(envelope.encode_ack(pb))
+
+
+async def make_rig(**options: Any) -> Rig:
+    nc, pool, md = FakeNats(), FakePool(), FakeMetadata()
+    publisher = Publisher(
+        metadata=cast(Any, md),
+        pool=cast(Any, pool),
+        options=ClientOptions(**options),
+        nats=cast(Any, nc),
+    )
+    await publisher.start()
+    return Rig(publisher, nc, pool, md)
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    r = await make_rig()
+    yield r
+    await r.publisher.close(None)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+# ---------------------------------------------------------------- NATS: the wire
+
+
+async def test_nats_envelope_carries_everything(rig: Rig) -> None:
+    fut = rig.publisher.publish_nowait(
+        "s", b"value", key=b"k", headers={"h": b"1"}, partition=2, correlation_id="c1"
+    )
+    await settle()
+    [(subject, msg)] = rig.nc.messages()
+    assert subject == "s.subj.2"  # partition N: <subject>.N
+    assert msg.value == b"value"
+    assert msg.key == b"k"
+    assert dict(msg.headers) == {"h": b"1"}
+    assert msg.ackInbox == "_INBOX.fake"
+    assert msg.correlationId == "c1"
+    assert msg.ackPolicy == api_pb2.LEADER
+    assert msg.offset == -1  # expected offset: no check, never 0 by accident
+    rig.ack("c1", 41)
+    ack = await fut
+    assert ack is not None
+    assert ack.offset == 41
+    assert ack.correlation_id == "c1"
+
+
+async def test_partition_zero_uses_the_stream_subject_and_key_picks_partition(rig: Rig) -> None:
+    rig.publisher.publish_nowait("s", b"v")
+    rig.publisher.publish_nowait("s", b"v", key=b"foo")  # crc32("foo") % 3 == 2
+    rig.publisher.publish_nowait("s", b"v", key=b"foo", partition=0)
+    await settle()
+    assert [s for s, _ in rig.nc.published] == ["s.subj", "s.subj.2", "s.subj"]
+    assert key_partition(b"foo", 3) == 2
+
+
+async def test_round_robin_partitioner(rig: Rig) -> None:
+    rr = RoundRobinPartitioner()
+    for _ in range(4):
+        rig.publisher.publish_nowait("s", b"v", partitioner=rr)
+    await settle()
+    assert [s for s, _ in rig.nc.published] == ["s.subj", "s.subj.1", "s.subj.2", "s.subj"]
+
+
+async def test_expected_offset_travels_in_message_offset(rig: Rig) -> None:
+    rig.publisher.publish_nowait("s", b"v", expected_offset=0)
+    rig.publisher.publish_nowait("s", b"v", expected_offset=17)
+    await settle()
+    assert [m.offset for _, m in rig.nc.messages()] == [0, 17]
+
+
+async def test_crc_option_sets_the_envelope_crc() -> None:
+    rig = await make_rig(envelope_crc=True)
+    try:
+        rig.publisher.publish_nowait("s", b"v")
+        await settle()
+        [(_, payload)] = rig.nc.published
+        assert envelope.decode(payload).has_crc
+    finally:
+        await rig.publisher.close(None)
+
+
+async def test_ack_policy_none_resolves_on_write_without_inbox(rig: Rig) -> None:
+    assert await rig.publisher.publish("s", b"v", ack_policy=AckPolicy.NONE) is None
+    [(_, msg)] = rig.nc.messages()
+    assert msg.ackInbox == ""  # the server sends nothing, not even error acks
+    assert msg.ackPolicy == api_pb2.NONE
+    assert rig.publisher.pending == 0
+
+
+async def test_order_is_call_order_even_when_metadata_is_looked_up(rig: Rig) -> None:
+    rig.md.gate.clear()  # the lookup of "late" blocks until released
+    futs = [rig.publisher.publish_nowait("late", b"0")]
+    futs += [rig.publisher.publish_nowait("s", str(i).encode()) for i in range(1, 4)]
+    futs.append(rig.publisher.publish_nowait("late", b"4"))  # cached by then? not yet
+    await settle()
+    assert rig.nc.published == []  # the first item holds the line: nothing overtakes it
+    rig.md.gate.set()
+    await settle()
+    assert [m.value for _, m in rig.nc.messages()] == [b"0", b"1", b"2", b"3", b"4"]
+    for f in futs:
+        f.cancel()
+
+
+async def test_send_and_publish_nowait_interleave_in_call_order(rig: Rig) -> None:
+    values = []
+    for i in range(50):
+        if i % 2:
+            await rig.publisher.send("s", b"%d" % i, partition=1)
+        else:
+            rig.publisher.publish_nowait("s", b"%d" % i, partition=1)
+        values.append(b"%d" % i)
+    await settle()
+    assert [m.value for _, m in rig.nc.messages()] == values
+
+
+async def test_unknown_stream_fails_the_future_of_publish_nowait(rig: Rig) -> None:
+    fut = rig.publisher.publish_nowait("nope", b"v")
+    with pytest.raises(errors.NotFoundError):
+        await fut
+    with pytest.raises(errors.NotFoundError):
+        await rig.publisher.publish("nope", b"v")
+    assert rig.publisher.pending == 0
+
+
+async def test_cancelled_before_sending_is_never_sent(rig: Rig) -> None:
+    rig.md.gate.clear()
+    blocker = rig.publisher.publish_nowait("late", b"first")
+    withdrawn = rig.publisher.publish_nowait("s", b"withdrawn")
+    withdrawn.cancel()
+    assert rig.publisher.pending == 1
+    rig.md.gate.set()
+    await settle()
+    assert [m.value for _, m in rig.nc.messages()] == [b"first"]
+    blocker.cancel()
+
+
+# ---------------------------------------------------------------- NATS: answers
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (api_pb2.Ack.INCORRECT_OFFSET, errors.IncorrectOffsetError),
+        (api_pb2.Ack.TOO_LARGE, errors.MessageTooLargeError),
+        (api_pb2.Ack.ENCRYPTION, errors.EncryptionFailedError),
+        (api_pb2.Ack.UNKNOWN, errors.PublishError),
+        (99, errors.PublishError),
+    ],
+)
+async def test_error_acks_are_typed(rig: Rig, code: int, expected: type[Exception]) -> None:
+    fut = rig.publisher.publish_nowait("s", b"v", correlation_id="c")
+    await settle()
+    rig.ack("c", 0, error=code)
+    with pytest.raises(expected) as info:
+        await fut
+    assert type(info.value) is expected
+    assert "'c'" in str(info.value)
+
+
+def test_ack_error_ok_is_none() -> None:
+    assert ack_error(api_pb2.Ack(ackError=api_pb2.Ack.OK)) is None
+
+
+async def test_undecodable_and_unknown_acks_are_counted(rig: Rig) -> None:
+    nats_pub = rig.publisher._nats_pub
+    assert nats_pub is not None
+    nats_pub.dispatch(b"junk")
+    nats_pub.dispatch(envelope.encode(envelope.MsgType.ACK, b"\xff\xff"))
+    nats_pub.dispatch(envelope.encode_message(b"a publish, not an ack"))
+    assert rig.publisher.undecodable_acks == 3
+    rig.ack("nobody-waits-for-this", 1)
+    assert rig.publisher.unknown_acks == 1
+
+
+async def test_no_ack_means_ack_timeout(rig: Rig) -> None:
+    # What a paused or read-only partition looks like over NATS: silence.
+    with pytest.raises(errors.AckTimeoutError):
+        await rig.publisher.publish("s", b"v", ack_wait=0.02)
+    assert rig.publisher.pending == 0
+
+
+async def test_nats_publish_failure_is_mapped(rig: Rig) -> None:
+    import nats.errors
+
+    async def broken(subject: str, payload: bytes) -> None:
+        raise nats.errors.ConnectionClosedError
+
+    rig.nc.publish = broken  # type: ignore[method-assign]
+    with pytest.raises(errors.ConnectionClosedError) as info:
+        await rig.publisher.publish("s", b"v")
+    assert isinstance(info.value.__cause__, nats.errors.ConnectionClosedError)
+
+
+async def test_flush_waits_for_pending_and_flushes_nats(rig: Rig) -> None:
+    flushes = rig.nc.flushes  # start() flushed once, after subscribing the inbox
+    futs = [rig.publisher.publish_nowait("s", b"v", correlation_id=f"c{i}") for i in range(3)]
+    flushing = asyncio.create_task(rig.publisher.flush(5))
+    await settle()
+    assert not flushing.done()
+    later = rig.publisher.publish_nowait("s", b"v", correlation_id="later")
+    for i in range(3):
+        rig.ack(f"c{i}", i)
+    await asyncio.wait_for(flushing, 1)  # publishes made while flushing are not waited for
+    assert all(f.done() for f in futs)
+    assert not later.done()
+    assert rig.nc.flushes == flushes + 1
+    with pytest.raises(errors.TimeoutError):
+        await rig.publisher.flush(0.02)
+    later.cancel()
+
+
+# ---------------------------------------------------------------- close
+
+
+async def test_close_fails_everything_chained_and_leaves_no_task(rig: Rig) -> None:
+    before = asyncio.all_tasks()
+    p = rig.publisher
+    futs = [p.publish_nowait("s", b"v") for _ in range(100)]
+    futs += [p.publish_nowait("s", b"v", transport=Transport.GRPC) for _ in range(100)]
+    await settle()
+    cause = OSError("network down")
+    await p.close(cause)
+    for fut in futs:
+        with pytest.raises(errors.ConnectionClosedError) as info:
+            await fut
+        assert info.value.__cause__ is cause
+    assert p.pending == 0
+    assert p._sender is None
+    leftover = {t for t in asyncio.all_tasks() - before if not t.done()}
+    assert not leftover
+    assert all(call.cancelled for call in rig.pool.calls)
+    await p.close(None)  # idempotent
+
+
+# ---------------------------------------------------------------- gRPC
+
+
+async def test_grpc_request_and_ack(rig: Rig) -> None:
+    p = rig.publisher
+    fut = p.publish_nowait(
+        "s",
+        b"v",
+        key=b"k",
+        headers={"h": b"x"},
+        partition=1,
+        transport=Transport.GRPC,
+        correlation_id="g1",
+        ack_policy=AckPolicy.ALL,
+    )
+    await settle()
+    [call] = rig.pool.calls
+    [req] = call.written
+    assert (req.stream, req.partition, req.value, req.key) == ("s", 1, b"v", b"k")
+    assert dict(req.headers) == {"h": b"x"}
+    assert req.correlationId == "g1"
+    assert req.ackPolicy == api_pb2.ALL
+    assert req.expectedOffset == -1
+    call.responses.put_nowait(
+        api_pb2.PublishResponse(
+            correlationId="g1", ack=api_pb2.Ack(stream="s", offset=5, correlationId="g1")
+        )
+    )
+    ack = await fut
+    assert ack is not None
+    assert ack.offset == 5
+    # One stream per broker, reused.
+    p.publish_nowait("s", b"v", transport=Transport.GRPC).cancel()
+    p.publish_nowait("s", b"w", transport=Transport.GRPC, ack_policy=AckPolicy.NONE)
+    await settle()
+    assert len(rig.pool.calls) == 1
+    assert [r.value for r in call.written] == [b"v", b"w"]
+
+
+async def test_grpc_none_resolves_once_written(rig: Rig) -> None:
+    got = await rig.publisher.publish(
+        "s", b"v", transport=Transport.GRPC, ack_policy=AckPolicy.NONE
+    )
+    assert got is None
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "expected"),
+    [
+        (api_pb2.PublishAsyncError.NOT_FOUND, "no such stream: s", errors.NotFoundError),
+        (api_pb2.PublishAsyncError.BAD_REQUEST, "bad", errors.InvalidArgumentError),
+        (
+            api_pb2.PublishAsyncError.BAD_REQUEST,
+            "message exceeds max replication size",
+            errors.MessageTooLargeError,
+        ),
+        (
+            api_pb2.PublishAsyncError.READONLY,
+            "readonly partition: 0",
+            errors.ReadonlyPartitionError,
+        ),
+        (
+            api_pb2.PublishAsyncError.INCORRECT_OFFSET,
+            "incorrect expected offset",
+            errors.IncorrectOffsetError,
+        ),
+        (
+            api_pb2.PublishAsyncError.ENCRYPTION_FAILED,
+            "encryption failed",
+            errors.EncryptionFailedError,
+        ),
+        (api_pb2.PublishAsyncError.PERMISSION_DENIED, "no", errors.PermissionDeniedError),
+        (api_pb2.PublishAsyncError.INTERNAL, "disk", errors.InternalServerError),
+        (
+            api_pb2.PublishAsyncError.INTERNAL,
+            "failed to publish to NATS: nats: maximum payload exceeded",
+            errors.MessageTooLargeError,
+        ),
+        (api_pb2.PublishAsyncError.UNKNOWN, "?", errors.PublishError),
+        (42, "from the future", errors.PublishError),
+    ],
+)
+def test_async_error_mapping(code: int, message: str, expected: type[Exception]) -> None:
+    err = async_error(api_pb2.PublishAsyncError(code=cast(Any, code), message=message), "cid")
+    assert type(err) is expected
+    assert message in str(err)
+
+
+async def test_async_error_is_checked_before_the_ack(rig: Rig) -> None:
+    fut = rig.publisher.publish_nowait("s", b"v", transport=Transport.GRPC, correlation_id="e")
+    await settle()
+    [call] = rig.pool.calls
+    # The server sets an empty Ack alongside the error, for old clients.
+    call.responses.put_nowait(
+        api_pb2.PublishResponse(
+            correlationId="e",
+            ack=api_pb2.Ack(),
+            asyncError=api_pb2.PublishAsyncError(
+                code=api_pb2.PublishAsyncError.READONLY, message="readonly partition: 0"
+            ),
+        )
+    )
+    with pytest.raises(errors.ReadonlyPartitionError):
+        await fut
+
+
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
+
+
+async def test_broken_stream_fails_its_publishes_and_reopens(rig: Rig) -> None:
+    p = rig.publisher
+    futs = [p.publish_nowait("s", b"v", transport=Transport.GRPC) for _ in range(3)]
+    nats_fut = p.publish_nowait("s", b"v", correlation_id="n")
+    await settle()
+    [call] = rig.pool.calls
+    call.responses.put_nowait(rpc_error(grpc.StatusCode.UNAVAILABLE, "connection reset"))
+    for fut in futs:
+        with pytest.raises(errors.ConnectionClosedError) as info:
+            await fut
+        assert isinstance(info.value.__cause__, errors.UnavailableError)
+    assert not nats_fut.done()  # other connections' publishes are untouched
+    again = p.publish_nowait("s", b"again", transport=Transport.GRPC, correlation_id="a")
+    await settle()
+    assert len(rig.pool.calls) == 2  # a fresh stream
+    assert rig.md.refreshes == 1  # UNAVAILABLE: the leader may have moved
+    rig.pool.calls[1].responses.put_nowait(
+        api_pb2.PublishResponse(correlationId="a", ack=api_pb2.Ack(offset=9))
+    )
+    ack = await again
+    assert ack is not None
+    assert ack.offset == 9
+    nats_fut.cancel()
+
+
+async def test_stream_ending_cleanly_fails_its_publishes() -> None:
+    correlator = Correlator(4)
+    pool = FakePool()
+    stream = PublishStream("b1", cast(Any, FakeStub(pool)), correlator)
+    stream.open()
+    correlator.try_acquire()
+    fut = correlator.register("x", 60)
+    fut.owner = stream
+    await stream.write(api_pb2.PublishRequest(correlationId="x"))
+    pool.calls[0].responses.put_nowait(cast(Any, grpc.aio.EOF))
+    with pytest.raises(errors.ConnectionClosedError):
+        await fut
+    assert not stream.usable
+    with pytest.raises(errors.ConnectionClosedError):
+        await stream.write(api_pb2.PublishRequest())
+    await stream.close()
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "expected"),
+    [
+        (grpc.StatusCode.DEADLINE_EXCEEDED, "", errors.AckTimeoutError),
+        (grpc.StatusCode.UNKNOWN, "incorrect expected offset", errors.IncorrectOffsetError),
+        (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "message exceeds max replication size",
+            errors.MessageTooLargeError,
+        ),
+        (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "readonly partition: 0",
+            errors.ReadonlyPartitionError,
+        ),
+        (
+            grpc.StatusCode.INTERNAL,
+            "encryption failed on partition",
+            errors.EncryptionFailedError,
+        ),
+        (grpc.StatusCode.NOT_FOUND, "no such stream: x", errors.NotFoundError),
+        (grpc.StatusCode.INVALID_ARGUMENT, "no stream provided", errors.InvalidArgumentError),
+    ],
+)
+def test_unary_publish_error_mapping(
+    code: grpc.StatusCode, details: str, expected: type[Exception]
+) -> None:
+    assert type(unary_publish_error(rpc_error(code, details))) is expected
+
+
+async def test_nats_publisher_start_and_close_are_idempotent() -> None:
+    nc = FakeNats()
+    pub = NatsPublisher(cast(Any, nc), Correlator(2), crc=False)
+    await pub.close()
+    assert pub.inbox == "_INBOX.fake"
+    assert "fake" in repr(pub)

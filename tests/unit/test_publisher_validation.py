@@ -1,0 +1,302 @@
+"""Bad publish input is rejected client-side, before anything is queued or sent.
+
+The publisher runs against fakes: a NATS client that records what it is given, a metadata
+cache with one cached stream, and a broker pool whose stubs record every call. After each
+rejected call nothing was sent, nothing is pending and the in-flight window is untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import MappingProxyType
+from typing import Any, cast
+
+import pytest
+
+from liftbridge_client import errors
+from liftbridge_client._publisher import Publisher
+from liftbridge_client.models import AckPolicy, Metadata, PartitionInfo, StreamInfo
+from liftbridge_client.options import ClientOptions, Transport
+
+
+class FakeNats:
+    max_payload = 1024 * 1024
+    is_closed = False
+
+    def __init__(self) -> None:
+        self.published: list[tuple[str, bytes]] = []
+
+    def new_inbox(self) -> str:
+        return "_INBOX.test"
+
+    async def subscribe(self, subject: str, cb: Any) -> Any:
+        return None
+
+    async def flush(self, timeout: int = 10) -> None:
+        return None
+
+    async def publish(self, subject: str, payload: bytes) -> None:
+        self.published.append((subject, payload))
+
+
+class FakeStub:
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def __getattr__(self, name: str) -> Any:
+        def record(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            raise AssertionError(f"{name} must not be called")
+
+        return record
+
+
+class FakePool:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def stub(self, address: str) -> Any:
+        return FakeStub(self.calls)
+
+
+def stream_info(name: str, partitions: int) -> StreamInfo:
+    parts = {i: PartitionInfo(name, i, "b1", ("b1",), ("b1",)) for i in range(partitions)}
+    return StreamInfo(name, f"{name}.subject", MappingProxyType(parts))
+
+
+class FakeMetadata:
+    def __init__(self) -> None:
+        self.current = Metadata(brokers=(), streams={"s": stream_info("s", 2)})
+        self.lookups: list[str] = []
+
+    async def stream(self, name: str) -> StreamInfo:
+        self.lookups.append(name)
+        info = self.current.streams.get(name)
+        if info is None:
+            raise errors.NotFoundError(f"no such stream: {name}", details="")
+        return info
+
+    def addresses(self) -> list[str]:
+        return ["127.0.0.1:1"]
+
+
+class Rig:
+    def __init__(self, publisher: Publisher, nc: FakeNats | None, pool: FakePool) -> None:
+        self.publisher = publisher
+        self.nc = nc
+        self.pool = pool
+
+    def assert_nothing_happened(self) -> None:
+        assert self.nc is None or self.nc.published == []
+        assert self.pool.calls == []
+        assert self.publisher.pending == 0
+        assert self.publisher._correlator.held == 0
+        assert not self.publisher._queue
+
+
+async def make_rig(*, with_nats: bool = True, **options: Any) -> Rig:
+    nc = FakeNats() if with_nats else None
+    pool = FakePool()
+    publisher = Publisher(
+        metadata=cast(Any, FakeMetadata()),
+        pool=cast(Any, pool),
+        options=ClientOptions(**options),
+        nats=cast(Any, nc),
+    )
+    await publisher.start()
+    return Rig(publisher, nc, pool)
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    r = await make_rig()
+    yield r
+    await r.publisher.close(None)
+
+
+Call = Callable[..., Awaitable[Any]]
+
+
+def the_three_ways(publisher: Publisher) -> list[Call]:
+    """publish, send and publish_nowait, all as awaitables raising what the call raises."""
+
+    async def nowait(*args: Any, **kw: Any) -> Any:
+        return publisher.publish_nowait(*args, **kw)
+
+    return [publisher.publish, publisher.send, nowait]
+
+
+BAD_PUBLISHES: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
+    ("empty stream", ("", b"v"), {}, "stream must be"),
+    ("stream not a str", (5, b"v"), {}, "stream must be"),
+    ("value is str", ("s", "text"), {}, "value must be bytes"),
+    ("value is None", ("s", None), {}, "value must be bytes"),
+    ("key is str", ("s", b"v"), {"key": "k"}, "key must be bytes"),
+    ("headers not a mapping", ("s", b"v"), {"headers": [("a", b"b")]}, "headers must be"),
+    ("header name not str", ("s", b"v"), {"headers": {1: b"b"}}, "header names"),
+    ("header value str", ("s", b"v"), {"headers": {"a": "b"}}, "must be bytes"),
+    ("header key too long", ("s", b"v"), {"headers": {"k" * 32768: b""}}, "32767"),
+    ("header key not utf-8", ("s", b"v"), {"headers": {"\ud800": b""}}, "UTF-8"),
+    ("negative partition", ("s", b"v"), {"partition": -1}, "partition must be"),
+    ("bool partition", ("s", b"v"), {"partition": True}, "partition must be"),
+    ("str partition", ("s", b"v"), {"partition": "0"}, "partition must be"),
+    ("partition out of range", ("s", b"v"), {"partition": 2}, "partitions 0..1"),
+    ("partitioner not callable", ("s", b"v"), {"partitioner": 3}, "callable"),
+    ("partitioner out of range", ("s", b"v"), {"partitioner": lambda *a: 5}, "gave 5"),
+    ("expected offset -2", ("s", b"v"), {"expected_offset": -2}, "expected_offset"),
+    ("expected offset float", ("s", b"v"), {"expected_offset": 1.0}, "expected_offset"),
+    ("expected offset bool", ("s", b"v"), {"expected_offset": True}, "expected_offset"),
+    ("expected offset too big", ("s", b"v"), {"expected_offset": 2**63}, "expected_offset"),
+    (
+        "expected offset with NONE",
+        ("s", b"v"),
+        {"expected_offset": 3, "ack_policy": AckPolicy.NONE},
+        "needs an ack",
+    ),
+    ("ack policy out of range", ("s", b"v"), {"ack_policy": 7}, "ack_policy"),
+    ("ack policy str", ("s", b"v"), {"ack_policy": "LEADER"}, "ack_policy"),
+    ("ack policy bool", ("s", b"v"), {"ack_policy": True}, "ack_policy"),
+    ("ack wait zero", ("s", b"v"), {"ack_wait": 0}, "ack_wait"),
+    ("ack wait negative", ("s", b"v"), {"ack_wait": -1.0}, "ack_wait"),
+    ("ack wait nan", ("s", b"v"), {"ack_wait": float("nan")}, "ack_wait"),
+    ("ack wait inf", ("s", b"v"), {"ack_wait": float("inf")}, "ack_wait"),
+    ("ack wait str", ("s", b"v"), {"ack_wait": "1"}, "ack_wait"),
+    ("transport str", ("s", b"v"), {"transport": "nats"}, "transport must be"),
+    ("empty correlation id", ("s", b"v"), {"correlation_id": ""}, "correlation_id"),
+    ("int correlation id", ("s", b"v"), {"correlation_id": 5}, "correlation_id"),
+    ("unknown argument", ("s", b"v"), {"partiton": 1}, "unknown publish argument"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "kw", "match"),
+    [pytest.param(a, k, m, id=i) for i, a, k, m in BAD_PUBLISHES],
+)
+@pytest.mark.parametrize("transport", [Transport.NATS, Transport.GRPC])
+async def test_bad_input_is_rejected_before_sending(
+    rig: Rig, args: tuple[Any, ...], kw: dict[str, Any], match: str, transport: Transport
+) -> None:
+    kw = {"transport": transport, **kw}
+    for call in the_three_ways(rig.publisher):
+        with pytest.raises(errors.InvalidInputError, match=match):
+            await call(*args, **kw)
+    await asyncio.sleep(0)  # give the sender a chance: it must find nothing
+    rig.assert_nothing_happened()
+
+
+async def test_nats_requested_without_a_nats_connection() -> None:
+    rig = await make_rig(with_nats=False, transport=Transport.NATS)
+    try:
+        assert rig.publisher.transport is Transport.NATS
+        for call in the_three_ways(rig.publisher):
+            with pytest.raises(errors.InvalidInputError, match="needs a NATS connection"):
+                await call("s", b"v")
+            with pytest.raises(errors.InvalidInputError, match="nats_servers"):
+                await call("s", b"v", transport=Transport.NATS)
+        rig.assert_nothing_happened()
+    finally:
+        await rig.publisher.close(None)
+
+
+async def test_default_transport_follows_the_nats_connection() -> None:
+    with_nats = await make_rig()
+    without = await make_rig(with_nats=False)
+    forced = await make_rig(transport=Transport.GRPC)
+    try:
+        assert ClientOptions().transport is None
+        assert with_nats.publisher.transport is Transport.NATS
+        assert without.publisher.transport is Transport.GRPC
+        assert forced.publisher.transport is Transport.GRPC
+    finally:
+        for r in (with_nats, without, forced):
+            await r.publisher.close(None)
+
+
+async def test_oversized_nats_message_is_refused_locally(rig: Rig) -> None:
+    assert rig.nc is not None
+    value = b"x" * rig.nc.max_payload  # the envelope and fields push it over
+    for call in the_three_ways(rig.publisher):
+        with pytest.raises(errors.MessageTooLargeError, match="max_payload"):
+            await call("s", value)
+    rig.assert_nothing_happened()
+
+
+async def test_oversized_grpc_request_is_refused_locally(rig: Rig) -> None:
+    value = b"x" * (4 * 1024 * 1024)
+    for call in the_three_ways(rig.publisher):
+        with pytest.raises(errors.MessageTooLargeError, match="gRPC limit"):
+            await call("s", value, transport=Transport.GRPC)
+    rig.assert_nothing_happened()
+
+
+async def test_duplicate_pending_correlation_id(rig: Rig) -> None:
+    fut = rig.publisher.publish_nowait("s", b"v", correlation_id="mine")
+    for call in the_three_ways(rig.publisher):
+        with pytest.raises(errors.InvalidInputError, match="already pending"):
+            await call("s", b"v", correlation_id="mine")
+    assert rig.publisher._correlator.held == 1  # only the first one's slot
+    fut.cancel()
+    assert rig.publisher._correlator.held == 0
+
+
+async def test_closed_publisher_refuses(rig: Rig) -> None:
+    await rig.publisher.close(None)
+    for call in the_three_ways(rig.publisher):
+        with pytest.raises(errors.ConnectionClosedError):
+            await call("s", b"v")
+    with pytest.raises(errors.ConnectionClosedError):
+        await rig.publisher.publish_to_subject("s.subject", b"v")
+    with pytest.raises(errors.ConnectionClosedError):
+        await rig.publisher.flush(None)
+    rig.assert_nothing_happened()
+
+
+async def test_full_window_refuses_publish_nowait_only(rig: Rig) -> None:
+    small = await make_rig(max_inflight=2, ack_wait=30)
+    try:
+        p = small.publisher
+        first = p.publish_nowait("s", b"1")
+        p.publish_nowait("s", b"2")
+        with pytest.raises(errors.InflightLimitError):
+            p.publish_nowait("s", b"3")
+        waiting = asyncio.create_task(p.send("s", b"3"))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()  # send() waits for room...
+        first.cancel()  # ...which a cancel (or an ack) makes
+        third = await asyncio.wait_for(waiting, 1)
+        assert not third.done()
+        assert p._correlator.held == 2
+    finally:
+        await small.publisher.close(None)
+
+
+BAD_SUBJECT_PUBLISHES: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
+    ("empty subject", ("", b"v"), {}, "subject must be"),
+    ("value str", ("a.b", "v"), {}, "value must be bytes"),
+    ("key str", ("a.b", b"v"), {"key": "k"}, "key must be bytes"),
+    ("partition not allowed", ("a.b", b"v"), {"partition": 1}, "unknown publish argument"),
+    ("header key too long", ("a.b", b"v"), {"headers": {"k" * 40000: b""}}, "32767"),
+    ("ack wait zero", ("a.b", b"v"), {"ack_wait": 0}, "ack_wait"),
+    ("ack policy bad", ("a.b", b"v"), {"ack_policy": 9}, "ack_policy"),
+    ("correlation id empty", ("a.b", b"v"), {"correlation_id": ""}, "correlation_id"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "kw", "match"),
+    [pytest.param(a, k, m, id=i) for i, a, k, m in BAD_SUBJECT_PUBLISHES],
+)
+async def test_bad_subject_publish_is_rejected(
+    rig: Rig, args: tuple[Any, ...], kw: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(errors.InvalidInputError, match=match):
+        await rig.publisher.publish_to_subject(*args, **kw)
+    rig.assert_nothing_happened()
+
+
+async def test_flush_timeout_must_be_positive(rig: Rig) -> None:
+    with pytest.raises(errors.InvalidInputError):
+        await rig.publisher.flush(0)
+    with pytest.raises(errors.InvalidInputError):
+        await rig.publisher.flush(-1)
