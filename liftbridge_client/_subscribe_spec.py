@@ -21,7 +21,15 @@ from liftbridge_client import errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import StartPosition, StopPosition
 
-__all__ = ["Action", "Phase", "SubscribeArgs", "SubscribeSpec", "Verdict", "classify"]
+__all__ = [
+    "Action",
+    "Phase",
+    "Progress",
+    "SubscribeArgs",
+    "SubscribeSpec",
+    "Verdict",
+    "classify",
+]
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -188,22 +196,6 @@ class SubscribeSpec:
             reverse=reverse,
         )
 
-    # ------------------------------------------------------------ positions
-
-    def next_offset(self, last: int) -> int | None:
-        """Where a resubscribe starts after receiving ``last``; None when nothing is left."""
-        if self.reverse:
-            return last - 1 if last > 0 else None
-        if self.stop is StopPosition.OFFSET and last >= self.stop_offset:
-            return None
-        return last + 1
-
-    def is_replay(self, offset: int, last: int | None) -> bool:
-        """True for a message at or before the last one delivered (never delivered twice)."""
-        if last is None:
-            return False
-        return offset >= last if self.reverse else offset <= last
-
     def request(self, resume_at: int | None = None) -> api_pb2.SubscribeRequest:
         """The request: the original position, or OFFSET ``resume_at`` when resubscribing."""
         req = api_pb2.SubscribeRequest(
@@ -224,6 +216,51 @@ class SubscribeSpec:
             req.startOffset = resume_at
             req.startTimestamp = 0
         return req
+
+
+# ---------------------------------------------------------------- progress
+
+
+@dataclass(slots=True)
+class Progress:
+    """What was delivered so far, and the order the server really sends messages in.
+
+    A reverse read may be ignored by the server (v1.9.0 reads forward instead), so
+    for ``reverse`` the order is learned from the first two messages; until then it
+    is assumed to be the order asked for.
+    """
+
+    reverse: bool
+    last: int | None = None
+    descending: bool | None = None  # None: not known yet
+
+    def __post_init__(self) -> None:
+        if not self.reverse:
+            self.descending = False
+
+    def accept(self, offset: int) -> bool:
+        """Record a received offset; False for a replay (delivered already: drop it)."""
+        last = self.last
+        if last is not None:
+            if offset == last:
+                return False
+            if self.descending is None:
+                self.descending = offset < last
+            elif offset > last if self.descending else offset < last:
+                return False
+        self.last = offset
+        return True
+
+    def resume_at(self, spec: SubscribeSpec) -> int | None:
+        """Where a resubscribe starts; None when nothing is left to read."""
+        if self.last is None:
+            raise ValueError("nothing was delivered: resubscribe at the original position")
+        descending = self.reverse if self.descending is None else self.descending
+        if descending:
+            return self.last - 1 if self.last > 0 else None
+        if spec.stop is StopPosition.OFFSET and self.last >= spec.stop_offset:
+            return None
+        return self.last + 1
 
 
 # ---------------------------------------------------------------- outcomes

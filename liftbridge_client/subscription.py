@@ -26,6 +26,7 @@ from liftbridge_client._proto import api_pb2
 from liftbridge_client._subscribe_spec import (
     Action,
     Phase,
+    Progress,
     SubscribeArgs,
     SubscribeSpec,
     classify,
@@ -95,7 +96,7 @@ class Subscription:
         self._finished = False  # ended or failed for good: iteration is over
         self._closed = False
         self._end_reason: errors.SubscriptionEnded | None = None
-        self._last_offset: int | None = None
+        self._progress = Progress(self._spec.reverse)
         self._resubscribes = 0
         self._lock = asyncio.Lock()
 
@@ -103,7 +104,7 @@ class Subscription:
         state = "closed" if self._closed else "ended" if self._finished else "open"
         return (
             f"<Subscription {self._spec.stream}/{self._spec.partition} {state} "
-            f"last_offset={self._last_offset} broker={self._address}>"
+            f"last_offset={self._progress.last} broker={self._address}>"
         )
 
     # ------------------------------------------------------------ state
@@ -124,7 +125,7 @@ class Subscription:
     @property
     def last_offset(self) -> int | None:
         """Offset of the last message delivered; None before the first."""
-        return self._last_offset
+        return self._progress.last
 
     @property
     def broker(self) -> str | None:
@@ -215,10 +216,9 @@ class Subscription:
                 pb = await self._read(self._call)
                 if pb is None:
                     continue  # the stream broke: resubscribe, or it ended
-            if self._spec.is_replay(pb.offset, self._last_offset):
+            if not self._progress.accept(pb.offset):
                 log.debug("%r: dropping replayed offset %d", self, pb.offset)
                 continue
-            self._last_offset = pb.offset
             return message_from_proto(pb)
 
     async def _read(self, call: SubscribeCall) -> api_pb2.Message | None:
@@ -260,13 +260,14 @@ class Subscription:
             return
         phase = Phase.RESUBSCRIBING if self._established else Phase.OPENING
         resume_at: int | None = None
-        if self._last_offset is not None:
-            resume_at = self._spec.next_offset(self._last_offset)
+        last = self._progress.last
+        if last is not None:
+            resume_at = self._progress.resume_at(self._spec)
             if resume_at is None:  # the stop offset (or the oldest, reversed) was delivered
                 self._conclude(
                     Action.END,
                     errors.StopPositionReached(
-                        f"{self.stream}/{self.partition}: offset {self._last_offset} was the last"
+                        f"{self.stream}/{self.partition}: offset {last} was the last"
                     ),
                 )
                 return

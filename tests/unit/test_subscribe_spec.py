@@ -11,7 +11,7 @@ import pytest
 from liftbridge_client import StartPosition, StopPosition, errors
 from liftbridge_client._grpc import map_rpc_error
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._subscribe_spec import Action, Phase, SubscribeSpec, classify
+from liftbridge_client._subscribe_spec import Action, Phase, Progress, SubscribeSpec, classify
 
 NOW = 1_700_000_000_000_000_000
 
@@ -96,20 +96,38 @@ def test_resubscribe_request_starts_at_an_offset_and_keeps_the_rest() -> None:
     )
 
 
-def test_next_offset_forward_reverse_and_stop() -> None:
-    assert spec().next_offset(4) == 5
-    assert spec(reverse=True).next_offset(4) == 3
-    assert spec(reverse=True).next_offset(0) is None
-    assert spec(stop_offset=4).next_offset(4) is None
-    assert spec(stop_offset=4).next_offset(3) == 4
+def test_resume_forward_reverse_and_after_the_stop_offset() -> None:
+    def after(s: SubscribeSpec, *delivered: int) -> int | None:
+        progress = Progress(s.reverse)
+        for offset in delivered:
+            progress.accept(offset)
+        return progress.resume_at(s)
+
+    assert after(spec(), 4) == 5
+    assert after(spec(stop_offset=4), 3) == 4
+    assert after(spec(stop_offset=4), 4) is None
+    assert after(spec(reverse=True), 4) == 3  # order not seen yet: as asked
+    assert after(spec(reverse=True), 5, 4) == 3
+    assert after(spec(reverse=True), 1, 0) is None
+    # A server that ignores reverse (v1.9.0) sends ascending offsets: resume forward.
+    assert after(spec(reverse=True), 4, 5) == 6
+    with pytest.raises(ValueError, match="original position"):
+        after(spec())
 
 
-def test_replays_are_recognised() -> None:
-    assert not spec().is_replay(0, None)
-    assert spec().is_replay(4, 4)
-    assert not spec().is_replay(5, 4)
-    assert spec(reverse=True).is_replay(4, 4)
-    assert not spec(reverse=True).is_replay(3, 4)
+@pytest.mark.parametrize(
+    ("reverse", "offsets", "accepted"),
+    [
+        (False, [0, 1, 1, 0, 2], [0, 1, 2]),
+        (True, [9, 8, 8, 9, 7], [9, 8, 7]),
+        (True, [0, 1, 1, 0, 2], [0, 1, 2]),  # reverse ignored by the server: learned
+        (True, [5, 5, 4], [5, 4]),
+    ],
+)
+def test_replays_are_dropped(reverse: bool, offsets: list[int], accepted: list[int]) -> None:
+    progress = Progress(reverse)
+    assert [o for o in offsets if progress.accept(o)] == accepted
+    assert progress.last == accepted[-1]
 
 
 @pytest.mark.parametrize(

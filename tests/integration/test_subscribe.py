@@ -1,0 +1,414 @@
+"""Subscriptions against real Liftbridge v1.9.0 servers.
+
+Every start and stop position, the hidden handshake, each way the server ends a
+subscription (with the exact status it sends), cancellation, reading from an ISR
+replica, and a leader failover on the 3-node cluster with no gap and no duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+
+import grpc
+import pytest
+
+from liftbridge_client import (
+    AckPolicy,
+    Client,
+    ClientOptions,
+    Message,
+    RetryPolicy,
+    StartPosition,
+    StopPosition,
+    Transport,
+    errors,
+)
+from liftbridge_client.subscription import Subscription
+from liftbridge_client.testing import Cluster, Deployment, StreamName, StreamNames
+
+pytestmark = pytest.mark.integration
+
+OPTIONS = ClientOptions(
+    transport=Transport.GRPC,
+    rpc_timeout=3.0,
+    resubscribe_wait=5.0,
+    retry=RetryPolicy(attempts=5, initial_backoff=0.05, max_backoff=0.5),
+)
+
+
+@pytest.fixture
+async def client(liftbridge_server: Deployment) -> AsyncIterator[Client]:
+    async with Client(liftbridge_server.addresses, options=OPTIONS) as c:
+        yield c
+
+
+@pytest.fixture
+async def stream(client: Client, unique_stream: StreamName) -> str:
+    await client.create_stream(unique_stream.subject, unique_stream.name)
+    return unique_stream.name
+
+
+async def publish(client: Client, stream: str, *values: bytes) -> list[int]:
+    offsets = []
+    for value in values:
+        ack = await client.publish(stream, value, ack_policy=AckPolicy.ALL)
+        assert ack is not None
+        offsets.append(ack.offset)
+    return offsets
+
+
+async def read(sub: Subscription, count: int, timeout: float = 5.0) -> list[Message]:
+    async with asyncio.timeout(timeout):
+        return [await anext(sub) for _ in range(count)]
+
+
+async def drain(sub: Subscription, timeout: float = 5.0) -> list[Message]:
+    """Everything until the subscription ends by itself."""
+    async with asyncio.timeout(timeout):
+        return [m async for m in sub]
+
+
+def values(messages: Sequence[Message]) -> list[bytes]:
+    return [m.value for m in messages]
+
+
+def offsets(messages: Sequence[Message]) -> list[int]:
+    return [m.offset for m in messages]
+
+
+# ---------------------------------------------------------------- handshake, start positions
+
+
+async def test_handshake_is_hidden_and_earliest_to_latest_reads_everything(
+    client: Client, stream: str
+) -> None:
+    assert await publish(client, stream, b"m0", b"m1", b"m2") == [0, 1, 2]
+    async with client.subscribe(
+        stream, start=StartPosition.EARLIEST, stop=StopPosition.LATEST
+    ) as sub:
+        got = await drain(sub)
+    # The first item is offset 0 with its payload: the server's empty handshake is not seen.
+    assert offsets(got) == [0, 1, 2]
+    assert values(got) == [b"m0", b"m1", b"m2"]
+    assert all(m.stream == stream and m.partition == 0 and m.timestamp_ns > 0 for m in got)
+    assert isinstance(sub.end_reason, errors.StopPositionReached)
+    assert str(sub.end_reason).endswith("Stop offset reached")
+
+
+async def test_new_only_sees_only_what_is_published_after_it_is_established(
+    client: Client, stream: str
+) -> None:
+    await publish(client, stream, b"old0", b"old1")
+    async with client.subscribe(stream) as sub:  # NEW_ONLY; established on enter
+        await publish(client, stream, b"new2", b"new3")
+        got = await read(sub, 2)
+    assert (offsets(got), values(got)) == ([2, 3], [b"new2", b"new3"])
+    assert sub.end_reason is None
+
+
+async def test_offset_start_and_stop(client: Client, stream: str) -> None:
+    await publish(client, stream, *(b"m%d" % i for i in range(6)))
+    async with client.subscribe(stream, start_offset=2, stop_offset=4) as sub:
+        got = await drain(sub)
+    assert offsets(got) == [2, 3, 4]
+    assert isinstance(sub.end_reason, errors.StopPositionReached)
+
+
+async def test_latest_starts_at_the_newest_message(client: Client, stream: str) -> None:
+    await publish(client, stream, b"a", b"b", b"c")
+    async with client.subscribe(stream, start=StartPosition.LATEST) as sub:
+        first = await read(sub, 1)
+        await publish(client, stream, b"d")
+        second = await read(sub, 1)
+    assert offsets(first + second) == [2, 3]
+
+
+async def test_timestamp_start_and_stop(client: Client, stream: str) -> None:
+    await publish(client, stream, b"a", b"b", b"c", b"d", b"e")
+    async with client.subscribe(stream, start=StartPosition.EARLIEST, stop_offset=4) as sub:
+        stamps = [m.timestamp_ns for m in await drain(sub)]
+    async with client.subscribe(
+        stream, start_timestamp_ns=stamps[1], stop_timestamp_ns=stamps[3]
+    ) as sub:
+        got = await drain(sub)
+    assert offsets(got) == [1, 2, 3]
+    assert isinstance(sub.end_reason, errors.StopPositionReached)
+
+
+async def test_time_delta_starts_that_many_seconds_back(client: Client, stream: str) -> None:
+    await publish(client, stream, b"before0", b"before1")
+    await asyncio.sleep(0.6)
+    cut = time.time_ns()
+    await publish(client, stream, b"after2", b"after3")
+    await asyncio.sleep(0.1)
+    delta = (time.time_ns() - cut) / 1e9
+    async with client.subscribe(stream, start_time_delta=delta, stop=StopPosition.LATEST) as sub:
+        got = await drain(sub)
+    assert values(got) == [b"after2", b"after3"]
+
+
+async def test_reverse_is_ignored_by_the_pinned_v1_9_0_server(client: Client, stream: str) -> None:
+    """v1.9.0 has no SubscribeRequest field 12: it reads forward, without an error."""
+    await publish(client, stream, b"a", b"b", b"c")
+    async with client.subscribe(stream, start=StartPosition.EARLIEST, reverse=True) as sub:
+        got = await read(sub, 3)
+    assert offsets(got) == [0, 1, 2]
+
+
+async def test_a_missing_partition_or_stream_raises_not_found_on_enter(
+    client: Client, stream: str
+) -> None:
+    with pytest.raises(errors.NotFoundError):
+        async with client.subscribe(stream, partition=3):
+            pass
+    with pytest.raises(errors.NotFoundError):
+        async with client.subscribe(stream + "-missing"):
+            pass
+
+
+async def test_invalid_arguments_fail_before_anything_is_sent(client: Client) -> None:
+    with pytest.raises(errors.InvalidInputError):
+        client.subscribe("any", start=StartPosition.OFFSET)
+    with pytest.raises(errors.InvalidInputError):
+        client.subscribe("any", start_offset=5, stop_offset=4)
+
+
+# ---------------------------------------------------------------- how subscriptions end
+
+
+async def test_stop_latest_on_an_empty_stream_ends_cleanly(client: Client, stream: str) -> None:
+    # The server refuses with RESOURCE_EXHAUSTED "Stream is empty" (before any handshake).
+    async with client.subscribe(
+        stream, start=StartPosition.EARLIEST, stop=StopPosition.LATEST
+    ) as sub:
+        assert await drain(sub) == []
+    assert isinstance(sub.end_reason, errors.StopPositionReached)
+    cause = sub.end_reason.__cause__
+    assert isinstance(cause, errors.ResourceExhaustedError)
+    assert cause.details == "Stream is empty"
+
+
+async def test_readonly_while_subscribed_ends_cleanly(client: Client, stream: str) -> None:
+    await publish(client, stream, b"a", b"b")
+    async with client.subscribe(stream, start=StartPosition.EARLIEST) as sub:
+        assert offsets(await read(sub, 2)) == [0, 1]
+        await client.set_stream_readonly(stream)
+        assert await drain(sub) == []
+    assert isinstance(sub.end_reason, errors.ReadonlyPartitionEnd)
+    cause = sub.end_reason.__cause__
+    assert isinstance(cause, errors.ResourceExhaustedError)
+    assert cause.details == "End of readonly partition"
+
+
+async def test_subscribing_to_a_readonly_partition(client: Client, stream: str) -> None:
+    await publish(client, stream, b"a", b"b")
+    await client.set_stream_readonly(stream)
+    # The server turns ON_CANCEL into "stop at the newest offset": RESOURCE_EXHAUSTED
+    # "Stop offset reached" after the last message; the client reports a read-only end.
+    async with client.subscribe(stream, start=StartPosition.EARLIEST) as sub:
+        assert offsets(await drain(sub)) == [0, 1]
+    assert isinstance(sub.end_reason, errors.ReadonlyPartitionEnd)
+    assert sub.end_reason.__cause__ is not None
+    assert getattr(sub.end_reason.__cause__, "details", "") == "Stop offset reached"
+    # NEW_ONLY on it: INVALID_ARGUMENT "Stop offset is before start offset: 1 < 2".
+    async with client.subscribe(stream) as sub:
+        assert await drain(sub) == []
+    assert isinstance(sub.end_reason, errors.ReadonlyPartitionEnd)
+    cause = sub.end_reason.__cause__
+    assert isinstance(cause, errors.InvalidArgumentError)
+    assert cause.details == "Stop offset is before start offset: 1 < 2"
+
+
+async def test_stream_deleted_while_subscribed_raises(client: Client, stream: str) -> None:
+    await publish(client, stream, b"a")
+    async with client.subscribe(stream, start=StartPosition.EARLIEST) as sub:
+        await read(sub, 1)
+        await client.delete_stream(stream)
+        with pytest.raises(errors.StreamDeletedEnd) as info:
+            await read(sub, 1)
+    assert sub.end_reason is info.value
+    cause = info.value.__cause__
+    assert isinstance(cause, errors.NotFoundError)
+    assert cause.details == "commit log was deleted"
+
+
+async def test_partition_paused_while_subscribed_raises(client: Client, stream: str) -> None:
+    await publish(client, stream, b"a")
+    async with client.subscribe(stream, start=StartPosition.EARLIEST) as sub:
+        await read(sub, 1)
+        await client.pause_stream(stream)
+        with pytest.raises(errors.PartitionPausedEnd) as info:
+            await read(sub, 1)
+    cause = info.value.__cause__
+    assert isinstance(cause, errors.FailedPreconditionError)
+    assert cause.details == "commit log was closed"
+
+
+async def test_paused_partition_needs_resume(client: Client, stream: str) -> None:
+    await publish(client, stream, b"a", b"b")
+    await client.pause_stream(stream)
+    # Without resume: INTERNAL "Failed to create stream reader: segment has been closed".
+    with pytest.raises(errors.PartitionPausedEnd) as info:
+        async with client.subscribe(stream, start=StartPosition.EARLIEST):
+            pass
+    cause = info.value.__cause__
+    assert isinstance(cause, errors.InternalServerError)
+    assert cause.details == "Failed to create stream reader: segment has been closed"
+    assert "resume=True" in str(info.value)
+    async with client.subscribe(
+        stream, start=StartPosition.EARLIEST, stop=StopPosition.LATEST, resume=True
+    ) as sub:
+        assert values(await drain(sub)) == [b"a", b"b"]
+    # Resumed for good: a plain subscription works again.
+    async with client.subscribe(stream, start=StartPosition.EARLIEST, stop_offset=1) as sub:
+        assert values(await drain(sub)) == [b"a", b"b"]
+
+
+# ---------------------------------------------------------------- close and cancel
+
+
+async def test_cancelling_the_consumer_cancels_the_grpc_call(client: Client, stream: str) -> None:
+    await publish(client, stream, b"a")
+    sub = client.subscribe(stream, start=StartPosition.EARLIEST)
+    got = asyncio.Event()
+
+    async def consume() -> None:
+        async with sub:
+            async for _ in sub:
+                got.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(got.wait(), 5)
+    call = sub._call
+    assert call is not None
+    await asyncio.sleep(0.05)  # the consumer now waits for the next message
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert call.cancelled()
+    assert call.done()
+    assert await call.code() is grpc.StatusCode.CANCELLED
+    assert sub.closed
+    assert sub not in client._subscriptions
+
+
+async def test_close_from_another_task_ends_iteration(client: Client, stream: str) -> None:
+    sub = client.subscribe(stream)
+    async with sub:
+        reader = asyncio.create_task(drain(sub))
+        await asyncio.sleep(0.05)
+        await sub.close()
+        assert await reader == []
+    assert sub.end_reason is None
+
+
+async def test_closing_the_client_closes_its_subscriptions(
+    liftbridge_server: Deployment, unique_stream: StreamName
+) -> None:
+    async with Client(liftbridge_server.addresses, options=OPTIONS) as c:
+        await c.create_stream(unique_stream.subject, unique_stream.name)
+        sub = c.subscribe(unique_stream.name)
+        await sub.__aenter__()
+        reader = asyncio.create_task(drain(sub))
+        await asyncio.sleep(0.05)
+    assert await reader == []
+    assert sub.closed
+
+
+# ---------------------------------------------------------------- cluster
+
+
+async def _cluster_stream(client: Client, names: StreamNames) -> str:
+    name, subject = names("rf3")
+    await client.create_stream(subject, name, replication_factor=3)
+    return name
+
+
+async def test_read_isr_replica_reads_from_a_follower(
+    liftbridge_cluster: Cluster, stream_names: StreamNames
+) -> None:
+    async with Client(liftbridge_cluster.addresses, options=OPTIONS) as client:
+        stream = await _cluster_stream(client, stream_names)
+        await publish(client, stream, b"a", b"b", b"c")
+        md = await client.fetch_metadata(stream)
+        part = md.streams[stream].partitions[0]
+        leader = md.broker(part.leader)
+        assert leader is not None
+        isr = {b.address for b in md.brokers if b.id in part.isr}
+        followers_seen: set[str] = set()
+        for _ in range(12):  # a random ISR member each time: 2 of 3 are followers
+            async with client.subscribe(
+                stream, start=StartPosition.EARLIEST, stop_offset=2, read_isr_replica=True
+            ) as sub:
+                assert values(await drain(sub)) == [b"a", b"b", b"c"]
+            assert sub.broker in isr
+            if sub.broker != leader.address:
+                followers_seen.add(sub.broker)
+            if followers_seen:
+                break
+        assert followers_seen, "read_isr_replica never picked a follower in 12 tries"
+        # Without it, a follower refuses: FAILED_PRECONDITION "Server not partition leader".
+        follower = next(iter(followers_seen))
+        stub = client._pool.stub(follower)
+        from liftbridge_client._proto import api_pb2
+
+        call = stub.Subscribe(api_pb2.SubscribeRequest(stream=stream))
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call.read()
+        assert info.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert info.value.details() == "Server not partition leader"
+        await client.delete_stream(stream)
+
+
+async def _wait_for_new_leader(client: Client, stream: str, dead: str, timeout: float) -> str:
+    """The new partition leader, once it leads (it then takes publishes from NATS)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            # Answered only by a broker whose partition has finished becoming leader.
+            part = await client.fetch_partition_metadata(stream)
+        except errors.LiftbridgeError:
+            part = None
+        if part is not None and part.leader not in ("", dead):
+            return part.leader
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no new leader for {stream} within {timeout}s")
+
+
+async def test_leader_failover_resubscribes_without_gap_or_duplicate(
+    liftbridge_cluster: Cluster, stream_names: StreamNames
+) -> None:
+    options = ClientOptions(
+        transport=Transport.GRPC,
+        rpc_timeout=2.0,
+        resubscribe_wait=20.0,
+        metadata_refresh_interval=None,
+        ack_wait=10.0,
+        retry=RetryPolicy(attempts=5, initial_backoff=0.05, max_backoff=0.5),
+    )
+    async with Client(liftbridge_cluster.addresses, options=options) as client:
+        stream = await _cluster_stream(client, stream_names)
+        before = [b"before-%d" % i for i in range(5)]
+        after = [b"after-%d" % i for i in range(5)]
+        await publish(client, stream, *before)  # ack ALL: every replica has them
+        md = await client.fetch_metadata(stream)
+        old_leader = md.streams[stream].partitions[0].leader
+        old_address = liftbridge_cluster.node(old_leader).address
+
+        async with client.subscribe(stream, start=StartPosition.EARLIEST) as sub:
+            assert sub.broker == old_address
+            received = await read(sub, 3)  # part of what is there: the rest is in flight
+
+            await asyncio.to_thread(liftbridge_cluster.node(old_leader).kill)  # SIGKILL
+            new_leader = await _wait_for_new_leader(client, stream, old_leader, timeout=20)
+            await publish(client, stream, *after)  # through the surviving nodes
+
+            received += await read(sub, len(before) + len(after) - 3, timeout=25)
+            assert sub.resubscribes >= 1
+            assert sub.broker == liftbridge_cluster.node(new_leader).address
+
+        assert offsets(received) == list(range(10))
+        assert values(received) == before + after
+        await asyncio.to_thread(liftbridge_cluster.node(old_leader).start)
