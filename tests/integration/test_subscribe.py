@@ -25,6 +25,7 @@ from liftbridge_client import (
     Transport,
     errors,
 )
+from liftbridge_client._proto import api_pb2
 from liftbridge_client.subscription import Subscription
 from liftbridge_client.testing import Cluster, Deployment, StreamName, StreamNames
 
@@ -352,8 +353,6 @@ async def test_read_isr_replica_reads_from_a_follower(
         # Without it, a follower refuses: FAILED_PRECONDITION "Server not partition leader".
         follower = next(iter(followers_seen))
         stub = client._pool.stub(follower)
-        from liftbridge_client._proto import api_pb2
-
         call = stub.Subscribe(api_pb2.SubscribeRequest(stream=stream))
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await call.read()
