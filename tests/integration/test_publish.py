@@ -1,0 +1,484 @@
+"""Publishing against real Liftbridge v1.9.0 servers, over NATS and over gRPC.
+
+Messages are read back with a raw gRPC Subscribe (the generated stub, not the client's
+Subscription), so these tests pin the publish path alone. Also pinned here: what the server
+does when it answers nothing (paused or read-only partitions over NATS), its publish errors
+(optimistic concurrency, read-only, too large), and the client's own guarantees (ordering,
+the in-flight window, flush, close with pending acks, no task left behind).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import zlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+
+from liftbridge_client import (
+    AckPolicy,
+    Client,
+    ClientOptions,
+    Transport,
+    errors,
+)
+from liftbridge_client._grpc_publish import publish_unary
+from liftbridge_client._proto import api_pb2, api_pb2_grpc
+from liftbridge_client.partitioning import RoundRobinPartitioner, key_partition
+from liftbridge_client.testing import Cluster, Deployment, SingleNode, StreamName, StreamNames
+
+pytestmark = pytest.mark.integration
+
+BOTH = pytest.mark.parametrize("transport", [Transport.NATS, Transport.GRPC], ids=["nats", "grpc"])
+
+
+@pytest.fixture
+async def client(liftbridge_server: Deployment) -> AsyncIterator[Client]:
+    options = ClientOptions(ack_wait=5.0)
+    async with Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+    ) as c:
+        yield c
+
+
+async def new_stream(client: Client, names: StreamNames, **settings: Any) -> StreamName:
+    stream = names()
+    await client.create_stream(stream.subject, stream.name, **settings)
+    return stream
+
+
+async def read_back(
+    client: Client, stream: str, count: int, *, partition: int = 0, timeout: float = 5.0
+) -> list[api_pb2.Message]:
+    """The first ``count`` messages of a partition, through a raw Subscribe to its leader."""
+    leader = await client._metadata.leader_address(stream, partition)
+    got: list[api_pb2.Message] = []
+    async with grpc.aio.insecure_channel(leader) as channel:
+        stub = api_pb2_grpc.APIStub(channel)
+        req = api_pb2.SubscribeRequest(
+            stream=stream, partition=partition, startPosition=api_pb2.EARLIEST
+        )
+        call = stub.Subscribe(req, timeout=timeout)
+        first = True
+        try:
+            async for msg in call:
+                if first:  # the server's empty handshake message
+                    first = False
+                    continue
+                got.append(msg)
+                if len(got) == count:
+                    break
+        except grpc.aio.AioRpcError as exc:
+            raise AssertionError(f"read {len(got)} of {count} messages: {exc.code()}") from exc
+        finally:
+            call.cancel()
+    return got
+
+
+async def newest_offset(client: Client, stream: str, partition: int = 0) -> int:
+    return (await client.fetch_partition_metadata(stream, partition)).newest_offset
+
+
+# ---------------------------------------------------------------- round trips
+
+
+@BOTH
+async def test_publish_and_read_back_in_order(
+    client: Client, stream_names: StreamNames, transport: Transport
+) -> None:
+    stream = await new_stream(client, stream_names)
+    acks = [await client.publish(stream.name, b"a", transport=transport)]
+    futs = [client.publish_nowait(stream.name, b"n%d" % i, transport=transport) for i in range(50)]
+    futs += [await client.send(stream.name, b"s%d" % i, transport=transport) for i in range(50)]
+    acks += await asyncio.gather(*futs)
+    offsets = [ack.offset for ack in acks if ack is not None]
+    assert offsets == list(range(101))  # consecutive, in call order
+    messages = await read_back(client, stream.name, 101)
+    assert [m.offset for m in messages] == list(range(101))
+    expected = [b"a"] + [b"n%d" % i for i in range(50)] + [b"s%d" % i for i in range(50)]
+    assert [m.value for m in messages] == expected
+
+
+@BOTH
+async def test_ack_fields(client: Client, stream_names: StreamNames, transport: Transport) -> None:
+    stream = await new_stream(client, stream_names)
+    before = time.time_ns()
+    ack = await client.publish(
+        stream.name, b"v", correlation_id="my-correlation-id", transport=transport
+    )
+    assert ack is not None
+    assert ack.stream == stream.name
+    assert ack.offset == 0
+    assert ack.correlation_id == "my-correlation-id"
+    assert ack.ack_policy is AckPolicy.LEADER
+    assert ack.partition_subject == stream.subject  # the base subject...
+    assert ack.msg_subject == stream.subject  # ...and the one used (partition 0: the same)
+    assert before - 10**9 < ack.commit_timestamp_ns < time.time_ns() + 10**9
+    assert ack.reception_timestamp_ns <= ack.commit_timestamp_ns
+    publisher = client._require_open()
+    if transport is Transport.NATS:
+        assert ack.ack_inbox == publisher.ack_inbox  # our inbox, one per client
+    else:
+        assert ack.ack_inbox  # the server's PublishAsync session inbox
+        assert ack.ack_inbox != publisher.ack_inbox
+
+
+@BOTH
+async def test_ack_policy_none_returns_none_and_stores(
+    client: Client, stream_names: StreamNames, transport: Transport
+) -> None:
+    stream = await new_stream(client, stream_names)
+    got = await client.publish(stream.name, b"fire", ack_policy=AckPolicy.NONE, transport=transport)
+    assert got is None
+    await client.flush(5)
+    [msg] = await read_back(client, stream.name, 1)
+    assert msg.value == b"fire"
+    assert client._require_open().unknown_acks == 0  # no late ack showed up either
+
+
+@BOTH
+async def test_headers_and_key_round_trip(
+    client: Client, stream_names: StreamNames, transport: Transport
+) -> None:
+    stream = await new_stream(client, stream_names)
+    headers = {"trace-id": b"abc", "binary": bytes(range(256)), "empty": b""}
+    await client.publish(stream.name, b"v", key=b"the-key", headers=headers, transport=transport)
+    [msg] = await read_back(client, stream.name, 1)
+    assert msg.key == b"the-key"
+    for name, value in headers.items():
+        assert msg.headers[name] == value
+    # The server adds "subject" (and "reply") on every message it stores.
+    assert msg.headers["subject"] == stream.subject.encode()
+
+
+async def test_unknown_stream_is_not_found(client: Client) -> None:
+    for transport in (Transport.NATS, Transport.GRPC):
+        with pytest.raises(errors.NotFoundError):
+            await client.publish("no-such-stream-anywhere", b"v", transport=transport)
+
+
+async def test_unary_publish_with_deadline(client: Client, stream_names: StreamNames) -> None:
+    stream = await new_stream(client, stream_names, optimistic_concurrency_control=True)
+    stub = client._pool.stub(await client._metadata.leader_address(stream.name, 0))
+    req = api_pb2.PublishRequest(stream=stream.name, value=b"u", expectedOffset=0)
+    ack = await publish_unary(stub, req, timeout=5)
+    assert ack is not None
+    assert ack.offset == 0
+    with pytest.raises(errors.IncorrectOffsetError):
+        await publish_unary(stub, req, timeout=5)  # offset 0 is taken now
+
+
+# ---------------------------------------------------------------- partitions
+
+
+@BOTH
+async def test_key_partitioning_matches_crc32(
+    client: Client, stream_names: StreamNames, transport: Transport
+) -> None:
+    stream = await new_stream(client, stream_names, partitions=4)
+    keys = [b"foobarbazqux", b"blah", b"foo", b"customer-7", b"x", b"y"]
+    for key in keys:
+        ack = await client.publish(stream.name, key, key=key, transport=transport)
+        assert ack is not None
+        expected = zlib.crc32(key) % 4
+        assert expected == key_partition(key, 4)
+        assert ack.msg_subject == (
+            stream.subject if expected == 0 else f"{stream.subject}.{expected}"
+        )
+    for partition in range(4):
+        mine = [k for k in keys if zlib.crc32(k) % 4 == partition]
+        if mine:
+            got = await read_back(client, stream.name, len(mine), partition=partition)
+            assert [m.value for m in got] == mine
+            assert all(m.key == m.value for m in got)
+
+
+async def test_explicit_partition_beats_key(client: Client, stream_names: StreamNames) -> None:
+    stream = await new_stream(client, stream_names, partitions=3)
+    ack = await client.publish(stream.name, b"v", key=b"foo", partition=1)  # foo -> 2
+    assert ack is not None
+    assert ack.msg_subject == f"{stream.subject}.1"
+
+
+@BOTH
+async def test_round_robin(client: Client, stream_names: StreamNames, transport: Transport) -> None:
+    stream = await new_stream(client, stream_names, partitions=3)
+    rr = RoundRobinPartitioner()
+    subjects = []
+    for i in range(6):
+        ack = await client.publish(stream.name, b"%d" % i, partitioner=rr, transport=transport)
+        assert ack is not None
+        subjects.append(ack.msg_subject)
+    s = stream.subject
+    assert subjects == [s, f"{s}.1", f"{s}.2"] * 2
+    for partition in range(3):
+        got = await read_back(client, stream.name, 2, partition=partition)
+        assert [m.value for m in got] == [b"%d" % partition, b"%d" % (partition + 3)]
+
+
+# ---------------------------------------------------------------- optimistic concurrency
+
+
+@BOTH
+async def test_optimistic_concurrency(
+    client: Client, stream_names: StreamNames, transport: Transport
+) -> None:
+    stream = await new_stream(client, stream_names, optimistic_concurrency_control=True)
+    ack = await client.publish(stream.name, b"first", expected_offset=0, transport=transport)
+    assert ack is not None
+    assert ack.offset == 0
+    ack = await client.publish(stream.name, b"second", expected_offset=1, transport=transport)
+    assert ack is not None
+    assert ack.offset == 1
+    for wrong in (0, 1, 5):
+        with pytest.raises(errors.IncorrectOffsetError):
+            await client.publish(stream.name, b"stale", expected_offset=wrong, transport=transport)
+    # -1 (the default) means "no check", even on an OCC stream.
+    ack = await client.publish(stream.name, b"unchecked", transport=transport)
+    assert ack is not None
+    assert ack.offset == 2
+    messages = await read_back(client, stream.name, 3)
+    assert [m.value for m in messages] == [b"first", b"second", b"unchecked"]
+
+
+async def test_occ_stream_refuses_ack_policy_none_over_grpc(
+    client: Client, stream_names: StreamNames
+) -> None:
+    # The server answers BAD_REQUEST, after the future already resolved to None: counted as
+    # an answer for nothing pending, and logged.
+    stream = await new_stream(client, stream_names, optimistic_concurrency_control=True)
+    publisher = client._require_open()
+    before = publisher.unknown_acks
+    got = await client.publish(
+        stream.name, b"v", ack_policy=AckPolicy.NONE, transport=Transport.GRPC
+    )
+    assert got is None
+    async with asyncio.timeout(5):
+        while publisher.unknown_acks == before:  # noqa: ASYNC110 - a counter, not an event
+            await asyncio.sleep(0.02)
+    assert publisher.unknown_acks == before + 1
+    assert await newest_offset(client, stream.name) == -1
+
+
+# ---------------------------------------------------------------- publish to subject
+
+
+async def test_publish_to_subject_with_headers(client: Client, stream_names: StreamNames) -> None:
+    stream = await new_stream(client, stream_names)
+    ack = await client.publish_to_subject(
+        stream.subject, b"via-subject", key=b"k", headers={"h1": b"v1"}, correlation_id="subj-1"
+    )
+    assert ack is not None
+    assert ack.stream == stream.name
+    assert ack.correlation_id == "subj-1"
+    [msg] = await read_back(client, stream.name, 1)
+    assert (msg.value, msg.key, msg.headers["h1"]) == (b"via-subject", b"k", b"v1")
+    assert await client.publish_to_subject(stream.subject, b"x", ack_policy=AckPolicy.NONE) is None
+
+
+async def test_publish_to_subject_nobody_listens(client: Client, stream_names: StreamNames) -> None:
+    lonely = stream_names().subject
+    started = time.monotonic()
+    with pytest.raises(errors.AckTimeoutError):
+        await client.publish_to_subject(lonely, b"v", ack_wait=0.5)
+    assert time.monotonic() - started < 3
+
+
+# ---------------------------------------------------------------- silence and refusal
+
+
+async def test_paused_partition_over_nats_times_out(
+    client: Client, stream_names: StreamNames
+) -> None:
+    stream = await new_stream(client, stream_names)
+    await client.pause_stream(stream.name)
+    started = time.monotonic()
+    with pytest.raises(errors.AckTimeoutError):
+        await client.publish(stream.name, b"v", ack_wait=0.5, transport=Transport.NATS)
+    assert 0.45 < time.monotonic() - started < 3
+    # Over gRPC the server resumes the partition and stores the message.
+    ack = await client.publish(stream.name, b"w", transport=Transport.GRPC)
+    assert ack is not None
+    assert ack.offset == 0  # the NATS publish was never stored
+
+
+async def test_readonly_partition(client: Client, stream_names: StreamNames) -> None:
+    stream = await new_stream(client, stream_names)
+    await client.publish(stream.name, b"before")
+    await client.set_stream_readonly(stream.name)
+    with pytest.raises(errors.AckTimeoutError):  # NATS: no ack at all
+        await client.publish(stream.name, b"v", ack_wait=0.5, transport=Transport.NATS)
+    with pytest.raises(errors.ReadonlyPartitionError):  # gRPC: refused
+        await client.publish(stream.name, b"v", transport=Transport.GRPC)
+    assert await newest_offset(client, stream.name) == 0
+
+
+async def test_too_large_for_nats(client: Client, stream_names: StreamNames) -> None:
+    stream = await new_stream(client, stream_names)
+    big = b"x" * (1024 * 1024)  # NATS max_payload: 1 MiB, the envelope pushes it over
+    with pytest.raises(errors.MessageTooLargeError, match="max_payload"):
+        await client.publish(stream.name, big, transport=Transport.NATS)
+    # Over gRPC the server's own NATS publish fails: INTERNAL "maximum payload exceeded".
+    with pytest.raises(errors.MessageTooLargeError, match="maximum payload"):
+        await client.publish(stream.name, big, transport=Transport.GRPC)
+    # Above the gRPC request limit the client refuses it before the stream is hurt.
+    with pytest.raises(errors.MessageTooLargeError, match="gRPC limit"):
+        await client.publish(stream.name, big * 4, transport=Transport.GRPC)
+    ack = await client.publish(stream.name, b"small", transport=Transport.GRPC)  # stream intact
+    assert ack is not None
+    assert ack.offset == 0
+
+
+@pytest.fixture(scope="module")
+def small_replication_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SingleNode]:
+    """A node whose clustering.replication.max.bytes is 2 KiB: TOO_LARGE below NATS's limit."""
+    settings = {"clustering.replication.max.bytes": 2048}
+    with SingleNode(base_dir=tmp_path_factory.mktemp("small-repl"), settings=settings) as node:
+        yield node
+
+
+@BOTH
+async def test_too_large_ack_from_the_server(
+    small_replication_server: SingleNode, stream_names: StreamNames, transport: Transport
+) -> None:
+    node = small_replication_server
+    async with Client(node.addresses, nats_servers=[node.nats_url]) as client:
+        stream = await new_stream(client, stream_names)
+        # NATS: an error ack (TOO_LARGE); gRPC: asyncError BAD_REQUEST with the server's text.
+        match = "replication.max.bytes" if transport is Transport.NATS else "max replication size"
+        with pytest.raises(errors.MessageTooLargeError, match=match):
+            await client.publish(stream.name, b"x" * 4096, transport=transport)
+        ack = await client.publish(stream.name, b"fits", transport=transport)
+        assert ack is not None
+        assert ack.offset == 0
+
+
+# ---------------------------------------------------------------- window, flush, close
+
+
+async def test_inflight_limit(liftbridge_server: Deployment, stream_names: StreamNames) -> None:
+    options = ClientOptions(max_inflight=5, ack_wait=10)
+    async with Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+    ) as client:
+        stream = await new_stream(client, stream_names)
+        await client.pause_stream(stream.name)  # NATS publishes get no ack: slots stay taken
+        futs = [client.publish_nowait(stream.name, b"%d" % i) for i in range(5)]
+        with pytest.raises(errors.InflightLimitError):
+            client.publish_nowait(stream.name, b"6")
+        waiting = asyncio.create_task(client.send(stream.name, b"6"))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # send() waits for room
+        futs[0].cancel()  # giving up on one makes room
+        sixth = await asyncio.wait_for(waiting, 2)
+        assert not sixth.done()
+        for fut in [*futs, sixth]:
+            fut.cancel()
+        # Over gRPC the paused partition is resumed; acks flow and the window drains.
+        futs2 = [
+            await client.send(stream.name, b"g%d" % i, transport=Transport.GRPC) for i in range(20)
+        ]
+        assert all(f.done() for f in futs2[:15])
+        await asyncio.gather(*futs2)
+
+
+async def test_flush_waits_for_every_ack(client: Client, stream_names: StreamNames) -> None:
+    stream = await new_stream(client, stream_names)
+    futs = [client.publish_nowait(stream.name, b"%d" % i) for i in range(300)]
+    futs += [
+        client.publish_nowait(stream.name, b"g%d" % i, transport=Transport.GRPC) for i in range(100)
+    ]
+    await client.flush(10)
+    assert all(f.done() and f.exception() is None for f in futs)
+    assert client._require_open().pending == 0
+
+
+async def test_close_with_1000_pending_acks(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    before = asyncio.all_tasks()
+    options = ClientOptions(ack_wait=60, max_inflight=2000)
+    client = Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+    )
+    await client.connect()
+    stream = await new_stream(client, stream_names)
+    await client.pause_stream(stream.name)  # no acks will come
+    futs = [client.publish_nowait(stream.name, b"%d" % i) for i in range(1000)]
+    await asyncio.sleep(0.2)
+    assert client._require_open().pending == 1000
+    started = time.monotonic()
+    await client.close()
+    assert time.monotonic() - started < 2
+    for fut in futs:
+        assert fut.done()
+        with pytest.raises(errors.ConnectionClosedError):
+            fut.result()
+    with pytest.raises(errors.ConnectionClosedError):
+        client.publish_nowait(stream.name, b"late")
+    await asyncio.sleep(0)
+    leftover = {t for t in asyncio.all_tasks() - before if not t.done()}
+    assert not leftover, leftover
+
+
+async def test_close_right_after_sending_over_grpc(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    before = asyncio.all_tasks()
+    client = Client(liftbridge_server.addresses)
+    await client.connect()
+    assert client._require_open().transport is Transport.GRPC  # no NATS: gRPC by default
+    stream = await new_stream(client, stream_names)
+    futs = [client.publish_nowait(stream.name, b"%d" % i) for i in range(200)]
+    await asyncio.sleep(0)
+    await client.close()
+    for fut in futs:  # each either acked in time or failed with the close
+        assert fut.done()
+        if fut.exception() is not None:
+            assert isinstance(fut.exception(), errors.ConnectionClosedError)
+    await asyncio.sleep(0)
+    assert not {t for t in asyncio.all_tasks() - before if not t.done()}
+
+
+async def test_nats_transport_without_nats_is_refused(liftbridge_server: Deployment) -> None:
+    options = ClientOptions(transport=Transport.NATS)
+    async with Client(liftbridge_server.addresses, options=options) as client:
+        with pytest.raises(errors.InvalidInputError, match="NATS connection"):
+            await client.publish("whatever", b"v")
+
+
+# ---------------------------------------------------------------- replication
+
+
+@pytest.mark.cluster
+async def test_leader_and_all_acks_with_three_replicas(
+    liftbridge_cluster: Cluster, stream_names: StreamNames
+) -> None:
+    async with Client(
+        liftbridge_cluster.addresses, nats_servers=[liftbridge_cluster.nats_url]
+    ) as client:
+        stream = await new_stream(client, stream_names, replication_factor=3, partitions=2)
+        info = (await client.fetch_metadata(stream.name)).streams[stream.name]
+        assert all(len(p.replicas) == 3 for p in info.partitions.values())
+        offsets: dict[int, int] = {0: 0, 1: 0}
+        for transport in (Transport.NATS, Transport.GRPC):
+            for policy in (AckPolicy.LEADER, AckPolicy.ALL):
+                for partition in (0, 1):
+                    ack = await client.publish(
+                        stream.name,
+                        b"%s-%s" % (transport.name.encode(), policy.name.encode()),
+                        partition=partition,
+                        ack_policy=policy,
+                        transport=transport,
+                    )
+                    assert ack is not None
+                    assert ack.ack_policy is policy
+                    assert ack.offset == offsets[partition]
+                    offsets[partition] += 1
+        for partition in (0, 1):
+            got = await read_back(client, stream.name, 4, partition=partition)
+            assert [m.offset for m in got] == [0, 1, 2, 3]
