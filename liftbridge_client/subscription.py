@@ -90,6 +90,7 @@ class Subscription:
         self._options = options
         self._on_close = on_close
         self._call: SubscribeCall | None = None
+        self._opening: SubscribeCall | None = None  # a call still waiting for its handshake
         self._pending: api_pb2.Message | None = None  # a message that arrived as the first
         self._address: str | None = None
         self._established = False  # a handshake arrived at least once
@@ -175,15 +176,16 @@ class Subscription:
             on_close(self)
 
     def _drop_call(self) -> None:
-        call, self._call = self._call, None
+        calls = (self._call, self._opening)
+        self._call = self._opening = None
         self._pending = None
-        if call is not None:
-            call.cancel()
+        for call in calls:
+            if call is not None:
+                call.cancel()
 
     def _on_cancelled(self) -> None:
         """A CancelledError reached us: the reading task's own, or our call's after close()."""
-        task = asyncio.current_task()
-        if self._closed and (task is None or task.cancelling() == 0):
+        if self._closed and not _being_cancelled():
             return  # close() cancelled the call under a reader: not the reader's cancellation
         # The consumer is being cancelled: the subscription cannot be resumed mid-read.
         self._closed = True
@@ -280,7 +282,7 @@ class Subscription:
         while not self._closed:
             attempt += 1
             if phase is Phase.RESUBSCRIBING or attempt > 1:
-                await self._refresh_metadata()
+                await self._refresh_metadata(deadline)
             try:
                 await self._subscribe_once(resume_at, deadline)
             except errors.LiftbridgeError as exc:
@@ -308,38 +310,44 @@ class Subscription:
             self._established = True
             return
 
-    async def _refresh_metadata(self) -> None:
+    async def _refresh_metadata(self, deadline: float | None) -> None:
         try:
-            await self._metadata.refresh()
-        except errors.LiftbridgeError as exc:  # the subscribe attempt reports what matters
+            async with asyncio.timeout_at(deadline):
+                await self._metadata.refresh()
+        except (errors.LiftbridgeError, TimeoutError) as exc:  # the attempt says what matters
             log.debug("%r: metadata refresh failed: %s", self, exc)
 
     async def _subscribe_once(self, resume_at: int | None, deadline: float | None) -> None:
-        """One Subscribe call, up to its handshake."""
+        """One Subscribe call, up to its handshake, within ``rpc_timeout`` (and ``deadline``)."""
         spec = self._spec
-        if spec.read_isr_replica:
-            address = await self._metadata.replica_address(spec.stream, spec.partition)
-        else:
-            address = await self._metadata.leader_address(spec.stream, spec.partition)
-        call = self._pool.stub(address).Subscribe(spec.request(resume_at))
         timeout = self._options.rpc_timeout
         if deadline is not None:
             timeout = max(0.01, min(timeout, deadline - asyncio.get_running_loop().time()))
+        address = "?"
+        limit = asyncio.timeout(timeout)
         try:
-            async with asyncio.timeout(timeout):
-                first = await call.read()
+            async with limit:
+                if spec.read_isr_replica:
+                    address = await self._metadata.replica_address(spec.stream, spec.partition)
+                else:
+                    address = await self._metadata.leader_address(spec.stream, spec.partition)
+                call = self._opening = self._pool.stub(address).Subscribe(spec.request(resume_at))
+                try:
+                    first = await call.read()
+                except BaseException:
+                    call.cancel()
+                    raise
+                finally:
+                    self._opening = None
         except grpc.RpcError as exc:
-            call.cancel()
             raise map_rpc_error(exc) from exc
         except TimeoutError:
-            call.cancel()
+            if not limit.expired():
+                raise
             raise errors.TimeoutError(
                 f"Subscribe to {spec.stream}/{spec.partition} on {address}: "
                 f"no handshake within {timeout:.3g}s"
             ) from None
-        except BaseException:
-            call.cancel()
-            raise
         if not isinstance(first, api_pb2.Message):
             call.cancel()
             raise errors.UnavailableError(

@@ -465,6 +465,20 @@ async def test_close_from_another_task_ends_iteration_cleanly() -> None:
     assert closed == [sub]
 
 
+async def test_close_while_waiting_for_the_handshake_cancels_at_once() -> None:
+    cluster = FakeCluster()
+    cluster.script(A)  # the handshake never comes
+    sub, closed = subscribe(cluster, options=ClientOptions(rpc_timeout=30))
+    entering = asyncio.create_task(sub.__aenter__())
+    await asyncio.sleep(0.02)
+    await sub.close()
+    async with asyncio.timeout(1):
+        assert await entering is sub
+    assert cluster.calls[0].cancelled
+    assert await offsets(sub) == []
+    assert closed == [sub]
+
+
 async def test_close_before_open_sends_nothing() -> None:
     cluster = FakeCluster()
     sub, closed = subscribe(cluster)
