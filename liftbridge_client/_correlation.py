@@ -85,7 +85,10 @@ class _Deadlines:
     One ``call_at`` handle per distinct timeout replaces one per message: entries
     registered with equal timeouts expire in registration order, so a deque is
     enough and registering is an append. Settled entries are dropped lazily,
-    from the head (on register and when the timer fires).
+    from the head (on register and when the timer fires). Acks mostly come in
+    order, so the deque stays about as long as the in-flight window; an entry
+    that is never answered holds the settled ones behind it (a few dozen bytes
+    each) until its own deadline passes.
     """
 
     __slots__ = ("handle", "queue")
