@@ -5,151 +5,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from types import MappingProxyType
 from typing import Any, cast
 
 import grpc
 import grpc.aio
 import pytest
+from publish_fakes import FakeNats, FakePool, FakeStub, Rig, make_rig
 
 from liftbridge_client import envelope, errors
 from liftbridge_client._correlation import Correlator
 from liftbridge_client._grpc_publish import PublishStream, async_error, unary_publish_error
 from liftbridge_client._nats import NatsPublisher, ack_error
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._publisher import Publisher
-from liftbridge_client.models import AckPolicy, Metadata, PartitionInfo, StreamInfo
-from liftbridge_client.options import ClientOptions, Transport
+from liftbridge_client.models import AckPolicy
+from liftbridge_client.options import Transport
 from liftbridge_client.partitioning import RoundRobinPartitioner, key_partition
-
-
-class FakeNats:
-    max_payload = 1024 * 1024
-    is_closed = False
-
-    def __init__(self) -> None:
-        self.published: list[tuple[str, bytes]] = []
-        self.flushes = 0
-
-    def new_inbox(self) -> str:
-        return "_INBOX.fake"
-
-    async def subscribe(self, subject: str, cb: Any) -> Any:
-        return None
-
-    async def flush(self, timeout: int = 10) -> None:
-        self.flushes += 1
-
-    async def publish(self, subject: str, payload: bytes) -> None:
-        self.published.append((subject, payload))
-
-    def messages(self) -> list[tuple[str, api_pb2.Message]]:
-        return [(s, envelope.decode_message(p)) for s, p in self.published]
-
-
-class FakeCall:
-    """A PublishAsync call: records writes, plays scripted responses."""
-
-    def __init__(self) -> None:
-        self.written: list[api_pb2.PublishRequest] = []
-        self.responses: asyncio.Queue[api_pb2.PublishResponse | BaseException] = asyncio.Queue()
-        self.cancelled = False
-
-    async def write(self, req: api_pb2.PublishRequest) -> None:
-        self.written.append(req)
-
-    async def read(self) -> api_pb2.PublishResponse:
-        item = await self.responses.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def cancel(self) -> bool:
-        self.cancelled = True
-        return True
-
-
-class FakeStub:
-    def __init__(self, pool: FakePool) -> None:
-        self.pool = pool
-
-    def PublishAsync(self) -> FakeCall:
-        call = FakeCall()
-        self.pool.calls.append(call)
-        return call
-
-
-class FakePool:
-    def __init__(self) -> None:
-        self.calls: list[FakeCall] = []
-
-    def stub(self, address: str) -> Any:
-        return FakeStub(self)
-
-
-def stream_info(name: str, partitions: int) -> StreamInfo:
-    parts = {i: PartitionInfo(name, i, "b1", ("b1",), ("b1",)) for i in range(partitions)}
-    return StreamInfo(name, f"{name}.subj", MappingProxyType(parts))
-
-
-class FakeMetadata:
-    def __init__(self) -> None:
-        self.current = Metadata(brokers=(), streams={"s": stream_info("s", 3)})
-        self.later: dict[str, StreamInfo] = {"late": stream_info("late", 1)}
-        self.gate = asyncio.Event()
-        self.gate.set()
-        self.refreshes = 0
-
-    async def stream(self, name: str) -> StreamInfo:
-        await self.gate.wait()
-        if name in self.later:
-            streams = dict(self.current.streams)
-            streams[name] = self.later.pop(name)
-            self.current = Metadata(brokers=(), streams=streams)
-        info = self.current.streams.get(name)
-        if info is None:
-            raise errors.NotFoundError(f"no such stream: {name}", details="")
-        return info
-
-    async def leader_address(self, stream: str, partition: int) -> str:
-        return "b1:9292"
-
-    async def refresh(self) -> Metadata:
-        self.refreshes += 1
-        return self.current
-
-    def addresses(self) -> list[str]:
-        return ["b1:9292"]
-
-
-class Rig:
-    def __init__(self, publisher: Publisher, nc: FakeNats, pool: FakePool, md: FakeMetadata):
-        self.publisher, self.nc, self.pool, self.md = publisher, nc, pool, md
-
-    def ack(self, cid: str, offset: int, error: int = 0) -> None:
-        """Deliver an ack on the NATS inbox, as the server would."""
-        pb = api_pb2.Ack(
-            stream="s",
-            correlationId=cid,
-            offset=offset,
-            ackError=cast(Any, error),
-            msgSubject="s.subj",
-        )
-        nats_pub = self.publisher._nats_pub
-        assert nats_pub is not None
-        nats_pub.dispatch(envelope.encode_ack(pb))
-
-
-async def make_rig(**options: Any) -> Rig:
-    nc, pool, md = FakeNats(), FakePool(), FakeMetadata()
-    publisher = Publisher(
-        metadata=cast(Any, md),
-        pool=cast(Any, pool),
-        options=ClientOptions(**options),
-        nats=cast(Any, nc),
-    )
-    await publisher.start()
-    return Rig(publisher, nc, pool, md)
 
 
 @pytest.fixture
@@ -172,7 +42,7 @@ async def test_nats_envelope_carries_everything(rig: Rig) -> None:
         "s", b"value", key=b"k", headers={"h": b"1"}, partition=2, correlation_id="c1"
     )
     await settle()
-    [(subject, msg)] = rig.nc.messages()
+    [(subject, msg)] = rig.wire.messages()
     assert subject == "s.subj.2"  # partition N: <subject>.N
     assert msg.value == b"value"
     assert msg.key == b"k"
@@ -193,7 +63,7 @@ async def test_partition_zero_uses_the_stream_subject_and_key_picks_partition(ri
     rig.publisher.publish_nowait("s", b"v", key=b"foo")  # crc32("foo") % 3 == 2
     rig.publisher.publish_nowait("s", b"v", key=b"foo", partition=0)
     await settle()
-    assert [s for s, _ in rig.nc.published] == ["s.subj", "s.subj.2", "s.subj"]
+    assert [s for s, _ in rig.wire.published] == ["s.subj", "s.subj.2", "s.subj"]
     assert key_partition(b"foo", 3) == 2
 
 
@@ -202,14 +72,14 @@ async def test_round_robin_partitioner(rig: Rig) -> None:
     for _ in range(4):
         rig.publisher.publish_nowait("s", b"v", partitioner=rr)
     await settle()
-    assert [s for s, _ in rig.nc.published] == ["s.subj", "s.subj.1", "s.subj.2", "s.subj"]
+    assert [s for s, _ in rig.wire.published] == ["s.subj", "s.subj.1", "s.subj.2", "s.subj"]
 
 
 async def test_expected_offset_travels_in_message_offset(rig: Rig) -> None:
     rig.publisher.publish_nowait("s", b"v", expected_offset=0)
     rig.publisher.publish_nowait("s", b"v", expected_offset=17)
     await settle()
-    assert [m.offset for _, m in rig.nc.messages()] == [0, 17]
+    assert [m.offset for _, m in rig.wire.messages()] == [0, 17]
 
 
 async def test_crc_option_sets_the_envelope_crc() -> None:
@@ -217,7 +87,7 @@ async def test_crc_option_sets_the_envelope_crc() -> None:
     try:
         rig.publisher.publish_nowait("s", b"v")
         await settle()
-        [(_, payload)] = rig.nc.published
+        [(_, payload)] = rig.wire.published
         assert envelope.decode(payload).has_crc
     finally:
         await rig.publisher.close(None)
@@ -225,7 +95,7 @@ async def test_crc_option_sets_the_envelope_crc() -> None:
 
 async def test_ack_policy_none_resolves_on_write_without_inbox(rig: Rig) -> None:
     assert await rig.publisher.publish("s", b"v", ack_policy=AckPolicy.NONE) is None
-    [(_, msg)] = rig.nc.messages()
+    [(_, msg)] = rig.wire.messages()
     assert msg.ackInbox == ""  # the server sends nothing, not even error acks
     assert msg.ackPolicy == api_pb2.NONE
     assert rig.publisher.pending == 0
@@ -237,10 +107,10 @@ async def test_order_is_call_order_even_when_metadata_is_looked_up(rig: Rig) -> 
     futs += [rig.publisher.publish_nowait("s", str(i).encode()) for i in range(1, 4)]
     futs.append(rig.publisher.publish_nowait("late", b"4"))  # cached by then? not yet
     await settle()
-    assert rig.nc.published == []  # the first item holds the line: nothing overtakes it
+    assert rig.wire.published == []  # the first item holds the line: nothing overtakes it
     rig.md.gate.set()
     await settle()
-    assert [m.value for _, m in rig.nc.messages()] == [b"0", b"1", b"2", b"3", b"4"]
+    assert [m.value for _, m in rig.wire.messages()] == [b"0", b"1", b"2", b"3", b"4"]
     for f in futs:
         f.cancel()
 
@@ -254,7 +124,7 @@ async def test_send_and_publish_nowait_interleave_in_call_order(rig: Rig) -> Non
             rig.publisher.publish_nowait("s", b"%d" % i, partition=1)
         values.append(b"%d" % i)
     await settle()
-    assert [m.value for _, m in rig.nc.messages()] == values
+    assert [m.value for _, m in rig.wire.messages()] == values
 
 
 async def test_unknown_stream_fails_the_future_of_publish_nowait(rig: Rig) -> None:
@@ -274,7 +144,7 @@ async def test_cancelled_before_sending_is_never_sent(rig: Rig) -> None:
     assert rig.publisher.pending == 1
     rig.md.gate.set()
     await settle()
-    assert [m.value for _, m in rig.nc.messages()] == [b"first"]
+    assert [m.value for _, m in rig.wire.messages()] == [b"first"]
     blocker.cancel()
 
 
@@ -329,14 +199,14 @@ async def test_nats_publish_failure_is_mapped(rig: Rig) -> None:
     async def broken(subject: str, payload: bytes) -> None:
         raise nats.errors.ConnectionClosedError
 
-    rig.nc.publish = broken  # type: ignore[method-assign]
+    rig.wire.publish = broken  # type: ignore[method-assign]
     with pytest.raises(errors.ConnectionClosedError) as info:
         await rig.publisher.publish("s", b"v")
     assert isinstance(info.value.__cause__, nats.errors.ConnectionClosedError)
 
 
 async def test_flush_waits_for_pending_and_flushes_nats(rig: Rig) -> None:
-    flushes = rig.nc.flushes  # start() flushed once, after subscribing the inbox
+    flushes = rig.wire.flushes  # start() flushed once, after subscribing the inbox
     futs = [rig.publisher.publish_nowait("s", b"v", correlation_id=f"c{i}") for i in range(3)]
     flushing = asyncio.create_task(rig.publisher.flush(5))
     await settle()
@@ -347,7 +217,7 @@ async def test_flush_waits_for_pending_and_flushes_nats(rig: Rig) -> None:
     await asyncio.wait_for(flushing, 1)  # publishes made while flushing are not waited for
     assert all(f.done() for f in futs)
     assert not later.done()
-    assert rig.nc.flushes == flushes + 1
+    assert rig.wire.flushes == flushes + 1
     with pytest.raises(errors.TimeoutError):
         await rig.publisher.flush(0.02)
     later.cancel()

@@ -1,111 +1,24 @@
 """Bad publish input is rejected client-side, before anything is queued or sent.
 
-The publisher runs against fakes: a NATS client that records what it is given, a metadata
-cache with one cached stream, and a broker pool whose stubs record every call. After each
-rejected call nothing was sent, nothing is pending and the in-flight window is untouched.
+The publisher runs against fakes (publish_fakes.py): a NATS client that records what it is
+given, a metadata cache with one cached stream of 3 partitions, and a broker pool that records
+every PublishAsync call. After each rejected call nothing was sent, nothing is pending and the
+in-flight window is untouched.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from types import MappingProxyType
-from typing import Any, cast
+from typing import Any
 
 import pytest
+from publish_fakes import Rig, make_rig
 
 from liftbridge_client import errors
 from liftbridge_client._publisher import Publisher
-from liftbridge_client.models import AckPolicy, Metadata, PartitionInfo, StreamInfo
+from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import ClientOptions, Transport
-
-
-class FakeNats:
-    max_payload = 1024 * 1024
-    is_closed = False
-
-    def __init__(self) -> None:
-        self.published: list[tuple[str, bytes]] = []
-
-    def new_inbox(self) -> str:
-        return "_INBOX.test"
-
-    async def subscribe(self, subject: str, cb: Any) -> Any:
-        return None
-
-    async def flush(self, timeout: int = 10) -> None:
-        return None
-
-    async def publish(self, subject: str, payload: bytes) -> None:
-        self.published.append((subject, payload))
-
-
-class FakeStub:
-    def __init__(self, calls: list[str]) -> None:
-        self.calls = calls
-
-    def __getattr__(self, name: str) -> Any:
-        def record(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append(name)
-            raise AssertionError(f"{name} must not be called")
-
-        return record
-
-
-class FakePool:
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def stub(self, address: str) -> Any:
-        return FakeStub(self.calls)
-
-
-def stream_info(name: str, partitions: int) -> StreamInfo:
-    parts = {i: PartitionInfo(name, i, "b1", ("b1",), ("b1",)) for i in range(partitions)}
-    return StreamInfo(name, f"{name}.subject", MappingProxyType(parts))
-
-
-class FakeMetadata:
-    def __init__(self) -> None:
-        self.current = Metadata(brokers=(), streams={"s": stream_info("s", 2)})
-        self.lookups: list[str] = []
-
-    async def stream(self, name: str) -> StreamInfo:
-        self.lookups.append(name)
-        info = self.current.streams.get(name)
-        if info is None:
-            raise errors.NotFoundError(f"no such stream: {name}", details="")
-        return info
-
-    def addresses(self) -> list[str]:
-        return ["127.0.0.1:1"]
-
-
-class Rig:
-    def __init__(self, publisher: Publisher, nc: FakeNats | None, pool: FakePool) -> None:
-        self.publisher = publisher
-        self.nc = nc
-        self.pool = pool
-
-    def assert_nothing_happened(self) -> None:
-        assert self.nc is None or self.nc.published == []
-        assert self.pool.calls == []
-        assert self.publisher.pending == 0
-        assert self.publisher._correlator.held == 0
-        assert not self.publisher._queue
-
-
-async def make_rig(*, with_nats: bool = True, **options: Any) -> Rig:
-    nc = FakeNats() if with_nats else None
-    pool = FakePool()
-    publisher = Publisher(
-        metadata=cast(Any, FakeMetadata()),
-        pool=cast(Any, pool),
-        options=ClientOptions(**options),
-        nats=cast(Any, nc),
-    )
-    await publisher.start()
-    return Rig(publisher, nc, pool)
 
 
 @pytest.fixture
@@ -141,7 +54,7 @@ BAD_PUBLISHES: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
     ("negative partition", ("s", b"v"), {"partition": -1}, "partition must be"),
     ("bool partition", ("s", b"v"), {"partition": True}, "partition must be"),
     ("str partition", ("s", b"v"), {"partition": "0"}, "partition must be"),
-    ("partition out of range", ("s", b"v"), {"partition": 2}, "partitions 0..1"),
+    ("partition out of range", ("s", b"v"), {"partition": 3}, "partitions 0..2"),
     ("partitioner not callable", ("s", b"v"), {"partitioner": 3}, "callable"),
     ("partitioner out of range", ("s", b"v"), {"partitioner": lambda *a: 5}, "gave 5"),
     ("expected offset -2", ("s", b"v"), {"expected_offset": -2}, "expected_offset"),
@@ -214,8 +127,7 @@ async def test_default_transport_follows_the_nats_connection() -> None:
 
 
 async def test_oversized_nats_message_is_refused_locally(rig: Rig) -> None:
-    assert rig.nc is not None
-    value = b"x" * rig.nc.max_payload  # the envelope and fields push it over
+    value = b"x" * rig.wire.max_payload  # the envelope and fields push it over
     for call in the_three_ways(rig.publisher):
         with pytest.raises(errors.MessageTooLargeError, match="max_payload"):
             await call("s", value)
@@ -246,7 +158,7 @@ async def test_closed_publisher_refuses(rig: Rig) -> None:
         with pytest.raises(errors.ConnectionClosedError):
             await call("s", b"v")
     with pytest.raises(errors.ConnectionClosedError):
-        await rig.publisher.publish_to_subject("s.subject", b"v")
+        await rig.publisher.publish_to_subject("s.subj", b"v")
     with pytest.raises(errors.ConnectionClosedError):
         await rig.publisher.flush(None)
     rig.assert_nothing_happened()
