@@ -232,9 +232,6 @@ class Correlator:
             timer.handle = self._loop.call_at(deadline, self._expire_due, timeout)
         return fut
 
-    def get(self, correlation_id: str) -> AckFuture | None:
-        return self._entries.get(correlation_id)
-
     def pending(self) -> list[AckFuture]:
         """A snapshot of the pending futures, oldest first."""
         return list(self._entries.values())

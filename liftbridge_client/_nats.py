@@ -90,10 +90,6 @@ class NatsPublisher:
     def __repr__(self) -> str:
         return f"<NatsPublisher inbox={self.inbox!r} subscribed={self._sub is not None}>"
 
-    @property
-    def max_payload(self) -> int:
-        return self._nc.max_payload
-
     async def start(self) -> None:
         """Subscribe the ack inbox (and make sure the server has seen the subscription)."""
         if self._sub is None:

@@ -186,7 +186,8 @@ def _ack_policy(value: object) -> AckPolicy:
     raise errors.InvalidInputError(f"ack_policy must be an AckPolicy, got {value!r}")
 
 
-def _ack_wait(value: object, default: float) -> float:
+def _seconds(name: str, value: object, default: float) -> float:
+    """A positive, finite number of seconds; ``default`` for None."""
     if value is None:
         return default
     if (
@@ -195,7 +196,7 @@ def _ack_wait(value: object, default: float) -> float:
         or not math.isfinite(value)
         or value <= 0
     ):
-        raise errors.InvalidInputError(f"ack_wait must be a number of seconds > 0, got {value!r}")
+        raise errors.InvalidInputError(f"{name} must be a number of seconds > 0, got {value!r}")
     return float(value)
 
 
@@ -365,7 +366,7 @@ class Publisher:
                 transport = t
             if (c := kw.get("correlation_id")) is not None:
                 cid = _correlation_id(c)
-            _ack_wait(kw.get("ack_wait"), self._options.ack_wait)  # checked here, used later
+            _seconds("ack_wait", kw.get("ack_wait"), 0.0)  # checked here, used by _enqueue
         use_nats = transport is Transport.NATS
         if use_nats and self._nats_pub is None:
             raise errors.InvalidInputError(
@@ -532,7 +533,7 @@ class Publisher:
         cid = (
             _correlation_id(c) if c is not None else f"{self._cid_prefix}{next(self._cid_counter)}"
         )
-        ack_wait = _ack_wait(kw.get("ack_wait"), self._options.ack_wait)
+        ack_wait = _seconds("ack_wait", kw.get("ack_wait"), self._options.ack_wait)
         req = api_pb2.PublishToSubjectRequest(
             subject=subject,
             key=key,
@@ -562,8 +563,7 @@ class Publisher:
         Publishes made while waiting are not waited for. `TimeoutError` (ours,
         also the builtin) after ``timeout`` seconds; nothing is cancelled then.
         """
-        if timeout is not None:
-            _ack_wait(timeout, 0.0)  # same rule: a number > 0
+        _seconds("timeout", timeout, 0.0)
         if self._closed:
             raise errors.ConnectionClosedError("the client is closed")
         loop = self._loop
