@@ -43,6 +43,7 @@ import math
 import secrets
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import nats.aio.client
@@ -97,53 +98,24 @@ _PUBLISH_KEYS = frozenset(PublishArgs.__optional_keys__)
 _SUBJECT_KEYS = frozenset(SubjectPublishArgs.__optional_keys__)
 
 
+@dataclass(slots=True, eq=False)
 class _Item:
     """One publish between the call and the wire."""
 
-    __slots__ = (
-        "ack_policy",
-        "correlation_id",
-        "expected_offset",
-        "future",
-        "headers",
-        "key",
-        "partition",
-        "partitioner",
-        "payload",
-        "request",
-        "stream",
-        "subject",
-        "use_nats",
-        "value",
-    )
-
-    def __init__(
-        self,
-        stream: str,
-        value: bytes,
-        key: bytes | None,
-        headers: Mapping[str, bytes] | None,
-        partition: int | None,
-        partitioner: Partitioner | None,
-        ack_policy: AckPolicy,
-        expected_offset: int,
-        correlation_id: str,
-        use_nats: bool,
-    ) -> None:
-        self.stream = stream
-        self.value = value
-        self.key = key
-        self.headers = headers
-        self.partition = partition
-        self.partitioner = partitioner
-        self.ack_policy = ack_policy
-        self.expected_offset = expected_offset
-        self.correlation_id = correlation_id
-        self.use_nats = use_nats
-        self.subject = ""
-        self.payload: bytes | None = None  # NATS: the enveloped message
-        self.request: api_pb2.PublishRequest | None = None  # gRPC
-        self.future: AckFuture | None = None
+    stream: str
+    value: bytes
+    key: bytes | None
+    headers: Mapping[str, bytes] | None
+    partition: int | None  # explicit, or chosen by _complete
+    partitioner: Partitioner | None
+    ack_policy: AckPolicy
+    expected_offset: int
+    correlation_id: str
+    use_nats: bool
+    subject: str = ""  # NATS: the partition's subject
+    payload: bytes | None = None  # NATS: the enveloped message
+    request: api_pb2.PublishRequest | None = None  # gRPC
+    future: AckFuture | None = None
 
     @property
     def ready(self) -> bool:
