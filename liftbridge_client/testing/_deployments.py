@@ -96,6 +96,15 @@ class _LocalDeployment:
     def _servers(self) -> list[LiftbridgeNode | NatsServer]:
         raise NotImplementedError
 
+    def start(self) -> Self:
+        """Start every server and wait until the deployment is usable."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        if not any(server.running for server in self._servers()):
+            self.start()
+        return self
+
     def _arm_finalizer(self, groups: Sequence[Sequence[ServerProcess]]) -> None:
         self._finalizer = weakref.finalize(self, _shutdown, groups, self._owned_dir)
 
@@ -162,11 +171,6 @@ class SingleNode(_LocalDeployment):
     def __repr__(self) -> str:
         """Address and NATS URL."""
         return f"<SingleNode {self.address} nats={self.nats_url}>"
-
-    def __enter__(self) -> Self:
-        if not self.node.running:
-            self.start()
-        return self
 
     def _servers(self) -> list[LiftbridgeNode | NatsServer]:
         return [self.node]
@@ -252,11 +256,6 @@ class Cluster(_LocalDeployment):
     def __repr__(self) -> str:
         """Namespace and nodes."""
         return f"<Cluster {self.namespace} {self._nodes} nats={self.nats.url}>"
-
-    def __enter__(self) -> Self:
-        if not self.nats.running:
-            self.start()
-        return self
 
     def _servers(self) -> list[LiftbridgeNode | NatsServer]:
         return [self.nats, *self._nodes]
