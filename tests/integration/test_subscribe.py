@@ -321,9 +321,23 @@ async def test_closing_the_client_closes_its_subscriptions(
 # ---------------------------------------------------------------- cluster
 
 
-async def _cluster_stream(client: Client, names: StreamNames) -> str:
+async def _cluster_stream(client: Client, cluster: Cluster, names: StreamNames) -> str:
+    """A stream replicated on every node, once every node's metadata lists it.
+
+    CreateStream returns when the metadata leader has committed it; another node may
+    apply it a moment later, and a lookup answered by that node would not find it.
+    """
     name, subject = names("rf3")
     await client.create_stream(subject, name, replication_factor=3)
+    request = api_pb2.FetchMetadataRequest(streams=[name])
+    async with asyncio.timeout(10):
+        for address in cluster.addresses:
+            stub = client._pool.stub(address)
+            while True:  # polling a server: there is no event to wait on
+                response = await stub.FetchMetadata(request, timeout=5)
+                if response.streamMetadata[0].partitions:
+                    break
+                await asyncio.sleep(0.05)
     return name
 
 
@@ -331,7 +345,7 @@ async def test_read_isr_replica_reads_from_a_follower(
     liftbridge_cluster: Cluster, stream_names: StreamNames
 ) -> None:
     async with Client(liftbridge_cluster.addresses, options=OPTIONS) as client:
-        stream = await _cluster_stream(client, stream_names)
+        stream = await _cluster_stream(client, liftbridge_cluster, stream_names)
         await publish(client, stream, b"a", b"b", b"c")
         md = await client.fetch_metadata(stream)
         part = md.streams[stream].partitions[0]
@@ -388,7 +402,7 @@ async def test_leader_failover_resubscribes_without_gap_or_duplicate(
         retry=RetryPolicy(attempts=5, initial_backoff=0.05, max_backoff=0.5),
     )
     async with Client(liftbridge_cluster.addresses, options=options) as client:
-        stream = await _cluster_stream(client, stream_names)
+        stream = await _cluster_stream(client, liftbridge_cluster, stream_names)
         before = [b"before-%d" % i for i in range(5)]
         after = [b"after-%d" % i for i in range(5)]
         await publish(client, stream, *before)  # ack ALL: every replica has them
