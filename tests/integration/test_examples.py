@@ -1,0 +1,38 @@
+"""Every script in examples/ runs against a real server and exits 0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"))
+
+
+def test_there_are_examples() -> None:
+    assert any(p.name == "quickstart.py" for p in EXAMPLES)
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_runs(script: Path, liftbridge_server: Any) -> None:
+    env = dict(
+        os.environ,
+        LIFTBRIDGE_ADDRS=",".join(liftbridge_server.addresses),
+        LIFTBRIDGE_NATS_URL=liftbridge_server.nats_url,
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, f"{script.name} failed:\n{result.stdout}\n{result.stderr}"
+    assert result.stdout.strip(), f"{script.name} printed nothing"
