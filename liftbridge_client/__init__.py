@@ -30,6 +30,7 @@ from liftbridge_client.options import (
     TLSConfig,
     Transport,
 )
+from liftbridge_client.partitioning import KeyPartitioner, Partitioner, RoundRobinPartitioner
 from liftbridge_client.subscription import Subscription
 
 __all__ = [
@@ -40,12 +41,15 @@ __all__ = [
     "ClientOptions",
     "ConsumerGroupInfo",
     "EventTimestamps",
+    "KeyPartitioner",
     "LiftbridgeError",
     "Message",
     "Metadata",
     "NatsAuth",
     "PartitionInfo",
+    "Partitioner",
     "RetryPolicy",
+    "RoundRobinPartitioner",
     "StartPosition",
     "StopPosition",
     "StreamConfig",

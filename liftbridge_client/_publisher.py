@@ -76,7 +76,7 @@ class PublishArgs(TypedDict, total=False):
     key: bytes | None
     headers: Mapping[str, bytes] | None
     partition: int | None  # explicit partition wins over the partitioner
-    partitioner: Partitioner | None  # default: by key when a key is given, else 0
+    partitioner: Partitioner | None  # default: ClientOptions.partitioner, else partition 0
     ack_policy: AckPolicy
     expected_offset: int  # optimistic concurrency; -1 (default) = no check
     correlation_id: str | None  # default: a fresh unique id
@@ -294,7 +294,7 @@ class Publisher:
         key: bytes | None = None
         headers: dict[str, bytes] | None = None
         partition: int | None = None
-        partitioner: Partitioner | None = None
+        partitioner = self._options.partitioner
         ack_policy = AckPolicy.LEADER
         expected_offset = -1
         transport = self._transport
@@ -311,7 +311,7 @@ class Publisher:
                 or not 0 <= partition <= _INT32_MAX
             ):
                 raise errors.InvalidInputError(f"partition must be an int >= 0, got {partition!r}")
-            partitioner = kw.get("partitioner")
+            partitioner = kw.get("partitioner", partitioner)
             if partitioner is not None and not callable(partitioner):
                 raise errors.InvalidInputError(f"partitioner must be callable, got {partitioner!r}")
             if "ack_policy" in kw:

@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.errors import InvalidInputError
+from liftbridge_client.partitioning import Partitioner
 
 __all__ = [
     "ClientOptions",
@@ -125,6 +126,7 @@ class ClientOptions:
     tls: TLSConfig | None = None
     nats_auth: NatsAuth | None = None
     create_stream_timeout: float = 30.0  # retry "no known metadata leader" this long
+    partitioner: Partitioner | None = None  # default for publishes without partition=
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -141,6 +143,8 @@ class ClientOptions:
                 _positive(f.name, value)
         if not isinstance(self.max_inflight, int) or self.max_inflight < 1:
             raise InvalidInputError(f"max_inflight must be an int >= 1, got {self.max_inflight!r}")
+        if self.partitioner is not None and not callable(self.partitioner):
+            raise InvalidInputError(f"partitioner must be callable, got {self.partitioner!r}")
         if self.transport is not None and not isinstance(self.transport, Transport):
             raise InvalidInputError(f"transport must be a Transport, got {self.transport!r}")
         overrides = dict(self.address_overrides)

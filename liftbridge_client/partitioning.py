@@ -9,18 +9,16 @@ Two are provided:
   same key on the same partition. A missing or empty key hashes to partition 0.
 - `RoundRobinPartitioner`: a counter per stream, ``count % partitions``.
 
-Precedence when publishing (see `Client.publish`):
+Precedence when publishing (see `Client.publish`), the same as go-liftbridge's:
 
 1. an explicit ``partition=`` argument;
-2. else a ``partitioner=`` argument;
-3. else, when a non-empty ``key`` is given, `key_partition` of it;
-4. else partition 0.
+2. else a partitioner: the call's ``partitioner=``, else ``ClientOptions.partitioner``;
+3. else partition 0.
 
-Step 3 is where this client differs from go-liftbridge, which sends keyed
-messages to partition 0 unless a partitioner is set. A key usually means "keep
-these together", and the key partitioner is the Go-compatible one, so keyed
-messages land where a Go producer with ``KeyPartitioner`` would put them. Pass
-``partition=0`` to get go-liftbridge's default.
+A key alone does not choose a partition: go-liftbridge sends keyed messages to
+partition 0 unless a partitioner is set, and a fleet mixing Go and Python
+producers must agree. Set ``ClientOptions(partitioner=KeyPartitioner())`` once
+to partition every keyed message by its key.
 
 Whatever a partitioner returns is checked: anything but an int in
 ``[0, partitions)`` raises `InvalidInputError` and nothing is sent.
@@ -109,8 +107,6 @@ def choose_partition(
     elif partitioner is not None:
         chosen = partitioner(stream, key, value, partitions)
         source = f"partitioner {partitioner!r}"
-    elif key:
-        return key_partition(key, partitions)
     else:
         return 0
     if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < partitions:

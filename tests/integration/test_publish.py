@@ -28,7 +28,7 @@ from liftbridge_client import (
 )
 from liftbridge_client._grpc_publish import publish_unary
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
-from liftbridge_client.partitioning import RoundRobinPartitioner, key_partition
+from liftbridge_client.partitioning import KeyPartitioner, RoundRobinPartitioner, key_partition
 from liftbridge_client.testing import Cluster, Deployment, SingleNode, StreamName, StreamNames
 
 pytestmark = pytest.mark.integration
@@ -182,7 +182,9 @@ async def test_key_partitioning_matches_crc32(
     stream = await new_stream(client, stream_names, partitions=4)
     keys = [b"foobarbazqux", b"blah", b"foo", b"customer-7", b"x", b"y"]
     for key in keys:
-        ack = await client.publish(stream.name, key, key=key, transport=transport)
+        ack = await client.publish(
+            stream.name, key, key=key, partitioner=KeyPartitioner(), transport=transport
+        )
         assert ack is not None
         expected = zlib.crc32(key) % 4
         assert expected == key_partition(key, 4)
@@ -199,9 +201,37 @@ async def test_key_partitioning_matches_crc32(
 
 async def test_explicit_partition_beats_key(client: Client, stream_names: StreamNames) -> None:
     stream = await new_stream(client, stream_names, partitions=3)
-    ack = await client.publish(stream.name, b"v", key=b"foo", partition=1)  # foo -> 2
+    ack = await client.publish(
+        stream.name, b"v", key=b"foo", partition=1, partitioner=KeyPartitioner()
+    )  # foo -> 2
     assert ack is not None
     assert ack.msg_subject == f"{stream.subject}.1"
+
+
+async def test_key_alone_goes_to_partition_zero_like_go(
+    client: Client, stream_names: StreamNames
+) -> None:
+    stream = await new_stream(client, stream_names, partitions=3)
+    ack = await client.publish(stream.name, b"v", key=b"foo")  # crc32(foo) % 3 == 2
+    assert ack is not None
+    assert ack.msg_subject == stream.subject
+
+
+async def test_client_wide_partitioner(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    options = ClientOptions(partitioner=KeyPartitioner())
+    async with Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+    ) as keyed:
+        stream = await new_stream(keyed, stream_names, partitions=3)
+        ack = await keyed.publish(stream.name, b"v", key=b"foo")
+        assert ack is not None
+        assert ack.msg_subject == f"{stream.subject}.2"
+        # A per-call partitioner still wins over the client's.
+        ack = await keyed.publish(stream.name, b"v", key=b"foo", partitioner=lambda *a: 1)
+        assert ack is not None
+        assert ack.msg_subject == f"{stream.subject}.1"
 
 
 @BOTH

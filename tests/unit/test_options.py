@@ -75,6 +75,11 @@ def test_secrets_stay_out_of_reprs(tmp_path: Path) -> None:
     assert "hunter2" not in repr(ClientOptions(nats_auth=auth))
 
 
+def test_partitioner_must_be_callable() -> None:
+    with pytest.raises(InvalidInputError, match="partitioner"):
+        ClientOptions(partitioner="key")  # type: ignore[arg-type]
+
+
 def test_tls_needs_cert_and_key_together(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="cert_file and key_file"):
         TLSConfig(cert_file=tmp_path / "c.pem")

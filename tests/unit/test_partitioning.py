@@ -80,8 +80,10 @@ def test_precedence_partitioner_before_key() -> None:
     assert choose_partition("s", b"foo", b"v", 3, partitioner=lambda *a: 0) == 0
 
 
-def test_precedence_key_then_zero() -> None:
-    assert choose_partition("s", b"foo", b"v", 3) == 2
+def test_a_key_alone_does_not_choose_a_partition() -> None:
+    # go-liftbridge's precedence: no partitioner means partition 0, keyed or not.
+    assert choose_partition("s", b"foo", b"v", 3) == 0
+    assert choose_partition("s", b"foo", b"v", 3, partitioner=KeyPartitioner()) == 2
     assert choose_partition("s", None, b"v", 3) == 0
     assert choose_partition("s", b"", b"v", 3) == 0
 
