@@ -18,6 +18,8 @@ __all__ = ["baseline_for", "markdown", "summary", "targets", "write_docs"]
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 CHART = ROOT / "docs" / "benchmarks.png"
+# Hand-written findings about the committed full run, appended to the generated page.
+ANALYSIS = ROOT / "bench" / "analysis.md"
 
 GO = "go-liftbridge"
 OURS = "liftbridge-client"
@@ -192,13 +194,21 @@ def latency_table(records: Sequence[Record]) -> list[str]:
         base = baseline_for(r, records)
         lines.append(
             f"| {r.get('rate')} | {r.get('client')} | {r.get('mode')} "
-            f"| {format_number(r.get('achieved_rate'))} "
+            f"| {format_number(r.get('achieved_rate'))}{_saturated(r)} "
             + " ".join(f"| {format_number(_latency(r, p))}" for p in ("p50", "p95", "p99", "p99.9"))
             + f" | {format_ratio(ratio(_latency(r, 'p50'), _latency(base, 'p50')))} "
             f"| {format_ratio(ratio(_latency(r, 'p99'), _latency(base, 'p99')))} "
             f"| {_status(r)} |"
         )
     return lines
+
+
+def _saturated(record: Record) -> str:
+    """A marker when the client could not keep up with the offered rate (< 95 %)."""
+    achieved, offered = record.get("achieved_rate"), record.get("rate")
+    if achieved is None or not offered or achieved >= 0.95 * float(offered):
+        return ""
+    return " (saturated)"
 
 
 def subscribe_table(records: Sequence[Record]) -> list[str]:
@@ -328,21 +338,36 @@ def markdown(results: Mapping[str, Any], chart_name: str | None = CHART.name) ->
         *latency_table(records),
         "",
     ]
+    lines += [
+        "(saturated): the client could not sustain the offered rate; `send()` then waits for "
+        "window room, so the wait for room counts in its latency.",
+        "",
+    ]
     lines += ["## Subscribe throughput from EARLIEST", "", *subscribe_table(records), ""]
     lines += ["## Resources", ""]
     if res is not None and res.get("ok"):
         lines.append(
-            f"liftbridge-client with {res.get('in_flight')} publishes of {res.get('size')} B in "
-            f"flight over NATS: peak RSS {res.get('rss_peak_mib', 0):.1f} MiB (after connecting: "
-            f"{res.get('rss_baseline_mib', 0):.1f} MiB), CPU "
-            f"{res.get('cpu_us_per_msg', 0):.1f} us per message."
+            f"liftbridge-client, {res.get('in_flight')} publishes of {res.get('size')} B queued "
+            f"at once over NATS (`publish_nowait`, window {res.get('in_flight')}): RSS "
+            f"{res.get('rss_baseline_mib', 0):.1f} MiB after connecting, "
+            f"{res.get('rss_in_flight_mib', 0):.1f} MiB with all of them in flight "
+            f"(+{res.get('rss_in_flight_mib', 0) - res.get('rss_baseline_mib', 0):.1f} MiB), "
+            f"process peak {res.get('rss_peak_mib', 0):.1f} MiB; CPU "
+            f"{res.get('cpu_us_per_msg', 0):.1f} us per message for the burst "
+            f"({format_number(res.get('msgs_per_s'))} msgs/s)."
         )
     elif res is not None:
         lines.append(f"Resource run FAILED: {res.get('problem')}")
     else:
         lines.append("Not measured in this run.")
     lines += ["", "## Profiles (cProfile, top own time)", ""]
+    lines += [
+        "Own time per function under cProfile (which inflates call-heavy code); `us/msg` "
+        "divides it by the messages of the profiled run.",
+    ]
     lines += profile_lines(results.get("profiles", {}))
+    if ANALYSIS.exists():
+        lines += ["", ANALYSIS.read_text().strip()]
     failures = results.get("failures", [])
     lines += ["", "## Failures", ""]
     if failures:

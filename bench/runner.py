@@ -85,6 +85,7 @@ class Run:
         self.records: list[dict[str, Any]] = []
         self.profiles: dict[str, Any] = {}
         self._names = itertools.count(1)
+        self.sub_stream: str | None = None
         options = ClientOptions(keepalive_time=None)
         self.admin = Client([node.address], options=options)
 
@@ -359,12 +360,19 @@ class Run:
         n = min(self.plan.n_pipelined, 30_000)
         stream = await self.new_stream(1)
         target = self.target(stream, 1)
-        print("==> profiling pipelined NATS publish and subscribe (cProfile)", flush=True)
+        print("==> profiling pipelined NATS and gRPC publish, and subscribe (cProfile)", flush=True)
         try:
             self.profiles["publish_nats_pipelined"] = await profiling.profile(
                 lambda: ours.publish_pipelined(target, Transport.NATS, n, 256, "LEADER"), n
             )
-            sub_stream = getattr(self, "sub_stream", stream)
+            grpc_n = min(n, 10_000)
+            grpc_stream = await self.new_stream(1)
+            grpc_target = self.target(grpc_stream, 1)
+            self.profiles["publish_grpc_pipelined"] = await profiling.profile(
+                lambda: ours.publish_pipelined(grpc_target, Transport.GRPC, grpc_n, 256, "LEADER"),
+                grpc_n,
+            )
+            sub_stream = self.sub_stream or stream
             count = min(self.plan.n_subscribe, 200_000) if sub_stream != stream else n
             sub_target = self.target(sub_stream, 1)
             self.profiles["subscribe"] = await profiling.profile(
@@ -473,4 +481,13 @@ def _plan_dict(plan: Plan) -> dict[str, Any]:
 def _our_version() -> str:
     from liftbridge_client import _version
 
-    return str(getattr(_version, "__version__", "?"))
+    version = str(getattr(_version, "__version__", "?"))
+    done = subprocess.run(
+        ["git", "describe", "--always", "--dirty"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    commit = done.stdout.strip()
+    return f"{version} (git {commit})" if done.returncode == 0 and commit else version
