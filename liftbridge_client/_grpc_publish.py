@@ -202,7 +202,14 @@ class PublishStream:
         if self.broken is not None:
             return
         self.broken = cause
-        exc = errors.ConnectionClosedError(f"PublishAsync stream to {self.address} broke: {cause}")
+        # Keep the cause's class: an UNAVAILABLE stream stays a retriable UnavailableError,
+        # so callers can tell "retry after the leader moved" from "the client was closed".
+        message = f"PublishAsync stream to {self.address} broke: {cause}"
+        exc: errors.LiftbridgeError
+        if isinstance(cause, errors.ServerError):
+            exc = type(cause)(message, details=cause.details)
+        else:
+            exc = errors.ConnectionClosedError(message)
         exc.__cause__ = cause
         failed = self._correlator.fail_owned(self, exc)
         log.warning(

@@ -365,8 +365,10 @@ async def test_broken_stream_fails_its_publishes_and_reopens(rig: Rig) -> None:
     [call] = rig.pool.calls
     call.responses.put_nowait(rpc_error(grpc.StatusCode.UNAVAILABLE, "connection reset"))
     for fut in futs:
-        with pytest.raises(errors.ConnectionClosedError) as info:
+        with pytest.raises(errors.UnavailableError) as info:
             await fut
+        assert info.value.retriable  # the caller may publish again once the leader moved
+        assert "broke" in str(info.value)
         assert isinstance(info.value.__cause__, errors.UnavailableError)
     assert not nats_fut.done()  # other connections' publishes are untouched
     again = p.publish_nowait("s", b"again", transport=Transport.GRPC, correlation_id="a")
@@ -392,7 +394,7 @@ async def test_stream_ending_cleanly_fails_its_publishes() -> None:
     fut.owner = stream
     await stream.write(api_pb2.PublishRequest(correlationId="x"))
     pool.calls[0].responses.put_nowait(cast(Any, grpc.aio.EOF))
-    with pytest.raises(errors.ConnectionClosedError):
+    with pytest.raises(errors.UnavailableError):  # the server went away: retriable
         await fut
     assert not stream.usable
     with pytest.raises(errors.ConnectionClosedError):
