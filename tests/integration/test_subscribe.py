@@ -140,11 +140,11 @@ async def test_timestamp_start_and_stop(client: Client, stream: str) -> None:
 
 async def test_time_delta_starts_that_many_seconds_back(client: Client, stream: str) -> None:
     await publish(client, stream, b"before0", b"before1")
-    await asyncio.sleep(0.6)
+    await asyncio.sleep(0.8)
     cut = time.time_ns()
     await publish(client, stream, b"after2", b"after3")
-    await asyncio.sleep(0.1)
-    delta = (time.time_ns() - cut) / 1e9
+    # Reach 0.4 s before the cut: well after "before*", safely before "after*".
+    delta = (time.time_ns() - cut) / 1e9 + 0.4
     async with client.subscribe(stream, start_time_delta=delta, stop=StopPosition.LATEST) as sub:
         got = await drain(sub)
     assert values(got) == [b"after2", b"after3"]

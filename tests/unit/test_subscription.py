@@ -375,7 +375,7 @@ async def test_resubscribe_gives_up_after_resubscribe_wait() -> None:
         started = loop.time()
         with pytest.raises(errors.UnavailableError):
             await anext(sub)
-        assert 0.15 < loop.time() - started < 1.0
+        assert 0.15 < loop.time() - started < 2.0
         assert len(cluster.requests) > 3
         assert closed == [sub]
 
