@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import ctypes.util
 import logging
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from liftbridge_client.testing._config import LOOPBACK
@@ -50,27 +49,21 @@ def tail(text: str, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _death_signal_hook() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that asks Linux to SIGKILL the child when its parent dies.
+def _death_signal_prefix() -> list[str]:
+    """An argv prefix that has Linux SIGKILL the server when this process dies.
 
-    None off Linux, or when called from a thread other than the main one (the signal fires
-    when the *thread* that forked exits, which would kill servers started from a pool thread).
+    ``setpriv --pdeathsig KILL`` (util-linux) sets the signal and execs the server, so no
+    Python ``preexec_fn`` runs between fork and exec: without one, subprocess can use
+    vfork, and gRPC's fork handlers (which abort children forked while gRPC threads run)
+    never fire. Empty off Linux, without setpriv, or off the main thread (the signal fires
+    when the *thread* that started the child exits).
     """
     if not sys.platform.startswith("linux"):
-        return None
+        return []
     if threading.current_thread() is not threading.main_thread():
-        return None
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:
-        return None
-    prctl = ctypes.CDLL(libc_name, use_errno=True).prctl
-    pr_set_pdeathsig = 1
-    kill = int(signal.SIGKILL)
-
-    def hook() -> None:
-        prctl(pr_set_pdeathsig, kill)
-
-    return hook
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
 class ServerProcess:
@@ -127,12 +120,11 @@ class ServerProcess:
                 log.flush()
             # The child keeps its own copy of the descriptor; ours closes with the block.
             self._popen = subprocess.Popen(
-                self.argv,
+                [*_death_signal_prefix(), *self.argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_death_signal_hook(),  # noqa: PLW1509 - only calls prctl
             )
         self._stopping = False
         _LIVE.add(self)
