@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -18,6 +19,8 @@ from liftbridge_client.models import (
     partition_from_proto,
 )
 from liftbridge_client.options import ClientOptions, StreamConfig
+
+log = logging.getLogger("liftbridge_client")
 
 
 def _check_name(kind: str, value: str) -> None:
@@ -63,6 +66,25 @@ async def create_stream(
         retry_if=lambda e: is_no_metadata_leader(e) or isinstance(e, errors.NoBrokerAvailableError),
         deadline=deadline,
     )
+    await _wait_visible(metadata, name, min(deadline, loop.time() + _VISIBLE_WAIT))
+
+
+# The server answers CreateStream once the metadata leader applied it; other brokers learn
+# of it a moment later. Waiting here lets "create, then publish" work on any broker.
+_VISIBLE_WAIT = 5.0
+_VISIBLE_POLL = 0.05
+
+
+async def _wait_visible(metadata: MetadataCache, name: str, deadline: float) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        info = (await metadata.refresh()).streams.get(name)
+        if info is not None and info.partitions and all(p.leader for p in info.partitions.values()):
+            return
+        if loop.time() + _VISIBLE_POLL > deadline:
+            log.warning("stream %s created but not yet visible in metadata", name)
+            return
+        await asyncio.sleep(_VISIBLE_POLL)
 
 
 async def delete_stream(metadata: MetadataCache, options: ClientOptions, name: str) -> None:
