@@ -44,6 +44,7 @@ from liftbridge_client.testing._provision import (
     provision,
 )
 from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
+from liftbridge_client.testing._tls import ServerTLS, TestPKI, make_pki
 
 __all__ = [
     "CLUSTER_SETTINGS",
@@ -62,12 +63,15 @@ __all__ = [
     "ProvisionError",
     "ProvisionReport",
     "ServerStartError",
+    "ServerTLS",
     "Setting",
     "SingleNode",
     "StreamName",
     "StreamNames",
+    "TestPKI",
     "free_ports",
     "liftbridge_binary",
+    "make_pki",
     "nats_server_binary",
     "provision",
 ]

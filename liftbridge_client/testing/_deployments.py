@@ -32,6 +32,7 @@ from liftbridge_client.testing._probe import wait_brokers, wait_serving
 from liftbridge_client.testing._process import ServerProcess, free_ports
 from liftbridge_client.testing._provision import liftbridge_binary
 from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
+from liftbridge_client.testing._tls import ServerTLS
 
 __all__ = [
     "ENV_ADDRS",
@@ -147,8 +148,12 @@ class SingleNode(_LocalDeployment):
         settings: Mapping[str, Setting] | None = None,
         binary: Path | None = None,
         server_id: str = "n1",
+        tls: ServerTLS | None = None,
     ) -> None:
-        """Pick ports and write the configuration; :meth:`start` (or ``with``) runs it."""
+        """Pick ports and write the configuration; :meth:`start` (or ``with``) runs it.
+
+        ``tls`` serves the gRPC API over TLS (see :func:`make_pki`); NATS stays plaintext.
+        """
         root = self._setup_dir(base_dir, "liftbridge-single-")
         workdir = root / server_id
         workdir.mkdir(parents=True, exist_ok=True)
@@ -163,9 +168,15 @@ class SingleNode(_LocalDeployment):
             namespace=_namespace(),
             embedded_nats_config=nats_config,
             bootstrap_seed=True,
-            extra=dict(settings or {}),
+            extra={**(tls.settings() if tls else {}), **(settings or {})},
         )
-        self.node = LiftbridgeNode(config, workdir, binary=binary)
+        self.tls = tls
+        self.node = LiftbridgeNode(
+            config,
+            workdir,
+            binary=binary,
+            probe_credentials=tls.probe_credentials() if tls else None,
+        )
         self._arm_finalizer([[self.node.process]])
 
     def __repr__(self) -> str:

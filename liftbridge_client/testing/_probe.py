@@ -44,8 +44,10 @@ def _no_check() -> None:
     return None
 
 
-def grpc_channel(address: str) -> grpc.Channel:
-    """A plaintext channel to ``host:port`` that ignores proxies and reconnects fast."""
+def grpc_channel(address: str, credentials: grpc.ChannelCredentials | None = None) -> grpc.Channel:
+    """A channel to ``host:port`` (TLS with ``credentials``) that ignores proxies."""
+    if credentials is not None:
+        return grpc.secure_channel(address, credentials, options=_CHANNEL_OPTIONS)
     return grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
 
 
@@ -65,6 +67,7 @@ def wait_serving(
     replication_factor: int = 1,
     timeout: float = 30.0,
     check_alive: Callable[[], None] = _no_check,
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> None:
     """Block until a stream with ``replication_factor`` can be created through ``address``.
 
@@ -74,7 +77,7 @@ def wait_serving(
     deadline = time.monotonic() + timeout
     maybe_created: list[str] = []
     last_error = "no attempt was made"
-    with grpc_channel(address) as channel:
+    with grpc_channel(address, credentials) as channel:
         stub = api_pb2_grpc.APIStub(channel)
         try:
             while True:

@@ -13,6 +13,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+import grpc
+
 from liftbridge_client.testing._config import LOOPBACK, NodeConfig, nats_server_argv, nats_url
 from liftbridge_client.testing._errors import ServerStartError
 from liftbridge_client.testing._probe import wait_serving
@@ -153,9 +155,20 @@ class LiftbridgeNode(_Server):
     server id on the same ports and data directory, so it rejoins with its state.
     """
 
-    def __init__(self, config: NodeConfig, workdir: Path, *, binary: Path | None = None):
-        """Write ``<workdir>/config.yaml`` for ``config``; the node is not started."""
+    def __init__(
+        self,
+        config: NodeConfig,
+        workdir: Path,
+        *,
+        binary: Path | None = None,
+        probe_credentials: grpc.ChannelCredentials | None = None,
+    ):
+        """Write ``<workdir>/config.yaml`` for ``config``; the node is not started.
+
+        ``probe_credentials``: TLS credentials for the readiness probe of a TLS node.
+        """
         self.config = config
+        self.probe_credentials = probe_credentials
         self.workdir = workdir
         self.config_path = workdir / "config.yaml"
         workdir.mkdir(parents=True, exist_ok=True)
@@ -206,7 +219,12 @@ class LiftbridgeNode(_Server):
         That needs a metadata leader, so in a cluster it also means a quorum is up.
         """
         try:
-            wait_serving(self.address, timeout=timeout, check_alive=self.check_alive)
+            wait_serving(
+                self.address,
+                timeout=timeout,
+                check_alive=self.check_alive,
+                credentials=self.probe_credentials,
+            )
         except ServerStartError as exc:
             if not self.running:
                 raise

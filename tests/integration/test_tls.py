@@ -1,0 +1,77 @@
+"""gRPC over TLS and mutual TLS against a real node (certificates made for the test)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from liftbridge_client import Client, ClientOptions, StartPosition, StopPosition, TLSConfig, errors
+from liftbridge_client.testing import ServerTLS, SingleNode, StreamNames, TestPKI, make_pki
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPKI:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def tls_node(pki: TestPKI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SingleNode]:
+    with SingleNode(base_dir=tmp_path_factory.mktemp("tls"), tls=ServerTLS(pki)) as node:
+        yield node
+
+
+@pytest.fixture(scope="module")
+def mtls_node(pki: TestPKI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SingleNode]:
+    tls = ServerTLS(pki, client_auth=True)
+    with SingleNode(base_dir=tmp_path_factory.mktemp("mtls"), tls=tls) as node:
+        yield node
+
+
+def quick(tls: TLSConfig | None) -> ClientOptions:
+    return ClientOptions(tls=tls, connect_timeout=3.0, rpc_timeout=2.0)
+
+
+async def round_trip(client: Client, names: StreamNames) -> None:
+    name, subject = names("tls")
+    await client.create_stream(subject, name)
+    ack = await client.publish(name, b"secret")  # gRPC: no NATS servers given
+    assert ack is not None
+    async with client.subscribe(name, start=StartPosition.EARLIEST, stop=StopPosition.LATEST) as s:
+        assert [m.value async for m in s] == [b"secret"]
+
+
+async def test_tls_with_the_ca(
+    tls_node: SingleNode, pki: TestPKI, stream_names: StreamNames
+) -> None:
+    async with Client(tls_node.addresses, options=quick(TLSConfig(ca_file=pki.ca_cert))) as c:
+        await round_trip(c, stream_names)
+
+
+async def test_plaintext_client_cannot_talk_to_a_tls_server(tls_node: SingleNode) -> None:
+    with pytest.raises(errors.NoBrokerAvailableError):
+        await Client(tls_node.addresses, options=quick(None)).connect()
+
+
+async def test_unknown_ca_is_refused(tls_node: SingleNode, tmp_path: Path) -> None:
+    other = make_pki(tmp_path / "other")
+    with pytest.raises(errors.NoBrokerAvailableError):
+        await Client(tls_node.addresses, options=quick(TLSConfig(ca_file=other.ca_cert))).connect()
+
+
+async def test_mutual_tls_with_a_client_certificate(
+    mtls_node: SingleNode, pki: TestPKI, stream_names: StreamNames
+) -> None:
+    tls = TLSConfig(ca_file=pki.ca_cert, cert_file=pki.client_cert, key_file=pki.client_key)
+    async with Client(mtls_node.addresses, options=quick(tls)) as c:
+        await round_trip(c, stream_names)
+
+
+async def test_mutual_tls_refuses_a_client_without_certificate(
+    mtls_node: SingleNode, pki: TestPKI
+) -> None:
+    with pytest.raises(errors.NoBrokerAvailableError):
+        await Client(mtls_node.addresses, options=quick(TLSConfig(ca_file=pki.ca_cert))).connect()
