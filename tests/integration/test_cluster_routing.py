@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from liftbridge_client import (
+    AckPolicy,
     Client,
     ClientOptions,
     RetryPolicy,
@@ -86,7 +87,11 @@ async def test_publishing_continues_after_the_leader_dies(
     async with Client(liftbridge_cluster.addresses, options=OPTIONS) as client:
         await client.create_stream(subject, name, replication_factor=3)
         await wait_for_partitions(client, name, 1)
-        before = await client.publish(name, b"before", transport=Transport.GRPC)
+        # ALL: a LEADER ack only says the leader appended it, and a leader killed before its
+        # followers caught up takes the message with it (seen here with SIGKILL).
+        before = await client.publish(
+            name, b"before", transport=Transport.GRPC, ack_policy=AckPolicy.ALL
+        )
         assert before is not None
         old_leader = (await client.fetch_metadata(name)).streams[name].partitions[0].leader
         await asyncio.to_thread(liftbridge_cluster.node(old_leader).kill)
@@ -106,8 +111,13 @@ async def test_publishing_continues_after_the_leader_dies(
         assert after.offset >= 1
         # What the caller saw meanwhile says "retry": nothing non-retriable.
         assert all(f.retriable for f in failures), failures
-        new_leader = (await client.fetch_metadata(name)).streams[name].partitions[0].leader
-        assert new_leader != old_leader
+        # Brokers apply the leader change at slightly different times: ask until one says so.
+        async with asyncio.timeout(10):
+            while True:
+                md = await client.fetch_metadata(name)
+                if md.streams[name].partitions[0].leader not in {old_leader, ""}:
+                    break
+                await asyncio.sleep(0.1)
 
         async with client.subscribe(
             name, start=StartPosition.EARLIEST, stop=StopPosition.LATEST
