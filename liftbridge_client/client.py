@@ -62,6 +62,7 @@ class Client:
         self._nats: nats.aio.client.Client | None = None
         self._publisher: Publisher | None = None
         self._subscriptions: set[Subscription] = set()
+        self._nats_error: Exception | None = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -87,9 +88,11 @@ class Client:
                     self._nats = await nats.connect(**self._nats_connect_args())
         except TimeoutError as exc:
             await self._teardown(exc)
+            where = "NATS" if self._metadata.current.brokers else "the cluster"
+            last = f" (last NATS error: {self._nats_error})" if self._nats_error else ""
             raise errors.NoBrokerAvailableError(
-                f"could not connect within {self._options.connect_timeout}s"
-            ) from exc
+                f"could not connect to {where} within {self._options.connect_timeout}s{last}"
+            ) from (self._nats_error or exc)
         except BaseException as exc:
             await self._teardown(exc)
             raise
@@ -105,11 +108,26 @@ class Client:
             "connect_timeout": self._options.connect_timeout,
             "allow_reconnect": True,
             "max_reconnect_attempts": -1,
+            "error_cb": self._on_nats_error,
+            "disconnected_cb": self._on_nats_disconnected,
+            "reconnected_cb": self._on_nats_reconnected,
         }
         auth = self._options.nats_auth
         if auth is not None:
             args.update({k: v for k, v in dataclasses.asdict(auth).items() if v is not None})
         return args
+
+    # nats-py reports through callbacks; by default it prints tracebacks. Log instead, and
+    # keep the last error so a failed connect can say why (auth, TLS, refused).
+    async def _on_nats_error(self, exc: Exception) -> None:
+        self._nats_error = exc
+        log.warning("NATS: %s", exc)
+
+    async def _on_nats_disconnected(self) -> None:
+        log.warning("NATS connection lost; reconnecting")
+
+    async def _on_nats_reconnected(self) -> None:
+        log.info("NATS connection re-established")
 
     async def close(self) -> None:
         """Fail every pending publish, end subscriptions, close connections. Idempotent."""

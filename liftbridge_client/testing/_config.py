@@ -154,12 +154,17 @@ def render_settings(settings: Mapping[str, Setting], *, header: str = "") -> str
     return "\n".join(lines) + "\n"
 
 
-def nats_embedded_config(port: int) -> str:
+def nats_embedded_config(port: int, credentials: tuple[str, str] | None = None) -> str:
     """The NATS configuration for an embedded server: loopback only, on ``port``.
 
-    Without it the embedded server binds 0.0.0.0:4222.
+    Without it the embedded server binds 0.0.0.0:4222. ``credentials`` (user, password)
+    makes NATS require them.
     """
-    return f"listen: {LOOPBACK}:{port}\n"
+    text = f"listen: {LOOPBACK}:{port}\n"
+    if credentials is not None:
+        user, password = (json.dumps(v) for v in credentials)
+        text += f"authorization {{\n  user: {user}\n  password: {password}\n}}\n"
+    return text
 
 
 def nats_server_argv(binary: Path, port: int) -> list[str]:

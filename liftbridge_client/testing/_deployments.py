@@ -149,17 +149,23 @@ class SingleNode(_LocalDeployment):
         binary: Path | None = None,
         server_id: str = "n1",
         tls: ServerTLS | None = None,
+        nats_credentials: tuple[str, str] | None = None,
     ) -> None:
         """Pick ports and write the configuration; :meth:`start` (or ``with``) runs it.
 
         ``tls`` serves the gRPC API over TLS (see :func:`make_pki`); NATS stays plaintext.
+        ``nats_credentials`` (user, password) makes the embedded NATS require them (the
+        node itself is configured with them too).
         """
         root = self._setup_dir(base_dir, "liftbridge-single-")
         workdir = root / server_id
         workdir.mkdir(parents=True, exist_ok=True)
         port, self.nats_port = free_ports(2)
         nats_config = workdir / "nats.conf"
-        nats_config.write_text(nats_embedded_config(self.nats_port))
+        nats_config.write_text(nats_embedded_config(self.nats_port, nats_credentials))
+        auth: dict[str, Setting] = {}
+        if nats_credentials is not None:
+            auth = {"nats.user": nats_credentials[0], "nats.password": nats_credentials[1]}
         config = NodeConfig(
             server_id=server_id,
             port=port,
@@ -168,7 +174,7 @@ class SingleNode(_LocalDeployment):
             namespace=_namespace(),
             embedded_nats_config=nats_config,
             bootstrap_seed=True,
-            extra={**(tls.settings() if tls else {}), **(settings or {})},
+            extra={**(tls.settings() if tls else {}), **auth, **(settings or {})},
         )
         self.tls = tls
         self.node = LiftbridgeNode(

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from liftbridge_client import Client, ClientOptions, StartPosition, StopPosition, TLSConfig, errors
+from liftbridge_client import (
+    Client,
+    ClientOptions,
+    NatsAuth,
+    StartPosition,
+    StopPosition,
+    TLSConfig,
+    Transport,
+    errors,
+)
 from liftbridge_client.testing import ServerTLS, SingleNode, StreamNames, TestPKI, make_pki
 
 pytestmark = pytest.mark.integration
@@ -75,3 +84,37 @@ async def test_mutual_tls_refuses_a_client_without_certificate(
 ) -> None:
     with pytest.raises(errors.NoBrokerAvailableError):
         await Client(mtls_node.addresses, options=quick(TLSConfig(ca_file=pki.ca_cert))).connect()
+
+
+# ---------------------------------------------------------------- NATS credentials
+
+
+@pytest.fixture(scope="module")
+def nats_auth_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SingleNode]:
+    base = tmp_path_factory.mktemp("natsauth")
+    with SingleNode(base_dir=base, nats_credentials=("lbuser", "s3cret-pass")) as node:
+        yield node
+
+
+async def test_nats_credentials(nats_auth_node: SingleNode, stream_names: StreamNames) -> None:
+    opts = ClientOptions(
+        nats_auth=NatsAuth(user="lbuser", password="s3cret-pass"), connect_timeout=3.0
+    )
+    async with Client(
+        nats_auth_node.addresses, nats_servers=[nats_auth_node.nats_url], options=opts
+    ) as c:
+        name, subject = stream_names("natsauth")
+        await c.create_stream(subject, name)
+        ack = await c.publish(name, b"over authenticated NATS", transport=Transport.NATS)
+        assert ack is not None
+        assert ack.offset == 0
+        assert "s3cret-pass" not in repr(c)
+        assert "s3cret-pass" not in repr(c.options)
+
+
+async def test_wrong_nats_password_fails_connect(nats_auth_node: SingleNode) -> None:
+    opts = ClientOptions(nats_auth=NatsAuth(user="lbuser", password="wrong"), connect_timeout=3.0)
+    client = Client(nats_auth_node.addresses, nats_servers=[nats_auth_node.nats_url], options=opts)
+    with pytest.raises(errors.NoBrokerAvailableError, match="Authorization Violation") as info:
+        await client.connect()
+    assert "wrong" not in str(info.value)  # the password never shows
