@@ -112,7 +112,9 @@ class BrokerPool:
             opts += [
                 ("grpc.keepalive_time_ms", int(self._options.keepalive_time * 1000)),
                 ("grpc.keepalive_timeout_ms", 10_000),
-                ("grpc.keepalive_permit_without_calls", 1),
+                # Only while calls are open: the server counts idle pings as abuse.
+                ("grpc.keepalive_permit_without_calls", 0),
+                # A quiet subscription gets no data for hours; keep pinging it anyway.
                 ("grpc.http2.max_pings_without_data", 0),
             ]
         tls = self._options.tls

@@ -99,6 +99,9 @@ class RetryPolicy:
         return min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
 
 
+KEEPALIVE_DEFAULT = 330.0
+
+
 @dataclass(frozen=True, slots=True)
 class ClientOptions:
     """How a `Client` connects, publishes and retries.
@@ -120,7 +123,9 @@ class ClientOptions:
     envelope_crc: bool = False  # add CRC-32C to enveloped NATS publishes
     metadata_refresh_interval: float | None = 30.0  # None: refresh on errors only
     resubscribe_wait: float = 30.0  # how long a subscription keeps trying to come back
-    keepalive_time: float | None = 30.0  # gRPC keepalive pings; None disables
+    # gRPC keepalive pings during calls; None disables. The server (grpc-go defaults) closes
+    # connections that ping more often than every 5 minutes (GOAWAY "too_many_pings").
+    keepalive_time: float | None = KEEPALIVE_DEFAULT
     address_overrides: Mapping[str, str] = field(default_factory=dict)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     tls: TLSConfig | None = None

@@ -75,6 +75,13 @@ def test_secrets_stay_out_of_reprs(tmp_path: Path) -> None:
     assert "hunter2" not in repr(ClientOptions(nats_auth=auth))
 
 
+def test_keepalive_default_respects_the_servers_ping_policy() -> None:
+    # grpc-go servers (Liftbridge) answer pings more frequent than 5 min with GOAWAY.
+    keepalive = ClientOptions().keepalive_time
+    assert keepalive is not None
+    assert keepalive > 300
+
+
 def test_partitioner_must_be_callable() -> None:
     with pytest.raises(InvalidInputError, match="partitioner"):
         ClientOptions(partitioner="key")  # type: ignore[arg-type]
