@@ -1,0 +1,43 @@
+"""The server's gRPC ping policy, pinned: frequent keepalive pings get a GOAWAY.
+
+Liftbridge v1.9.0 keeps grpc-go's default enforcement (no pings more often than every
+5 minutes). A client pinging every second is sent GOAWAY "too_many_pings" within seconds;
+the subscription comes back by itself, losing and repeating nothing. The default
+keepalive (330 s) stays inside the policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from liftbridge_client import Client, ClientOptions, Message, StartPosition
+from liftbridge_client.options import KEEPALIVE_DEFAULT
+from liftbridge_client.testing import Deployment, StreamNames
+
+pytestmark = pytest.mark.integration
+
+
+def test_default_keepalive_is_inside_the_servers_policy() -> None:
+    assert KEEPALIVE_DEFAULT > 300
+
+
+async def test_too_frequent_pings_get_goaway_and_the_subscription_survives(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    name, subject = stream_names("ka")
+    options = ClientOptions(keepalive_time=1.0)
+    async with Client(liftbridge_server.addresses, options=options) as client:
+        await client.create_stream(subject, name)
+        await client.publish(name, b"before")
+        got: list[Message] = []
+        async with client.subscribe(name, start=StartPosition.EARLIEST) as sub:
+            async with asyncio.timeout(30):
+                got.append(await anext(sub))
+                reader = asyncio.create_task(anext(sub))  # notices the break, resubscribes
+                while sub.resubscribes == 0:  # noqa: ASYNC110 - a counter; no event to await
+                    await asyncio.sleep(0.2)
+                await client.publish(name, b"after")
+                got.append(await reader)
+        assert [(m.offset, m.value) for m in got] == [(0, b"before"), (1, b"after")]
