@@ -96,6 +96,7 @@ class SubjectPublishArgs(TypedDict, total=False):
 
 _PUBLISH_KEYS = frozenset(PublishArgs.__optional_keys__)
 _SUBJECT_KEYS = frozenset(SubjectPublishArgs.__optional_keys__)
+_FAST_KEYS = frozenset({"partition", "ack_policy"})
 
 
 @dataclass(slots=True, eq=False)
@@ -286,6 +287,43 @@ class Publisher:
 
     def _prepare(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> _Item:
         """Validate everything client-side; nothing is sent for bad input."""
+        # Fast path: exact bytes, a str stream and only ``partition``/``ack_policy`` (the
+        # common keyword set) with values that need no conversion. Anything else, and
+        # every error, goes through the full checks below.
+        if (
+            not self._closed
+            and type(stream) is str
+            and stream
+            and type(value) is bytes
+            and (not kw or kw.keys() <= _FAST_KEYS)
+        ):
+            partition = kw.get("partition") if kw else None
+            ack_policy = kw.get("ack_policy", AckPolicy.LEADER) if kw else AckPolicy.LEADER
+            if (
+                partition is None or (type(partition) is int and 0 <= partition <= _INT32_MAX)
+            ) and type(ack_policy) is AckPolicy:
+                use_nats = self._transport is Transport.NATS
+                if not use_nats or self._nats_pub is not None:
+                    item = _Item(
+                        stream,
+                        value,
+                        None,
+                        None,
+                        partition,
+                        self._options.partitioner,
+                        ack_policy,
+                        -1,
+                        f"{self._cid_prefix}{next(self._cid_counter)}",
+                        use_nats,
+                    )
+                    info = self._metadata.current.streams.get(stream)
+                    if info is not None:
+                        self._complete(item, info)
+                    return item
+        return self._prepare_checked(stream, value, kw)
+
+    def _prepare_checked(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> _Item:
+        """`_prepare` with every argument checked and converted."""
         if self._closed:
             raise errors.ConnectionClosedError("the client is closed")
         if not isinstance(stream, str) or not stream:
