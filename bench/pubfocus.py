@@ -33,7 +33,11 @@ async def main(args: argparse.Namespace) -> None:
     with SingleNode() as node:
         admin = Client([node.address], options=ClientOptions(keepalive_time=None))
         async with admin:
-            configs = [("nats", Transport.NATS), ("grpc", Transport.GRPC)]
+            configs = [
+                (name, transport)
+                for name, transport in [("nats", Transport.NATS), ("grpc", Transport.GRPC)]
+                if name in args.only
+            ]
             if args.profile:
                 transport = Transport.NATS if args.profile == "nats" else Transport.GRPC
                 target = Target(node.address, node.nats_url, await _stream(admin))
@@ -73,4 +77,5 @@ if __name__ == "__main__":
     parser.add_argument("--n", type=int, default=50000)
     parser.add_argument("--one", type=int, default=2000)
     parser.add_argument("--profile", choices=["nats", "grpc"])
+    parser.add_argument("--only", nargs="+", default=["nats", "grpc"], help="pipelined configs")
     asyncio.run(main(parser.parse_args()))

@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
+from collections.abc import Callable
 
 import grpc
 import grpc.aio
 
 from liftbridge_client import errors
-from liftbridge_client._correlation import Correlator
+from liftbridge_client._correlation import AckFuture, Correlator
 from liftbridge_client._grpc import Stub, map_rpc_error
 from liftbridge_client._nats import ack_error
 from liftbridge_client._proto import api_pb2
@@ -45,6 +47,9 @@ __all__ = [
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
 _AsyncCode = api_pb2.PublishAsyncError
+
+# Receives the publishes a broken stream was given but never wrote, oldest first.
+_Unwritten = Callable[[list[tuple[api_pb2.PublishRequest, AckFuture]]], None]
 
 # (server text fragment, class): the server reports some specific failures
 # through generic codes; these refine them.
@@ -123,6 +128,11 @@ class PublishStream:
         self._correlator = correlator
         self._call: grpc.aio.StreamStreamCall[api_pb2.PublishRequest, api_pb2.PublishResponse]
         self._reader: asyncio.Task[None] | None = None
+        self._writer: asyncio.Task[None] | None = None
+        # Submitted, not yet written: (request, future, resolve-on-write for ack policy NONE).
+        self._outbox: deque[tuple[api_pb2.PublishRequest, AckFuture, bool]] = deque()
+        self._wake: asyncio.Future[None] | None = None
+        self._on_unwritten: _Unwritten | None = None
         self.broken: errors.LiftbridgeError | None = None
         self.closed = False
 
@@ -138,6 +148,66 @@ class PublishStream:
         """Start the call and its reader; the first write sends the headers."""
         self._call = self._stub.PublishAsync()
         self._reader = asyncio.create_task(self._read(), name=f"lb-publish-async-{self.address}")
+
+    def submit(
+        self,
+        req: api_pb2.PublishRequest,
+        fut: AckFuture,
+        resolve_on_write: bool,
+        on_unwritten: _Unwritten,
+    ) -> None:
+        """Queue ``req`` for this stream's writer task (no await; written in submit order).
+
+        ``fut`` becomes owned by the stream. With ``resolve_on_write`` (ack policy
+        NONE) the future resolves to None once written. If the stream breaks,
+        futures submitted but not yet written are taken back (ownership cleared)
+        and handed to ``on_unwritten``, oldest first, for a new stream to carry.
+        """
+        if self.broken is not None:
+            raise errors.ConnectionClosedError(
+                f"PublishAsync stream to {self.address} broke"
+            ) from self.broken
+        fut.owner = self
+        self._on_unwritten = on_unwritten
+        self._outbox.append((req, fut, resolve_on_write))
+        if self._writer is None:
+            self._writer = asyncio.create_task(
+                self._write_loop(), name=f"lb-publish-async-writer-{self.address}"
+            )
+        else:
+            wake = self._wake
+            if wake is not None and not wake.done():
+                wake.set_result(None)
+
+    async def _write_loop(self) -> None:
+        """The stream's single writer: drains the outbox, one awaited write at a time."""
+        outbox, resolve, call = self._outbox, self._correlator.resolve, self._call
+        loop = asyncio.get_running_loop()
+        while True:
+            if not outbox:
+                self._wake = loop.create_future()
+                await self._wake
+                continue
+            req, fut, resolve_on_write = outbox.popleft()
+            if fut.done():
+                continue  # cancelled or timed out before it went out: never sent
+            try:
+                await call.write(req)
+            except grpc.RpcError as exc:
+                self._break(map_rpc_error(exc))
+                return
+            except asyncio.InvalidStateError as exc:  # written after the call finished
+                self._break(errors.UnknownServerError(f"PublishAsync call ended: {exc}"))
+                return
+            except Exception as exc:  # an unexpected library error: this publish fails
+                log.exception("publish %s failed unexpectedly", fut.correlation_id)
+                if not fut.done():
+                    failure = errors.PublishError(f"publish failed: {exc!r}")
+                    failure.__cause__ = exc
+                    self._correlator.fail(fut.correlation_id, failure)
+                continue
+            if resolve_on_write and not fut.done():
+                resolve(fut.correlation_id, None)
 
     async def write(self, req: api_pb2.PublishRequest) -> None:
         if self.broken is not None:
@@ -202,6 +272,7 @@ class PublishStream:
         if self.broken is not None:
             return
         self.broken = cause
+        self._take_back_unwritten()
         # Keep the cause's class: an UNAVAILABLE stream stays a retriable UnavailableError,
         # so callers can tell "retry after the leader moved" from "the client was closed".
         message = f"PublishAsync stream to {self.address} broke: {cause}"
@@ -219,11 +290,32 @@ class PublishStream:
             failed,
         )
 
+    def _take_back_unwritten(self) -> None:
+        """Give futures submitted but never written back to the publisher (in order)."""
+        unwritten = [(req, fut) for req, fut, _ in self._outbox if not fut.done()]
+        self._outbox.clear()
+        for _, fut in unwritten:
+            fut.owner = None
+        if unwritten and self._on_unwritten is not None:
+            self._on_unwritten(unwritten)
+
     async def close(self, exc: BaseException | None = None) -> None:
-        """Cancel the call and stop the reader. Publishes still owned fail with ``exc``."""
+        """Cancel the call, stop the reader and the writer. Publishes still owned fail.
+
+        Owned are those written on it and those submitted but not written yet; they
+        fail with ``exc`` (none given: unwritten ones go back to the publisher).
+        """
         self.closed = True
         if exc is not None:
             self._correlator.fail_owned(self, exc)
+        else:
+            self._take_back_unwritten()
+        self._outbox.clear()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
         reader, self._reader = self._reader, None
         if reader is None:
             return

@@ -216,6 +216,11 @@ class Publisher:
         self._waker: asyncio.Future[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._streams: dict[str, PublishStream] = {}
+        # (stream, partition) -> the PublishStream to its leader, valid for one metadata
+        # snapshot: lets _enqueue hand a gRPC publish straight to that stream's writer.
+        self._routes: dict[tuple[str, int], PublishStream] = {}
+        self._routes_metadata: object = None
+        self._sender_idle = False
         self._nats_used = False
         self._closed = False
 
@@ -450,6 +455,17 @@ class Publisher:
             self._correlator.release()
             raise
         item.future = fut
+        if not item.use_nats and not self._queue and self._sender_idle and item.request:
+            # Nothing is ahead of it in the publisher (empty queue, sender idle): hand the
+            # request straight to its stream's writer, saving a hop through the sender.
+            route = (
+                self._routes.get((item.stream, item.partition))  # type: ignore[arg-type]
+                if self._routes_metadata is self._metadata.current
+                else None
+            )
+            if route is not None and route.usable:
+                route.submit(item.request, fut, item.ack_policy is AckPolicy.NONE, self._requeue)
+                return fut
         self._queue.append(item)
         waker = self._waker
         if waker is not None and not waker.done():
@@ -465,7 +481,11 @@ class Publisher:
         while True:
             if not queue:
                 self._waker = self._loop.create_future()
-                await self._waker
+                self._sender_idle = True
+                try:
+                    await self._waker
+                finally:
+                    self._sender_idle = False
                 continue
             item = queue.popleft()
             fut = item.future
@@ -483,7 +503,7 @@ class Publisher:
                     self._nats_used = True
                     await self._nats_pub.send(item.subject, item.payload)
                 else:
-                    await self._send_grpc(item, fut)
+                    await self._send_grpc(item, fut)  # the stream's writer takes it from here
             except errors.LiftbridgeError as exc:
                 if not fut.done():
                     correlator.fail(fut.correlation_id, exc)
@@ -495,7 +515,7 @@ class Publisher:
                     failure.__cause__ = exc
                     correlator.fail(fut.correlation_id, failure)
                 continue
-            if item.ack_policy is AckPolicy.NONE and not fut.done():
+            if item.use_nats and item.ack_policy is AckPolicy.NONE and not fut.done():
                 correlator.resolve(fut.correlation_id, None)
             written += 1
             if written % _YIELD_EVERY == 0:
@@ -504,6 +524,7 @@ class Publisher:
     async def _send_grpc(self, item: _Item, fut: AckFuture) -> None:
         assert item.request is not None
         assert item.partition is not None
+        metadata = self._metadata.current
         address = await self._metadata.leader_address(item.stream, item.partition)
         stream = self._streams.get(address)
         if stream is None or not stream.usable:
@@ -518,8 +539,37 @@ class Publisher:
                 stream = PublishStream(address, self._pool.stub(address), self._correlator)
                 stream.open()
                 self._streams[address] = stream
-        fut.owner = stream
-        await stream.write(item.request)
+        stream.submit(item.request, fut, item.ack_policy is AckPolicy.NONE, self._requeue)
+        if metadata is self._metadata.current:  # no refresh in between: the route holds
+            if self._routes_metadata is not metadata:
+                self._routes.clear()
+                self._routes_metadata = metadata
+            self._routes[(item.stream, item.partition)] = stream
+
+    def _requeue(self, unwritten: list[tuple[api_pb2.PublishRequest, AckFuture]]) -> None:
+        """Publishes a broken stream never wrote: back to the head of the queue, in order."""
+        if self._closed:
+            return
+        self._queue.extendleft(
+            _Item(
+                req.stream,
+                req.value,
+                None,
+                None,
+                req.partition,
+                None,
+                AckPolicy(req.ackPolicy),
+                req.expectedOffset,
+                fut.correlation_id,
+                False,
+                request=req,
+                future=fut,
+            )
+            for req, fut in reversed(unwritten)
+        )
+        waker = self._waker
+        if waker is not None and not waker.done():
+            waker.set_result(None)
 
     # ------------------------------------------------------------ subject publish
 

@@ -438,3 +438,34 @@ async def test_nats_publisher_start_and_close_are_idempotent() -> None:
     await pub.close()
     assert pub.inbox == "_INBOX.fake"
     assert "fake" in repr(pub)
+
+
+async def test_publishes_a_broken_stream_never_wrote_go_out_on_a_new_stream(rig: Rig) -> None:
+    p = rig.publisher
+    first = p.publish_nowait("s", b"0", transport=Transport.GRPC, partition=1)
+    await settle()
+    [call] = rig.pool.calls
+    assert [r.value for r in call.written] == [b"0"]
+
+    async def broken_write(req: api_pb2.PublishRequest) -> None:
+        raise rpc_error(grpc.StatusCode.UNAVAILABLE, "connection reset")
+
+    call.write = broken_write  # type: ignore[method-assign]
+    futs = [
+        p.publish_nowait("s", bytes([v]), transport=Transport.GRPC, partition=1) for v in b"123"
+    ]
+    await settle()
+    for fut in (first, futs[0]):  # written (or being written) on the broken stream: failed
+        with pytest.raises(errors.UnavailableError):
+            await fut
+    assert len(rig.pool.calls) == 2  # the unwritten ones went out on a fresh stream, in order
+    assert [r.value for r in rig.pool.calls[1].written] == [b"2", b"3"]
+    assert not futs[1].done()
+    assert not futs[2].done()
+    for fut, offset in zip(futs[1:], (7, 8), strict=True):
+        rig.pool.calls[1].responses.put_nowait(
+            api_pb2.PublishResponse(
+                correlationId=cast(Any, fut).correlation_id, ack=api_pb2.Ack(offset=offset)
+            )
+        )
+    assert [cast(Any, await fut).offset for fut in futs[1:]] == [7, 8]
