@@ -173,8 +173,43 @@ def encode_message(
     default matters: a 0 there would fail every publish on an OCC stream
     whose partition is not empty.
     """
+    if (
+        expected_offset == -1
+        and not key
+        and not headers
+        and type(value) is bytes
+        and value
+        and type(ack_inbox) is str
+        and type(correlation_id) is str
+        and correlation_id
+        and type(ack_policy) is not bool
+    ):
+        policy_field = _POLICY_FIELDS.get(ack_policy)
+        if policy_field is not None:
+            try:
+                inbox = ack_inbox.encode()
+                cid = correlation_id.encode()
+            except UnicodeEncodeError:
+                pass  # the general path below reports it
+            else:
+                # Hot path: the Message's wire bytes built directly, exactly as
+                # SerializeToString lays them out (fields in number order, defaults omitted).
+                payload = b"".join(
+                    (
+                        _OFFSET_NO_CHECK,
+                        b"\x1a",
+                        _varint(len(value)),
+                        value,
+                        b"\x52" + _varint(len(inbox)) + inbox if inbox else b"",
+                        b"\x5a",
+                        _varint(len(cid)),
+                        cid,
+                        policy_field,
+                    )
+                )
+                return encode(MsgType.PUBLISH, payload, crc=crc)
     try:
-        # Hot path: only non-default fields go to the constructor (each keyword costs).
+        # Only non-default fields go to the constructor (each keyword costs).
         msg = _Message(
             offset=expected_offset,
             value=value,
@@ -193,6 +228,29 @@ def encode_message(
     except ValueError as exc:  # an integer out of range, a str that is not valid UTF-8
         raise InvalidInputError(f"cannot encode message: {exc}") from exc
     return encode(MsgType.PUBLISH, msg.SerializeToString(), crc=crc)
+
+
+# Message field 1 (offset) = -1: a varint of the 64-bit two's complement (10 bytes).
+_OFFSET_NO_CHECK = b"\x08" + b"\xff" * 9 + b"\x01"
+# Message field 12 (ackPolicy) by value; 0 (LEADER) is the default and is omitted.
+_POLICY_FIELDS: dict[int, bytes] = {
+    api_pb2.LEADER: b"",
+    api_pb2.ALL: b"\x60" + bytes((api_pb2.ALL,)),
+    api_pb2.NONE: b"\x60" + bytes((api_pb2.NONE,)),
+}
+_SMALL_VARINTS = tuple(bytes((n,)) for n in range(0x80))
+
+
+def _varint(n: int) -> bytes:
+    """A non-negative int as a protobuf varint."""
+    if n < 0x80:
+        return _SMALL_VARINTS[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def check_header_keys(headers: Mapping[str, bytes]) -> None:

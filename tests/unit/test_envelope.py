@@ -742,3 +742,25 @@ def test_changing_a_header_byte_of_a_crc_envelope(
     else:
         with pytest.raises(CrcMismatchError):
             decode(data)
+
+
+@pytest.mark.parametrize("size", [1, 127, 128, 255, 16383, 16384, 2**21 + 3])
+@pytest.mark.parametrize("ack_policy", [api_pb2.LEADER, api_pb2.ALL, api_pb2.NONE])
+@pytest.mark.parametrize("ack_inbox", ["", "_INBOX.abc", "_INBOX." + "é" * 100])
+def test_encode_message_fast_path_matches_protobuf_serialization(
+    size: int, ack_policy: int, ack_inbox: str
+) -> None:
+    value = bytes(i % 251 for i in range(size))
+    cid = "ü" * (size % 150 + 1)
+    expected = api_pb2.Message(
+        offset=-1,
+        value=value,
+        ackInbox=ack_inbox,
+        correlationId=cid,
+        ackPolicy=ack_policy,  # type: ignore[arg-type]
+    ).SerializeToString()
+    for crc in (False, True):
+        data = envelope.encode_message(
+            value, ack_inbox=ack_inbox, correlation_id=cid, ack_policy=ack_policy, crc=crc
+        )
+        assert data == envelope.encode(envelope.MsgType.PUBLISH, expected, crc=crc)
