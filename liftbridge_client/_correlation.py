@@ -213,14 +213,17 @@ class Correlator:
 
     def register(self, correlation_id: str, timeout: float) -> AckFuture:
         """Register a pending publish on an acquired slot; it fails after ``timeout`` s."""
-        self._check_open()
-        if self._held <= len(self._entries):
+        if self._closed is not None:
+            self._check_open()
+        entries = self._entries
+        if self._held <= len(entries):
             raise RuntimeError("register() needs a slot from acquire() or try_acquire()")
-        if correlation_id in self._entries:
+        if correlation_id in entries:
             raise InvalidInputError(f"correlation id {correlation_id!r} is already pending")
-        fut = AckFuture(self, correlation_id, loop=self._loop)
-        self._entries[correlation_id] = fut
-        deadline = self._loop.time() + timeout
+        loop = self._loop
+        fut = AckFuture(self, correlation_id, loop=loop)
+        entries[correlation_id] = fut
+        deadline = loop.time() + timeout
         timer = self._timers.get(timeout)
         if timer is None:
             timer = self._timers[timeout] = _Deadlines()
@@ -229,7 +232,7 @@ class Correlator:
             queue.popleft()  # already settled (acks mostly come in order): keep it short
         queue.append((deadline, fut))
         if timer.handle is None:
-            timer.handle = self._loop.call_at(deadline, self._expire_due, timeout)
+            timer.handle = loop.call_at(deadline, self._expire_due, timeout)
         return fut
 
     def pending(self) -> list[AckFuture]:

@@ -49,6 +49,9 @@ _ACK_ERRORS: dict[int, tuple[type[errors.PublishError], str]] = {
 }
 
 
+_ACK_OK = api_pb2.Ack.OK
+
+
 def ack_error(ack: api_pb2.Ack) -> errors.PublishError | None:
     """The typed error an ``Ack.ackError`` stands for; None for OK."""
     code = ack.ackError
@@ -162,8 +165,10 @@ class NatsPublisher:
             self.undecodable_acks += 1
             log.debug("dropped undecodable message on ack inbox %s: %s", self.inbox, exc)
             return
-        failure = ack_error(pb)
-        if failure is None:
+        if pb.ackError == _ACK_OK:  # the common case, without the ack_error call
             self._correlator.resolve(pb.correlationId, ack)
-        elif not self._correlator.fail(pb.correlationId, failure):
+            return
+        failure = ack_error(pb)
+        assert failure is not None  # only OK maps to None
+        if not self._correlator.fail(pb.correlationId, failure):
             log.warning("error ack for a publish no longer pending: %s", failure)

@@ -416,14 +416,17 @@ class Publisher:
 
     def _complete(self, item: _Item, info: StreamInfo) -> None:
         """Choose the partition and build the bytes (NATS) or the request (gRPC)."""
-        partition = choose_partition(
-            item.stream,
-            item.key,
-            item.value,
-            len(info.partitions),
-            partition=item.partition,
-            partitioner=item.partitioner,
-        )
+        if item.partition is None and item.partitioner is None:
+            partition = 0  # what choose_partition gives with neither
+        else:
+            partition = choose_partition(
+                item.stream,
+                item.key,
+                item.value,
+                len(info.partitions),
+                partition=item.partition,
+                partitioner=item.partitioner,
+            )
         item.partition = partition
         if item.use_nats:
             assert self._nats_pub is not None

@@ -198,11 +198,11 @@ def encode_message(
                     (
                         _OFFSET_NO_CHECK,
                         b"\x1a",
-                        _varint(len(value)),
+                        _SMALL_VARINTS[size] if (size := len(value)) < 0x80 else _varint(size),
                         value,
                         b"\x52" + _varint(len(inbox)) + inbox if inbox else b"",
                         b"\x5a",
-                        _varint(len(cid)),
+                        _SMALL_VARINTS[n] if (n := len(cid)) < 0x80 else _varint(n),
                         cid,
                         policy_field,
                     )
