@@ -47,6 +47,7 @@ __all__ = [
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
 _AsyncCode = api_pb2.PublishAsyncError
+_ACK_OK = api_pb2.Ack.OK
 
 # Receives the publishes a broken stream was given but never wrote, oldest first.
 _Unwritten = Callable[[list[tuple[api_pb2.PublishRequest, AckFuture]]], None]
@@ -255,7 +256,7 @@ class PublishStream:
             return
         pb = resp.ack
         cid = resp.correlationId or pb.correlationId
-        failure = ack_error(pb)
+        failure = None if pb.ackError == _ACK_OK else ack_error(pb)
         if failure is not None:
             if not correlator.fail(cid, failure):
                 log.warning("error ack for a publish no longer pending: %s", failure)

@@ -442,15 +442,17 @@ class Publisher:
             )
         else:
             req = api_pb2.PublishRequest(
-                key=item.key or b"",
                 value=item.value,
                 stream=item.stream,
                 partition=partition,
-                headers=item.headers,
                 correlationId=item.correlation_id,
                 ackPolicy=item.ack_policy,  # type: ignore[arg-type]
                 expectedOffset=item.expected_offset,
             )
+            if item.key:
+                req.key = item.key
+            if item.headers:
+                req.headers.update(item.headers)
             check_request_size(req)
             item.request = req
 
