@@ -205,16 +205,19 @@ _ACK_POLICIES: dict[int, AckPolicy] = {p.value: p for p in AckPolicy}
 
 
 def message_from_proto(pb: api_pb2.Message) -> Message:
+    # On the subscribe hot path: positional arguments (in field order) cost less than
+    # keywords, and the read-only headers view is built only when there are headers.
+    headers = pb.headers
     return Message(
-        stream=pb.stream,
-        partition=pb.partition,
-        offset=pb.offset,
-        value=pb.value,
-        key=pb.key,
-        timestamp_ns=pb.timestamp,
-        subject=pb.subject,
-        reply_subject=pb.replySubject,
-        headers=MappingProxyType(dict(pb.headers)) if pb.headers else _EMPTY,
+        pb.stream,
+        pb.partition,
+        pb.offset,
+        pb.value,
+        pb.key,
+        pb.timestamp,
+        pb.subject,
+        pb.replySubject,
+        MappingProxyType(dict(headers)) if headers else _EMPTY,
     )
 
 

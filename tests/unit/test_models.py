@@ -11,6 +11,7 @@ from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import (
     AckPolicy,
     EventTimestamps,
+    Message,
     ack_from_proto,
     message_from_proto,
     metadata_from_proto,
@@ -47,6 +48,43 @@ def test_message_conversion_copies_headers_read_only() -> None:
         msg.headers["h"] = b"y"  # type: ignore[index]
     assert (msg.offset, msg.key, msg.value, msg.partition) == (3, b"k", b"v", 2)
     assert message_from_proto(api_pb2.Message()).headers == {}
+
+
+def test_message_conversion_maps_every_field() -> None:
+    # message_from_proto passes fields positionally: guard the order against Message's.
+    pb = api_pb2.Message(
+        stream="s",
+        partition=2,
+        offset=3,
+        value=b"v",
+        key=b"k",
+        timestamp=5,
+        subject="subj",
+        replySubject="reply",
+    )
+    pb.headers["h"] = b"x"
+    assert message_from_proto(pb) == Message(
+        stream="s",
+        partition=2,
+        offset=3,
+        value=b"v",
+        key=b"k",
+        timestamp_ns=5,
+        subject="subj",
+        reply_subject="reply",
+        headers={"h": b"x"},
+    )
+    assert [f.name for f in dataclasses.fields(Message)] == [
+        "stream",
+        "partition",
+        "offset",
+        "value",
+        "key",
+        "timestamp_ns",
+        "subject",
+        "reply_subject",
+        "headers",
+    ]
 
 
 def test_metadata_conversion() -> None:
