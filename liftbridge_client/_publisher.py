@@ -46,12 +46,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import math
 import secrets
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 import nats.aio.client
 import nats.errors
@@ -63,7 +61,22 @@ from liftbridge_client._grpc_publish import PublishStream, check_request_size, p
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._nats import NatsPublisher
 from liftbridge_client._proto import api_pb2
-from liftbridge_client.envelope import check_header_keys
+from liftbridge_client._publish_args import (
+    FAST_KEYS,
+    INT32_MAX,
+    INT64_MAX,
+    PUBLISH_KEYS,
+    SUBJECT_KEYS,
+    Item,
+    PublishArgs,
+    SubjectPublishArgs,
+    ack_policy_arg,
+    as_bytes,
+    correlation_id_arg,
+    headers_arg,
+    reject_unknown,
+    seconds_arg,
+)
 from liftbridge_client.models import Ack, AckPolicy, StreamInfo
 from liftbridge_client.options import ClientOptions, Transport
 from liftbridge_client.partitioning import Partitioner, choose_partition
@@ -72,124 +85,7 @@ log = logging.getLogger("liftbridge_client")
 
 __all__ = ["Partitioner", "PublishArgs", "Publisher", "SubjectPublishArgs"]
 
-_INT32_MAX = 2**31 - 1
-_INT64_MAX = 2**63 - 1
 _YIELD_EVERY = 256  # the sender lets the NATS flusher and ack readers run this often
-
-
-class PublishArgs(TypedDict, total=False):
-    """Per-call publish options (all keyword-only, all optional)."""
-
-    key: bytes | None
-    headers: Mapping[str, bytes] | None
-    partition: int | None  # explicit partition wins over the partitioner
-    partitioner: Partitioner | None  # default: ClientOptions.partitioner, else partition 0
-    ack_policy: AckPolicy
-    expected_offset: int  # optimistic concurrency; -1 (default) = no check
-    correlation_id: str | None  # default: a fresh unique id
-    transport: Transport | None  # default: the client's
-    ack_wait: float | None  # default: ClientOptions.ack_wait
-
-
-class SubjectPublishArgs(TypedDict, total=False):
-    """Per-call options of `Client.publish_to_subject` (always gRPC)."""
-
-    key: bytes | None
-    headers: Mapping[str, bytes] | None
-    ack_policy: AckPolicy
-    correlation_id: str | None
-    ack_wait: float | None
-
-
-_PUBLISH_KEYS = frozenset(PublishArgs.__optional_keys__)
-_SUBJECT_KEYS = frozenset(SubjectPublishArgs.__optional_keys__)
-_FAST_KEYS = frozenset({"partition", "ack_policy"})
-
-
-@dataclass(slots=True, eq=False)
-class _Item:
-    """One publish between the call and the wire."""
-
-    stream: str
-    value: bytes
-    key: bytes | None
-    headers: Mapping[str, bytes] | None
-    partition: int | None  # explicit, or chosen by _complete
-    partitioner: Partitioner | None
-    ack_policy: AckPolicy
-    expected_offset: int
-    correlation_id: str
-    use_nats: bool
-    subject: str = ""  # NATS: the partition's subject
-    payload: bytes | None = None  # NATS: the enveloped message
-    request: api_pb2.PublishRequest | None = None  # gRPC
-    future: AckFuture | None = None
-
-    @property
-    def ready(self) -> bool:
-        return self.payload is not None or self.request is not None
-
-
-# ---------------------------------------------------------------- validation
-
-
-def _as_bytes(name: str, value: object) -> bytes:
-    if type(value) is bytes:
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise errors.InvalidInputError(f"{name} must be bytes, got {type(value).__name__}")
-
-
-def _headers(headers: object) -> dict[str, bytes] | None:
-    if headers is None:
-        return None
-    if not isinstance(headers, Mapping):
-        raise errors.InvalidInputError(f"headers must be a mapping, got {type(headers).__name__}")
-    out: dict[str, bytes] = {}
-    for name, value in headers.items():
-        if not isinstance(name, str):
-            raise errors.InvalidInputError(f"header names must be str, got {name!r}")
-        out[name] = _as_bytes(f"header {name[:40]!r}", value)
-    check_header_keys(out)  # the server crashes on keys over 32767 bytes
-    return out or None
-
-
-def _ack_policy(value: object) -> AckPolicy:
-    if isinstance(value, AckPolicy):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            return AckPolicy(value)
-        except ValueError:
-            pass
-    raise errors.InvalidInputError(f"ack_policy must be an AckPolicy, got {value!r}")
-
-
-def _seconds(name: str, value: object, default: float) -> float:
-    """A positive, finite number of seconds; ``default`` for None."""
-    if value is None:
-        return default
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise errors.InvalidInputError(f"{name} must be a number of seconds > 0, got {value!r}")
-    return float(value)
-
-
-def _correlation_id(value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise errors.InvalidInputError(f"correlation_id must be a non-empty str, got {value!r}")
-    return value
-
-
-def _unknown(kw: Mapping[str, object], known: frozenset[str]) -> None:
-    unknown = kw.keys() - known
-    if unknown:
-        raise errors.InvalidInputError(f"unknown publish argument(s): {', '.join(sorted(unknown))}")
 
 
 class Publisher:
@@ -219,7 +115,7 @@ class Publisher:
         )
         self._cid_prefix = secrets.token_hex(8) + "-"
         self._cid_counter = itertools.count(1)
-        self._queue: deque[_Item] = deque()
+        self._queue: deque[Item] = deque()
         self._waker: asyncio.Future[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._streams: dict[str, PublishStream] = {}
@@ -297,7 +193,7 @@ class Publisher:
         self._correlator.try_acquire()
         return self._enqueue(item, kw)
 
-    def _prepare(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> _Item:
+    def _prepare(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> Item:
         """Validate everything client-side; nothing is sent for bad input."""
         # Fast path: exact bytes, a str stream and only ``partition``/``ack_policy`` (the
         # common keyword set) with values that need no conversion. Anything else, and
@@ -307,16 +203,16 @@ class Publisher:
             and type(stream) is str
             and stream
             and type(value) is bytes
-            and (not kw or kw.keys() <= _FAST_KEYS)
+            and (not kw or kw.keys() <= FAST_KEYS)
         ):
             partition = kw.get("partition") if kw else None
             ack_policy = kw.get("ack_policy", AckPolicy.LEADER) if kw else AckPolicy.LEADER
             if (
-                partition is None or (type(partition) is int and 0 <= partition <= _INT32_MAX)
+                partition is None or (type(partition) is int and 0 <= partition <= INT32_MAX)
             ) and type(ack_policy) is AckPolicy:
                 use_nats = self._transport is Transport.NATS
                 if not use_nats or self._nats_pub is not None:
-                    item = _Item(
+                    item = Item(
                         stream,
                         value,
                         None,
@@ -334,13 +230,13 @@ class Publisher:
                     return item
         return self._prepare_checked(stream, value, kw)
 
-    def _prepare_checked(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> _Item:
+    def _prepare_checked(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> Item:
         """`_prepare` with every argument checked and converted."""
         if self._closed:
             raise errors.ConnectionClosedError("the client is closed")
         if not isinstance(stream, str) or not stream:
             raise errors.InvalidInputError(f"stream must be a non-empty str, got {stream!r}")
-        value = _as_bytes("value", value)
+        value = as_bytes("value", value)
         key: bytes | None = None
         headers: dict[str, bytes] | None = None
         partition: int | None = None
@@ -350,28 +246,28 @@ class Publisher:
         transport = self._transport
         cid: str | None = None
         if kw:
-            _unknown(kw, _PUBLISH_KEYS)
+            reject_unknown(kw, PUBLISH_KEYS)
             if (k := kw.get("key")) is not None:
-                key = _as_bytes("key", k)
-            headers = _headers(kw.get("headers"))
+                key = as_bytes("key", k)
+            headers = headers_arg(kw.get("headers"))
             partition = kw.get("partition")
             if partition is not None and (
                 isinstance(partition, bool)
                 or not isinstance(partition, int)
-                or not 0 <= partition <= _INT32_MAX
+                or not 0 <= partition <= INT32_MAX
             ):
                 raise errors.InvalidInputError(f"partition must be an int >= 0, got {partition!r}")
             partitioner = kw.get("partitioner", partitioner)
             if partitioner is not None and not callable(partitioner):
                 raise errors.InvalidInputError(f"partitioner must be callable, got {partitioner!r}")
             if "ack_policy" in kw:
-                ack_policy = _ack_policy(kw["ack_policy"])
+                ack_policy = ack_policy_arg(kw["ack_policy"])
             if "expected_offset" in kw:
                 expected_offset = kw["expected_offset"]
                 if (
                     isinstance(expected_offset, bool)
                     or not isinstance(expected_offset, int)
-                    or not -1 <= expected_offset <= _INT64_MAX
+                    or not -1 <= expected_offset <= INT64_MAX
                 ):
                     raise errors.InvalidInputError(
                         f"expected_offset must be an int >= -1 (-1: no check), "
@@ -387,8 +283,8 @@ class Publisher:
                     raise errors.InvalidInputError(f"transport must be a Transport, got {t!r}")
                 transport = t
             if (c := kw.get("correlation_id")) is not None:
-                cid = _correlation_id(c)
-            _seconds("ack_wait", kw.get("ack_wait"), 0.0)  # checked here, used by _enqueue
+                cid = correlation_id_arg(c)
+            seconds_arg("ack_wait", kw.get("ack_wait"), 0.0)  # checked here, used by _enqueue
         use_nats = transport is Transport.NATS
         if use_nats and self._nats_pub is None:
             raise errors.InvalidInputError(
@@ -397,7 +293,7 @@ class Publisher:
             )
         if cid is None:
             cid = f"{self._cid_prefix}{next(self._cid_counter)}"
-        item = _Item(
+        item = Item(
             stream,
             value,
             key,
@@ -414,7 +310,7 @@ class Publisher:
             self._complete(item, info)
         return item
 
-    def _complete(self, item: _Item, info: StreamInfo) -> None:
+    def _complete(self, item: Item, info: StreamInfo) -> None:
         """Choose the partition and build the bytes (NATS) or the request (gRPC)."""
         if item.partition is None and item.partitioner is None:
             partition = 0  # what choose_partition gives with neither
@@ -456,7 +352,7 @@ class Publisher:
             check_request_size(req)
             item.request = req
 
-    def _enqueue(self, item: _Item, kw: Mapping[str, Any]) -> AckFuture:
+    def _enqueue(self, item: Item, kw: Mapping[str, Any]) -> AckFuture:
         """Register the future on the slot just acquired and wake the sender."""
         ack_wait = self._options.ack_wait
         if kw and (w := kw.get("ack_wait")) is not None:
@@ -533,7 +429,7 @@ class Publisher:
             if written % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)
 
-    async def _send_grpc(self, item: _Item, fut: AckFuture) -> None:
+    async def _send_grpc(self, item: Item, fut: AckFuture) -> None:
         assert item.request is not None
         assert item.partition is not None
         metadata = self._metadata.current
@@ -563,7 +459,7 @@ class Publisher:
         if self._closed:
             return
         self._queue.extendleft(
-            _Item(
+            Item(
                 req.stream,
                 req.value,
                 None,
@@ -596,16 +492,18 @@ class Publisher:
             raise errors.ConnectionClosedError("the client is closed")
         if not isinstance(subject, str) or not subject:
             raise errors.InvalidInputError(f"subject must be a non-empty str, got {subject!r}")
-        value = _as_bytes("value", value)
-        _unknown(kw, _SUBJECT_KEYS)
-        key = _as_bytes("key", kw["key"]) if kw.get("key") is not None else b""
-        headers = _headers(kw.get("headers"))
-        ack_policy = _ack_policy(kw.get("ack_policy", AckPolicy.LEADER))
+        value = as_bytes("value", value)
+        reject_unknown(kw, SUBJECT_KEYS)
+        key = as_bytes("key", kw["key"]) if kw.get("key") is not None else b""
+        headers = headers_arg(kw.get("headers"))
+        ack_policy = ack_policy_arg(kw.get("ack_policy", AckPolicy.LEADER))
         c = kw.get("correlation_id")
         cid = (
-            _correlation_id(c) if c is not None else f"{self._cid_prefix}{next(self._cid_counter)}"
+            correlation_id_arg(c)
+            if c is not None
+            else f"{self._cid_prefix}{next(self._cid_counter)}"
         )
-        ack_wait = _seconds("ack_wait", kw.get("ack_wait"), self._options.ack_wait)
+        ack_wait = seconds_arg("ack_wait", kw.get("ack_wait"), self._options.ack_wait)
         req = api_pb2.PublishToSubjectRequest(
             subject=subject,
             key=key,
@@ -635,7 +533,7 @@ class Publisher:
         Publishes made while waiting are not waited for. `TimeoutError` (ours,
         also the builtin) after ``timeout`` seconds; nothing is cancelled then.
         """
-        _seconds("timeout", timeout, 0.0)
+        seconds_arg("timeout", timeout, 0.0)
         if self._closed:
             raise errors.ConnectionClosedError("the client is closed")
         loop = self._loop

@@ -1,0 +1,155 @@
+"""Publish arguments: the per-call keyword types, their checks, and the queued item.
+
+Pure: no IO. `Publisher` (in `_publisher`) validates every call with these before
+anything is queued, so bad input raises `InvalidInputError` and nothing is sent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypedDict
+
+from liftbridge_client import errors
+from liftbridge_client._correlation import AckFuture
+from liftbridge_client._proto import api_pb2
+from liftbridge_client.envelope import check_header_keys
+from liftbridge_client.models import AckPolicy
+from liftbridge_client.options import Transport
+from liftbridge_client.partitioning import Partitioner
+
+__all__ = [
+    "FAST_KEYS",
+    "INT32_MAX",
+    "INT64_MAX",
+    "PUBLISH_KEYS",
+    "SUBJECT_KEYS",
+    "Item",
+    "PublishArgs",
+    "SubjectPublishArgs",
+    "ack_policy_arg",
+    "as_bytes",
+    "correlation_id_arg",
+    "headers_arg",
+    "reject_unknown",
+    "seconds_arg",
+]
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+class PublishArgs(TypedDict, total=False):
+    """Per-call publish options (all keyword-only, all optional)."""
+
+    key: bytes | None
+    headers: Mapping[str, bytes] | None
+    partition: int | None  # explicit partition wins over the partitioner
+    partitioner: Partitioner | None  # default: ClientOptions.partitioner, else partition 0
+    ack_policy: AckPolicy
+    expected_offset: int  # optimistic concurrency; -1 (default) = no check
+    correlation_id: str | None  # default: a fresh unique id
+    transport: Transport | None  # default: the client's
+    ack_wait: float | None  # default: ClientOptions.ack_wait
+
+
+class SubjectPublishArgs(TypedDict, total=False):
+    """Per-call options of `Client.publish_to_subject` (always gRPC)."""
+
+    key: bytes | None
+    headers: Mapping[str, bytes] | None
+    ack_policy: AckPolicy
+    correlation_id: str | None
+    ack_wait: float | None
+
+
+PUBLISH_KEYS = frozenset(PublishArgs.__optional_keys__)
+SUBJECT_KEYS = frozenset(SubjectPublishArgs.__optional_keys__)
+FAST_KEYS = frozenset({"partition", "ack_policy"})
+
+
+@dataclass(slots=True, eq=False)
+class Item:
+    """One publish between the call and the wire."""
+
+    stream: str
+    value: bytes
+    key: bytes | None
+    headers: Mapping[str, bytes] | None
+    partition: int | None  # explicit, or chosen by _complete
+    partitioner: Partitioner | None
+    ack_policy: AckPolicy
+    expected_offset: int
+    correlation_id: str
+    use_nats: bool
+    subject: str = ""  # NATS: the partition's subject
+    payload: bytes | None = None  # NATS: the enveloped message
+    request: api_pb2.PublishRequest | None = None  # gRPC
+    future: AckFuture | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.payload is not None or self.request is not None
+
+
+# ---------------------------------------------------------------- validation
+
+
+def as_bytes(name: str, value: object) -> bytes:
+    if type(value) is bytes:
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise errors.InvalidInputError(f"{name} must be bytes, got {type(value).__name__}")
+
+
+def headers_arg(headers: object) -> dict[str, bytes] | None:
+    if headers is None:
+        return None
+    if not isinstance(headers, Mapping):
+        raise errors.InvalidInputError(f"headers must be a mapping, got {type(headers).__name__}")
+    out: dict[str, bytes] = {}
+    for name, value in headers.items():
+        if not isinstance(name, str):
+            raise errors.InvalidInputError(f"header names must be str, got {name!r}")
+        out[name] = as_bytes(f"header {name[:40]!r}", value)
+    check_header_keys(out)  # the server crashes on keys over 32767 bytes
+    return out or None
+
+
+def ack_policy_arg(value: object) -> AckPolicy:
+    if isinstance(value, AckPolicy):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return AckPolicy(value)
+        except ValueError:
+            pass
+    raise errors.InvalidInputError(f"ack_policy must be an AckPolicy, got {value!r}")
+
+
+def seconds_arg(name: str, value: object, default: float) -> float:
+    """A positive, finite number of seconds; ``default`` for None."""
+    if value is None:
+        return default
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise errors.InvalidInputError(f"{name} must be a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def correlation_id_arg(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise errors.InvalidInputError(f"correlation_id must be a non-empty str, got {value!r}")
+    return value
+
+
+def reject_unknown(kw: Mapping[str, object], known: frozenset[str]) -> None:
+    unknown = kw.keys() - known
+    if unknown:
+        raise errors.InvalidInputError(f"unknown publish argument(s): {', '.join(sorted(unknown))}")
