@@ -224,10 +224,7 @@ class Publisher:
                         f"{self._cid_prefix}{next(self._cid_counter)}",
                         use_nats,
                     )
-                    info = self._metadata.current.streams.get(stream)
-                    if info is not None:
-                        self._complete(item, info)
-                    return item
+                    return self._complete_if_known(item)
         return self._prepare_checked(stream, value, kw)
 
     def _prepare_checked(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> Item:
@@ -305,7 +302,11 @@ class Publisher:
             cid,
             use_nats,
         )
-        info = self._metadata.current.streams.get(stream)
+        return self._complete_if_known(item)
+
+    def _complete_if_known(self, item: Item) -> Item:
+        """Complete now when the stream's metadata is cached (else `send` looks it up)."""
+        info = self._metadata.current.streams.get(item.stream)
         if info is not None:
             self._complete(item, info)
         return item

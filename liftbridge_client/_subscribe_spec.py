@@ -79,6 +79,20 @@ def _position(name: str, value: object, enum_type: type[_P]) -> _P:
         raise errors.InvalidInputError(f"{name}: no {enum_type.__name__} {value!r}") from None
 
 
+def _implied_position(
+    kind: str, args: Mapping[str, object], implied: Mapping[str, _P], default: _P
+) -> _P:
+    """The ``start``/``stop`` position: given, or implied by at most one value option."""
+    given = [name for name in implied if name in args]
+    if len(given) > 1:
+        raise errors.InvalidInputError(f"conflicting {kind} options: {', '.join(given)}")
+    enum_type = type(default)
+    position = _position(kind, args.get(kind, implied[given[0]] if given else default), enum_type)
+    if given and implied[given[0]] is not position:
+        raise errors.InvalidInputError(f"{given[0]} conflicts with {kind}={position.name}")
+    return position
+
+
 @dataclass(frozen=True, slots=True)
 class SubscribeSpec:
     """A validated subscription: where to read and how."""
@@ -107,20 +121,16 @@ class SubscribeSpec:
         if unknown:
             raise errors.InvalidInputError(f"unknown subscribe option(s): {', '.join(unknown)}")
 
-        start_given = [
-            n for n in ("start_offset", "start_timestamp_ns", "start_time_delta") if n in args
-        ]
-        if len(start_given) > 1:
-            raise errors.InvalidInputError(f"conflicting start options: {', '.join(start_given)}")
-        implied_start = {
-            "start_offset": StartPosition.OFFSET,
-            "start_timestamp_ns": StartPosition.TIMESTAMP,
-            "start_time_delta": StartPosition.TIMESTAMP,
-        }
-        default_start = implied_start[start_given[0]] if start_given else StartPosition.NEW_ONLY
-        start = _position("start", args.get("start", default_start), StartPosition)
-        if start_given and implied_start[start_given[0]] is not start:
-            raise errors.InvalidInputError(f"{start_given[0]} conflicts with start={start.name}")
+        start = _implied_position(
+            "start",
+            args,
+            {
+                "start_offset": StartPosition.OFFSET,
+                "start_timestamp_ns": StartPosition.TIMESTAMP,
+                "start_time_delta": StartPosition.TIMESTAMP,
+            },
+            StartPosition.NEW_ONLY,
+        )
 
         start_offset = start_ts = 0
         if start is StartPosition.OFFSET:
@@ -147,17 +157,12 @@ class SubscribeSpec:
                     "start=TIMESTAMP needs start_timestamp_ns or start_time_delta"
                 )
 
-        stop_given = [n for n in ("stop_offset", "stop_timestamp_ns") if n in args]
-        if len(stop_given) > 1:
-            raise errors.InvalidInputError(f"conflicting stop options: {', '.join(stop_given)}")
-        implied_stop = {
-            "stop_offset": StopPosition.OFFSET,
-            "stop_timestamp_ns": StopPosition.TIMESTAMP,
-        }
-        default_stop = implied_stop[stop_given[0]] if stop_given else StopPosition.ON_CANCEL
-        stop = _position("stop", args.get("stop", default_stop), StopPosition)
-        if stop_given and implied_stop[stop_given[0]] is not stop:
-            raise errors.InvalidInputError(f"{stop_given[0]} conflicts with stop={stop.name}")
+        stop = _implied_position(
+            "stop",
+            args,
+            {"stop_offset": StopPosition.OFFSET, "stop_timestamp_ns": StopPosition.TIMESTAMP},
+            StopPosition.ON_CANCEL,
+        )
 
         stop_offset = stop_ts = 0
         if stop is StopPosition.OFFSET:
