@@ -37,7 +37,7 @@ _BY_CODE: dict[grpc.StatusCode, type[errors.ServerError]] = {
     grpc.StatusCode.UNAUTHENTICATED: errors.UnauthenticatedError,
     grpc.StatusCode.UNAVAILABLE: errors.UnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceededError,
-    grpc.StatusCode.CANCELLED: errors.CancelledError,
+    grpc.StatusCode.CANCELLED: errors.RequestCancelledError,
     grpc.StatusCode.INTERNAL: errors.InternalServerError,
     grpc.StatusCode.UNKNOWN: errors.UnknownServerError,
 }

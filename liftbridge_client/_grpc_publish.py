@@ -242,7 +242,7 @@ class PublishStream:
                 self._break(map_rpc_error(exc))
         except asyncio.CancelledError:
             if not self.closed:
-                self._break(errors.CancelledError("PublishAsync reader cancelled"))
+                self._break(errors.RequestCancelledError("PublishAsync reader cancelled"))
             raise
 
     def dispatch(self, resp: api_pb2.PublishResponse) -> None:

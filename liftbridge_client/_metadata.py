@@ -33,7 +33,7 @@ def _unreachable(exc: errors.LiftbridgeError) -> bool:
         exc,
         errors.UnavailableError
         | errors.DeadlineExceededError
-        | errors.CancelledError
+        | errors.RequestCancelledError
         | errors.NoBrokerAvailableError,
     )
 

@@ -543,7 +543,7 @@ class Publisher:
         if pending:
             _, not_done = await asyncio.wait(pending, timeout=timeout)
             if not_done:
-                raise errors.TimeoutError(
+                raise errors.LiftbridgeTimeoutError(
                     f"flush: {len(not_done)} publishes still pending after {timeout}s"
                 )
         if self._nats_used and self._nats is not None and not self._nats.is_closed:
@@ -552,7 +552,9 @@ class Publisher:
                 async with asyncio.timeout(left):
                     await self._nats.flush()
             except TimeoutError as exc:  # asyncio's, or nats-py's FlushTimeoutError
-                raise errors.TimeoutError(f"flush: NATS did not answer in time ({exc!r})") from exc
+                raise errors.LiftbridgeTimeoutError(
+                    f"flush: NATS did not answer in time ({exc!r})"
+                ) from exc
             except nats.errors.Error as exc:
                 raise errors.ConnectionClosedError(f"flush: NATS connection: {exc!r}") from exc
 

@@ -309,7 +309,7 @@ def _end(kind: type[_E], text: str, cause: errors.LiftbridgeError) -> _E:
 _RESUBSCRIBE_ON = (
     errors.UnavailableError,
     errors.NotLeaderError,
-    errors.TimeoutError,
+    errors.LiftbridgeTimeoutError,
     errors.DeadlineExceededError,
     errors.NoBrokerAvailableError,
 )

@@ -16,8 +16,9 @@ The tree::
     │   └── PayloadDecodeError               the envelope was fine, the protobuf was not
     ├── ConnectionClosedError                the client was closed or lost its connection
     ├── NoBrokerAvailableError               no seed or broker could be reached; retriable
+    ├── FeatureNotSupportedError           the broker(s) lack what a call needs
     ├── InflightLimitError                   publish_nowait with a full in-flight window; retriable
-    ├── TimeoutError (also builtins.TimeoutError)  retriable
+    ├── LiftbridgeTimeoutError (also builtins.TimeoutError)  retriable
     │   └── AckTimeoutError                  no ack within the ack wait time
     ├── PublishError                         the server refused a published message
     │   ├── IncorrectOffsetError             optimistic concurrency check failed
@@ -40,7 +41,7 @@ The tree::
         ├── UnauthenticatedError
         ├── UnavailableError                 retriable after a metadata refresh
         ├── DeadlineExceededError            also builtins.TimeoutError; retriable
-        ├── CancelledError
+        ├── RequestCancelledError            CANCELLED
         ├── InternalServerError
         │   └── CursorsDisabledError         the server has no cursors stream
         └── UnknownServerError
@@ -129,13 +130,27 @@ class InflightLimitError(LiftbridgeError):
     retriable = True
 
 
-class TimeoutError(LiftbridgeError, builtins.TimeoutError):
+class FeatureNotSupportedError(LiftbridgeError):
+    """A call needs a server feature that the broker(s) serving it do not have.
+
+    ``feature`` names the client feature (see the compatibility docs) and ``broker``
+    the broker that lacks it, when one is known. Nothing was sent that could have
+    changed the server's state.
+    """
+
+    def __init__(self, message: str, *, feature: str = "", broker: str = "") -> None:
+        super().__init__(message)
+        self.feature = feature
+        self.broker = broker
+
+
+class LiftbridgeTimeoutError(LiftbridgeError, builtins.TimeoutError):
     """An operation did not finish within its deadline."""
 
     retriable = True
 
 
-class AckTimeoutError(TimeoutError):
+class AckTimeoutError(LiftbridgeTimeoutError):
     """No ack arrived for a published message within the ack wait time.
 
     The message may or may not have been stored: acks are at-least-once.
@@ -257,7 +272,7 @@ class DeadlineExceededError(ServerError, builtins.TimeoutError):
     retriable = True
 
 
-class CancelledError(ServerError):
+class RequestCancelledError(ServerError):
     code_name = "CANCELLED"
 
 

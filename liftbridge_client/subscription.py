@@ -367,7 +367,7 @@ class Subscription:
         except TimeoutError:
             if not limit.expired():
                 raise
-            raise errors.TimeoutError(
+            raise errors.LiftbridgeTimeoutError(
                 f"Subscribe to {spec.stream}/{spec.partition} on {address}: "
                 f"no handshake within {timeout:.3g}s"
             ) from None

@@ -126,10 +126,14 @@ def test_documented_builtin_bases_are_the_real_ones(name: str) -> None:
 def test_catchable_as_builtins_where_documented() -> None:
     with pytest.raises(ValueError, match="bad"):
         raise errors.InvalidInputError("bad")
-    for cls in (errors.TimeoutError, errors.AckTimeoutError, errors.DeadlineExceededError):
+    for cls in (
+        errors.LiftbridgeTimeoutError,
+        errors.AckTimeoutError,
+        errors.DeadlineExceededError,
+    ):
         with pytest.raises(builtins.TimeoutError):
             raise cls("late")
-    assert errors.TimeoutError is not builtins.TimeoutError
+    assert errors.LiftbridgeTimeoutError is not builtins.TimeoutError
     assert not issubclass(errors.UnavailableError, builtins.TimeoutError)
     assert not issubclass(errors.ProtocolError, ValueError)
 
@@ -160,7 +164,11 @@ def test_documented_retry_classes() -> None:
 
 def grpc_code_for(cls: type[errors.ServerError]) -> str:
     """The status code a ServerError subclass stands for, from its name: FooBarError -> FOO_BAR."""
-    special = {"InternalServerError": "INTERNAL", "UnknownServerError": "UNKNOWN"}
+    special = {
+        "InternalServerError": "INTERNAL",
+        "UnknownServerError": "UNKNOWN",
+        "RequestCancelledError": "CANCELLED",
+    }
     if cls.__name__ in special:
         return special[cls.__name__]
     if cls.__name__ == "ServerError" or "code_name" not in vars(cls):

@@ -48,7 +48,7 @@ def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
         ),
         (grpc.StatusCode.PERMISSION_DENIED, "no", errors.PermissionDeniedError),
         (grpc.StatusCode.UNAUTHENTICATED, "no", errors.UnauthenticatedError),
-        (grpc.StatusCode.CANCELLED, "", errors.CancelledError),
+        (grpc.StatusCode.CANCELLED, "", errors.RequestCancelledError),
         (grpc.StatusCode.UNIMPLEMENTED, "", errors.UnknownServerError),
     ],
 )

@@ -219,7 +219,7 @@ async def test_flush_waits_for_pending_and_flushes_nats(rig: Rig) -> None:
     assert all(f.done() for f in futs)
     assert not later.done()
     assert rig.wire.flushes == flushes + 1
-    with pytest.raises(errors.TimeoutError):
+    with pytest.raises(errors.LiftbridgeTimeoutError):
         await rig.publisher.flush(0.02)
     later.cancel()
 

@@ -315,7 +315,7 @@ CASES: list[tuple[dict[str, Any], Phase, grpc.StatusCode, str, Action, type[Exce
         Action.FAIL,
         errors.ResourceExhaustedError,
     ),
-    ({}, Phase.STREAMING, OK_.CANCELLED, "", Action.FAIL, errors.CancelledError),
+    ({}, Phase.STREAMING, OK_.CANCELLED, "", Action.FAIL, errors.RequestCancelledError),
 ]
 
 
@@ -338,5 +338,8 @@ def test_classify(
 
 
 def test_client_side_timeouts_resubscribe() -> None:
-    for exc in (errors.TimeoutError("no handshake"), errors.NoBrokerAvailableError("none")):
+    for exc in (
+        errors.LiftbridgeTimeoutError("no handshake"),
+        errors.NoBrokerAvailableError("none"),
+    ):
         assert classify(exc, spec(), Phase.RESUBSCRIBING).action is Action.RESUBSCRIBE

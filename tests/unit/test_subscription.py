@@ -235,7 +235,7 @@ async def test_handshake_timeout_is_retried_then_raised() -> None:
     for _ in range(FAST.attempts):
         cluster.script(A)  # never answers
     sub, _ = subscribe(cluster, options=ClientOptions(retry=FAST, rpc_timeout=0.02))
-    with pytest.raises(errors.TimeoutError, match="no handshake"):
+    with pytest.raises(errors.LiftbridgeTimeoutError, match="no handshake"):
         async with sub:
             pass
     assert len(cluster.requests) == FAST.attempts
