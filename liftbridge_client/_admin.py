@@ -9,7 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 from liftbridge_client import errors
-from liftbridge_client._grpc import is_no_metadata_leader, with_retries
+from liftbridge_client._errors_map import is_no_metadata_leader
+from liftbridge_client._grpc import with_retries
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import (
@@ -20,7 +21,7 @@ from liftbridge_client.models import (
 )
 from liftbridge_client.options import ClientOptions, StreamConfig
 
-log = logging.getLogger("liftbridge_client")
+log = logging.getLogger(__name__)
 
 
 def _check_name(kind: str, value: str) -> None:

@@ -44,7 +44,7 @@ from liftbridge_client.errors import (
 if TYPE_CHECKING:
     from liftbridge_client.models import Ack
 
-log = logging.getLogger("liftbridge_client")
+log = logging.getLogger(__name__)
 
 __all__ = ["AckFuture", "Correlator"]
 

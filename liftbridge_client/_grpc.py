@@ -11,6 +11,7 @@ import grpc
 import grpc.aio
 
 from liftbridge_client import errors
+from liftbridge_client._errors_map import map_rpc_error
 from liftbridge_client._proto import api_pb2_grpc
 from liftbridge_client.options import ClientOptions, RetryPolicy
 
@@ -19,62 +20,11 @@ if TYPE_CHECKING:
 else:
     Stub = api_pb2_grpc.APIStub
 
-log = logging.getLogger("liftbridge_client")
+log = logging.getLogger(__name__)
 
-__all__ = ["BrokerPool", "Stub", "call", "map_rpc_error", "with_retries"]
+__all__ = ["BrokerPool", "Stub", "call", "with_retries"]
 
 T = TypeVar("T")
-
-# Table-driven: a status code maps to one class, refined below by message text
-# where the server signals something more specific through a generic code.
-_BY_CODE: dict[grpc.StatusCode, type[errors.ServerError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgumentError,
-    grpc.StatusCode.NOT_FOUND: errors.NotFoundError,
-    grpc.StatusCode.ALREADY_EXISTS: errors.AlreadyExistsError,
-    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPreconditionError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhaustedError,
-    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDeniedError,
-    grpc.StatusCode.UNAUTHENTICATED: errors.UnauthenticatedError,
-    grpc.StatusCode.UNAVAILABLE: errors.UnavailableError,
-    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceededError,
-    grpc.StatusCode.CANCELLED: errors.RequestCancelledError,
-    grpc.StatusCode.INTERNAL: errors.InternalServerError,
-    grpc.StatusCode.UNKNOWN: errors.UnknownServerError,
-}
-
-# FailedPrecondition texts that mean "ask the current leader instead".
-_NOT_LEADER_MARKERS = (
-    "not partition leader",
-    "should be sent to partition leader",
-    "not cursor partition leader",
-    "not leader for cursors partition",
-)
-
-
-def map_rpc_error(exc: grpc.RpcError) -> errors.ServerError:
-    """Turn a gRPC failure into the matching `ServerError` subclass."""
-    code: grpc.StatusCode = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else _code(exc)
-    details = (exc.details() if isinstance(exc, grpc.aio.AioRpcError) else "") or ""
-    lowered = details.lower()
-    cls = _BY_CODE.get(code, errors.UnknownServerError)
-    if code is grpc.StatusCode.UNKNOWN and "not authorized" in lowered:
-        cls = errors.PermissionDeniedError  # the server reports authz failures as Unknown
-    elif code is grpc.StatusCode.FAILED_PRECONDITION and any(
-        m in lowered for m in _NOT_LEADER_MARKERS
-    ):
-        cls = errors.NotLeaderError
-    return cls(f"{code.name}: {details}" if details else code.name, details=details)
-
-
-def _code(exc: grpc.RpcError) -> grpc.StatusCode:
-    code = getattr(exc, "code", None)
-    result = code() if callable(code) else None
-    return result if isinstance(result, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
-
-
-def is_no_metadata_leader(exc: errors.LiftbridgeError) -> bool:
-    """True for the transient error the server gives while no metadata leader exists."""
-    return isinstance(exc, errors.ServerError) and "no known metadata leader" in exc.details
 
 
 class BrokerPool:

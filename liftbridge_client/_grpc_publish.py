@@ -1,4 +1,4 @@
-"""Publishing through the gRPC API: PublishAsync streams, unary Publish, PublishToSubject.
+"""Publishing through the gRPC API: PublishAsync streams and PublishToSubject.
 
 `PublishStream` is one long-lived PublishAsync call to one broker. Requests
 carry correlation ids; the server answers each (unless the ack policy is NONE)
@@ -7,106 +7,88 @@ settles the matching future in the `Correlator`. A stream that breaks fails
 exactly the publishes written on it (`ConnectionClosedError` chained to the
 mapped gRPC error) and is replaced by a fresh one on next use.
 
-The unary calls always carry a deadline: without one the server publishes and
-returns no ack at all. The deadline is the ack wait, so a missing ack surfaces
-as `AckTimeoutError`.
+The stream's reader and writer are supervised tasks (`_tasks`); closing stops
+them within a deadline. PublishToSubject (unary) always carries a deadline:
+without one the server publishes and returns no ack at all. The deadline is the
+ack wait, so a missing ack surfaces as `AckTimeoutError`. Unary ``Publish`` is not
+used: PublishAsync does the same with one stream per broker.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
 
+import anyio
 import grpc
 import grpc.aio
 
 from liftbridge_client import errors
 from liftbridge_client._correlation import AckFuture, Correlator
-from liftbridge_client._grpc import Stub, map_rpc_error
-from liftbridge_client._nats import ack_error
+from liftbridge_client._errors_map import (
+    ack_error,
+    async_error,
+    map_rpc_error,
+    publish_status_error,
+)
+from liftbridge_client._grpc import Stub
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._tasks import TaskHandle
 from liftbridge_client.models import Ack, ack_from_proto
 
-log = logging.getLogger("liftbridge_client")
+log = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_REQUEST_BYTES",
+    "OutageLog",
     "PublishStream",
-    "async_error",
     "check_request_size",
     "publish_to_subject",
-    "publish_unary",
-    "unary_publish_error",
 ]
 
 # grpc-go's default limit on a received message: a bigger request kills the
 # whole PublishAsync stream (RESOURCE_EXHAUSTED), so it is refused here first.
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
-_AsyncCode = api_pb2.PublishAsyncError
 _ACK_OK = api_pb2.Ack.OK
 
 # Receives the publishes a broken stream was given but never wrote, oldest first.
 _Unwritten = Callable[[list[tuple[api_pb2.PublishRequest, AckFuture]]], None]
-
-# (server text fragment, class): the server reports some specific failures
-# through generic codes; these refine them.
-_TOO_LARGE_MARKERS = ("exceeds max replication size", "maximum payload")
+# Starts a supervised background task (`TaskSupervisor.spawn`).
+_Spawn = Callable[..., TaskHandle]
 
 
-def async_error(pb: api_pb2.PublishAsyncError, correlation_id: str) -> errors.LiftbridgeError:
-    """The typed error a PublishAsync ``asyncError`` stands for."""
-    code, text = pb.code, pb.message
-    try:
-        name = _AsyncCode.Code.Name(code)
-    except ValueError:
-        name = str(code)
-    message = f"{name}: {text} (correlation id {correlation_id!r})"
-    lowered = text.lower()
-    if any(m in lowered for m in _TOO_LARGE_MARKERS):
-        return errors.MessageTooLargeError(message)  # BAD_REQUEST or INTERNAL from NATS
-    if code == _AsyncCode.NOT_FOUND:
-        return errors.NotFoundError(message, details=text)
-    if code == _AsyncCode.BAD_REQUEST:
-        return errors.InvalidArgumentError(message, details=text)
-    if code == _AsyncCode.READONLY:
-        return errors.ReadonlyPartitionError(message)
-    if code == _AsyncCode.INCORRECT_OFFSET:
-        return errors.IncorrectOffsetError(message)
-    if code == _AsyncCode.ENCRYPTION_FAILED:
-        return errors.EncryptionFailedError(message)
-    if code == _AsyncCode.PERMISSION_DENIED:
-        return errors.PermissionDeniedError(message, details=text)
-    if code == _AsyncCode.INTERNAL:
-        return errors.InternalServerError(message, details=text)
-    return errors.PublishError(message)
+class OutageLog:
+    """One WARNING per broker outage, not one per failed PublishAsync stream.
 
-
-def unary_publish_error(exc: grpc.RpcError) -> errors.LiftbridgeError:
-    """A failed unary Publish / PublishToSubject as a typed error (chain ``exc``).
-
-    The server folds publish errors into status codes: INCORRECT_OFFSET becomes
-    Unknown "incorrect expected offset", TOO_LARGE InvalidArgument "message
-    exceeds max replication size", READONLY FailedPrecondition "readonly
-    partition", ENCRYPTION Internal "encryption failed". A deadline exceeded
-    means no ack came within the ack wait.
+    During a leader outage every publish may open a stream that breaks at once;
+    the first break of an address warns, later ones log at debug level until a
+    stream to it answers again (then one INFO line says it recovered).
     """
-    mapped = map_rpc_error(exc)
-    text = mapped.details.lower()
-    if isinstance(mapped, errors.DeadlineExceededError):
-        return errors.AckTimeoutError(f"no ack within the deadline ({mapped})")
-    if "incorrect expected offset" in text:
-        return errors.IncorrectOffsetError(str(mapped))
-    if any(m in text for m in _TOO_LARGE_MARKERS):
-        return errors.MessageTooLargeError(str(mapped))
-    if "readonly partition" in text:
-        return errors.ReadonlyPartitionError(str(mapped))
-    if "encryption failed" in text:
-        return errors.EncryptionFailedError(str(mapped))
-    return mapped
+
+    def __init__(self) -> None:
+        self._down: dict[str, int] = {}
+
+    def broke(self, address: str, cause: BaseException, failed: int) -> None:
+        count = self._down.get(address)
+        if count is None:
+            self._down[address] = 1
+            log.warning(
+                "PublishAsync stream to %s broke (%s); %d pending publishes failed",
+                address,
+                cause,
+                failed,
+            )
+        else:
+            self._down[address] = count + 1
+            log.debug("PublishAsync stream to %s broke again (%s)", address, cause)
+
+    def answered(self, address: str) -> None:
+        count = self._down.pop(address, None)
+        if count is not None:
+            log.info("PublishAsync to %s works again (%d broken streams meanwhile)", address, count)
 
 
 def check_request_size(req: api_pb2.PublishRequest | api_pb2.PublishToSubjectRequest) -> None:
@@ -123,13 +105,24 @@ def check_request_size(req: api_pb2.PublishRequest | api_pb2.PublishToSubjectReq
 class PublishStream:
     """One PublishAsync call to one broker; futures it carries are tagged with it."""
 
-    def __init__(self, address: str, stub: Stub, correlator: Correlator) -> None:
+    def __init__(
+        self,
+        address: str,
+        stub: Stub,
+        correlator: Correlator,
+        *,
+        spawn: _Spawn,
+        outages: OutageLog | None = None,
+    ) -> None:
         self.address = address
         self._stub = stub
         self._correlator = correlator
+        self._spawn = spawn
+        self._outages = outages or OutageLog()
+        self._answered = False
         self._call: grpc.aio.StreamStreamCall[api_pb2.PublishRequest, api_pb2.PublishResponse]
-        self._reader: asyncio.Task[None] | None = None
-        self._writer: asyncio.Task[None] | None = None
+        self._reader: TaskHandle | None = None
+        self._writer: TaskHandle | None = None
         # Submitted, not yet written: (request, future, resolve-on-write for ack policy NONE).
         self._outbox: deque[tuple[api_pb2.PublishRequest, AckFuture, bool]] = deque()
         self._wake: asyncio.Future[None] | None = None
@@ -148,7 +141,7 @@ class PublishStream:
     def open(self) -> None:
         """Start the call and its reader; the first write sends the headers."""
         self._call = self._stub.PublishAsync()
-        self._reader = asyncio.create_task(self._read(), name=f"lb-publish-async-{self.address}")
+        self._reader = self._spawn(self._read, name=f"lb-publish-async-{self.address}")
 
     def submit(
         self,
@@ -172,8 +165,8 @@ class PublishStream:
         self._on_unwritten = on_unwritten
         self._outbox.append((req, fut, resolve_on_write))
         if self._writer is None:
-            self._writer = asyncio.create_task(
-                self._write_loop(), name=f"lb-publish-async-writer-{self.address}"
+            self._writer = self._spawn(
+                self._write_loop, name=f"lb-publish-async-writer-{self.address}"
             )
         else:
             wake = self._wake
@@ -198,7 +191,9 @@ class PublishStream:
                 self._break(map_rpc_error(exc))
                 return
             except asyncio.InvalidStateError as exc:  # written after the call finished
-                self._break(errors.UnknownServerError(f"PublishAsync call ended: {exc}"))
+                # The reader saw why the call ended (and broke the stream with it);
+                # otherwise the call died under us: a transport failure, retriable.
+                self._break(errors.UnavailableError(f"PublishAsync call ended: {exc}"))
                 return
             except Exception as exc:  # an unexpected library error: this publish fails
                 log.exception("publish %s failed unexpectedly", fut.correlation_id)
@@ -210,24 +205,6 @@ class PublishStream:
             if resolve_on_write and not fut.done():
                 resolve(fut.correlation_id, None)
 
-    async def write(self, req: api_pb2.PublishRequest) -> None:
-        if self.broken is not None:
-            raise errors.ConnectionClosedError(
-                f"PublishAsync stream to {self.address} broke"
-            ) from self.broken
-        try:
-            await self._call.write(req)
-        except grpc.RpcError as exc:
-            self._break(map_rpc_error(exc))
-            raise errors.ConnectionClosedError(
-                f"PublishAsync stream to {self.address} broke"
-            ) from self.broken
-        except asyncio.InvalidStateError as exc:  # written after the call finished
-            self._break(errors.UnknownServerError(f"PublishAsync call ended: {exc}"))
-            raise errors.ConnectionClosedError(
-                f"PublishAsync stream to {self.address} ended"
-            ) from self.broken
-
     async def _read(self) -> None:
         call, dispatch = self._call, self.dispatch
         try:
@@ -236,6 +213,9 @@ class PublishStream:
                 if not isinstance(resp, api_pb2.PublishResponse):  # EOF: the call ended cleanly
                     self._break(errors.UnavailableError("the server ended the PublishAsync call"))
                     return
+                if not self._answered:
+                    self._answered = True
+                    self._outages.answered(self.address)
                 dispatch(resp)
         except grpc.RpcError as exc:
             if not self.closed:
@@ -284,12 +264,7 @@ class PublishStream:
             exc = errors.ConnectionClosedError(message)
         exc.__cause__ = cause
         failed = self._correlator.fail_owned(self, exc)
-        log.warning(
-            "PublishAsync stream to %s broke (%s); %d pending publishes failed",
-            self.address,
-            cause,
-            failed,
-        )
+        self._outages.broke(self.address, cause, failed)
 
     def _take_back_unwritten(self) -> None:
         """Give futures submitted but never written back to the publisher (in order)."""
@@ -300,8 +275,8 @@ class PublishStream:
         if unwritten and self._on_unwritten is not None:
             self._on_unwritten(unwritten)
 
-    async def close(self, exc: BaseException | None = None) -> None:
-        """Cancel the call, stop the reader and the writer. Publishes still owned fail.
+    async def close(self, exc: BaseException | None = None, *, timeout: float = 1.0) -> None:
+        """Cancel the call, stop the reader and the writer (bounded). Owned publishes fail.
 
         Owned are those written on it and those submitted but not written yet; they
         fail with ``exc`` (none given: unwritten ones go back to the publisher).
@@ -313,27 +288,18 @@ class PublishStream:
             self._take_back_unwritten()
         self._outbox.clear()
         writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await writer
         reader, self._reader = self._reader, None
-        if reader is None:
-            return
-        self._call.cancel()
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reader
-
-
-async def publish_unary(stub: Stub, req: api_pb2.PublishRequest, timeout: float) -> Ack | None:
-    """Unary Publish, always with a deadline (``timeout``). None for ack policy NONE."""
-    check_request_size(req)
-    try:
-        resp = await stub.Publish(req, timeout=timeout)
-    except grpc.RpcError as exc:
-        raise unary_publish_error(exc) from exc
-    return _unary_ack(resp.ack if resp.HasField("ack") else None)
+        if reader is not None:
+            self._call.cancel()
+        for task in (writer, reader):
+            if task is not None and not await task.stop(timeout):
+                log.warning("PublishAsync task %s did not stop in time", task.name)
+        if reader is not None:
+            # grpc.aio settles a cancelled call in a task of its own: wait for it, so no
+            # task outlives close().
+            with anyio.move_on_after(timeout):
+                await self._call.code()
+                await asyncio.sleep(0)  # the status task wakes with code(): let it end
 
 
 async def publish_to_subject(
@@ -347,7 +313,7 @@ async def publish_to_subject(
     try:
         resp = await stub.PublishToSubject(req, timeout=timeout)
     except grpc.RpcError as exc:
-        raise unary_publish_error(exc) from exc
+        raise publish_status_error(exc) from exc
     return _unary_ack(resp.ack if resp.HasField("ack") else None)
 
 

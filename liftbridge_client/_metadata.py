@@ -8,7 +8,6 @@ and retries when the server says it is not the leader or is unreachable.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
@@ -17,10 +16,11 @@ from typing import TypeVar
 from liftbridge_client import errors
 from liftbridge_client._grpc import BrokerPool, Stub, call, with_retries
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._tasks import TaskHandle
 from liftbridge_client.models import Metadata, PartitionInfo, StreamInfo, metadata_from_proto
 from liftbridge_client.options import ClientOptions
 
-log = logging.getLogger("liftbridge_client")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ class MetadataCache:
         self._metadata = _EMPTY
         self._lock = asyncio.Lock()
         self._generation = 0
-        self._task: asyncio.Task[None] | None = None
+        self._task: TaskHandle | None = None
 
     @property
     def current(self) -> Metadata:
@@ -104,10 +104,11 @@ class MetadataCache:
 
     # ------------------------------------------------------------ periodic refresh
 
-    def start(self) -> None:
+    def start(self, spawn: Callable[..., TaskHandle]) -> None:
+        """Start the periodic refresh as a supervised task (`TaskSupervisor.spawn`)."""
         interval = self._options.metadata_refresh_interval
         if interval is not None and self._task is None:
-            self._task = asyncio.create_task(self._refresh_loop(interval), name="lb-metadata")
+            self._task = spawn(self._refresh_loop, interval, name="lb-metadata")
 
     async def _refresh_loop(self, interval: float) -> None:
         while True:
@@ -117,12 +118,10 @@ class MetadataCache:
             except errors.LiftbridgeError as exc:
                 log.warning("periodic metadata refresh failed: %s", exc)
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = 1.0) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if task is not None and not await task.stop(timeout):
+            log.warning("the metadata refresher did not stop in time")
 
     # ------------------------------------------------------------ lookups
 

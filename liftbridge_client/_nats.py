@@ -28,38 +28,15 @@ import nats.errors
 
 from liftbridge_client import envelope, errors
 from liftbridge_client._correlation import Correlator
+from liftbridge_client._errors_map import ack_error
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import ack_from_proto
 
-log = logging.getLogger("liftbridge_client")
+log = logging.getLogger(__name__)
 
-__all__ = ["NatsPublisher", "ack_error", "map_nats_error"]
-
-_ACK_ERRORS: dict[int, tuple[type[errors.PublishError], str]] = {
-    api_pb2.Ack.UNKNOWN: (errors.PublishError, "the server refused the message (UNKNOWN)"),
-    api_pb2.Ack.INCORRECT_OFFSET: (
-        errors.IncorrectOffsetError,
-        "incorrect expected offset (optimistic concurrency check failed)",
-    ),
-    api_pb2.Ack.TOO_LARGE: (
-        errors.MessageTooLargeError,
-        "message exceeds the server's clustering.replication.max.bytes",
-    ),
-    api_pb2.Ack.ENCRYPTION: (errors.EncryptionFailedError, "encryption failed on partition"),
-}
-
+__all__ = ["NatsPublisher", "map_nats_error"]
 
 _ACK_OK = api_pb2.Ack.OK
-
-
-def ack_error(ack: api_pb2.Ack) -> errors.PublishError | None:
-    """The typed error an ``Ack.ackError`` stands for; None for OK."""
-    code = ack.ackError
-    if code == api_pb2.Ack.OK:
-        return None
-    cls, text = _ACK_ERRORS.get(code, (errors.PublishError, f"unknown ack error {code}"))
-    where = f"stream {ack.stream!r} subject {ack.msgSubject!r}" if ack.stream else "publish"
-    return cls(f"{where}: {text} (correlation id {ack.correlationId!r})")
 
 
 def map_nats_error(exc: nats.errors.Error, subject: str) -> errors.LiftbridgeError:

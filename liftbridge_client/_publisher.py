@@ -51,13 +51,19 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
 import nats.aio.client
 import nats.errors
 
 from liftbridge_client import errors
 from liftbridge_client._correlation import AckFuture, Correlator
 from liftbridge_client._grpc import BrokerPool
-from liftbridge_client._grpc_publish import PublishStream, check_request_size, publish_to_subject
+from liftbridge_client._grpc_publish import (
+    OutageLog,
+    PublishStream,
+    check_request_size,
+    publish_to_subject,
+)
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._nats import NatsPublisher
 from liftbridge_client._proto import api_pb2
@@ -77,11 +83,12 @@ from liftbridge_client._publish_args import (
     reject_unknown,
     seconds_arg,
 )
-from liftbridge_client.models import Ack, AckPolicy, StreamInfo
+from liftbridge_client._tasks import TaskHandle, TaskSupervisor
+from liftbridge_client.models import Ack, AckPolicy, PublishStats, StreamInfo
 from liftbridge_client.options import ClientOptions, Transport
 from liftbridge_client.partitioning import Partitioner, choose_partition
 
-log = logging.getLogger("liftbridge_client")
+log = logging.getLogger(__name__)
 
 __all__ = ["Partitioner", "PublishArgs", "Publisher", "SubjectPublishArgs"]
 
@@ -98,8 +105,10 @@ class Publisher:
         pool: BrokerPool,
         options: ClientOptions,
         nats: nats.aio.client.Client | None,
+        tasks: TaskSupervisor,
     ) -> None:
         self._metadata = metadata
+        self._tasks = tasks
         self._pool = pool
         self._options = options
         self._nats = nats
@@ -117,7 +126,7 @@ class Publisher:
         self._cid_counter = itertools.count(1)
         self._queue: deque[Item] = deque()
         self._waker: asyncio.Future[None] | None = None
-        self._sender: asyncio.Task[None] | None = None
+        self._sender: TaskHandle | None = None
         self._streams: dict[str, PublishStream] = {}
         # (stream, partition) -> the PublishStream to its leader, valid for one metadata
         # snapshot: lets _enqueue hand a gRPC publish straight to that stream's writer.
@@ -125,7 +134,11 @@ class Publisher:
         self._routes_metadata: object = None
         self._sender_idle = False
         self._nats_used = False
+        self._nats_lost: BaseException | None = None  # nats-py gave up on the connection
+        self._draining = False
         self._closed = False
+        self._fast_ok = True  # False once closing, draining or NATS is lost: full checks
+        self._outages = OutageLog()
 
     def __repr__(self) -> str:
         return (
@@ -162,7 +175,7 @@ class Publisher:
         if self._nats_pub is not None:
             await self._nats_pub.start()
         if self._sender is None:
-            self._sender = asyncio.create_task(self._send_loop(), name="lb-publisher")
+            self._sender = self._tasks.spawn(self._send_loop, name="lb-publisher")
 
     # ------------------------------------------------------------ publishing
 
@@ -199,7 +212,7 @@ class Publisher:
         # common keyword set) with values that need no conversion. Anything else, and
         # every error, goes through the full checks below.
         if (
-            not self._closed
+            self._fast_ok
             and type(stream) is str
             and stream
             and type(value) is bytes
@@ -229,8 +242,7 @@ class Publisher:
 
     def _prepare_checked(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> Item:
         """`_prepare` with every argument checked and converted."""
-        if self._closed:
-            raise errors.ConnectionClosedError("the client is closed")
+        self._check_accepting()
         if not isinstance(stream, str) or not stream:
             raise errors.InvalidInputError(f"stream must be a non-empty str, got {stream!r}")
         value = as_bytes("value", value)
@@ -283,6 +295,10 @@ class Publisher:
                 cid = correlation_id_arg(c)
             seconds_arg("ack_wait", kw.get("ack_wait"), 0.0)  # checked here, used by _enqueue
         use_nats = transport is Transport.NATS
+        if use_nats and self._nats_lost is not None:
+            raise errors.ConnectionClosedError(
+                "the NATS connection is closed for good; publish with transport=Transport.GRPC"
+            ) from self._nats_lost
         if use_nats and self._nats_pub is None:
             raise errors.InvalidInputError(
                 "transport NATS needs a NATS connection: create the Client with "
@@ -387,7 +403,7 @@ class Publisher:
         queue = self._queue
         correlator = self._correlator
         written = 0
-        while True:
+        while not self._closed:
             if not queue:
                 self._waker = self._loop.create_future()
                 self._sender_idle = True
@@ -410,6 +426,9 @@ class Publisher:
                     assert self._nats_pub is not None
                     assert item.payload is not None
                     self._nats_used = True
+                    fut.owner = self._nats_pub  # lost with the NATS connection
+                    # nats-py swallows a CancelledError in a forced flush and returns
+                    # normally: the loop condition re-checks _closed after this await.
                     await self._nats_pub.send(item.subject, item.payload)
                 else:
                     await self._send_grpc(item, fut)  # the stream's writer takes it from here
@@ -445,7 +464,13 @@ class Publisher:
                     address = await self._metadata.leader_address(item.stream, item.partition)
             stream = self._streams.get(address)
             if stream is None or not stream.usable:
-                stream = PublishStream(address, self._pool.stub(address), self._correlator)
+                stream = PublishStream(
+                    address,
+                    self._pool.stub(address),
+                    self._correlator,
+                    spawn=self._tasks.spawn,
+                    outages=self._outages,
+                )
                 stream.open()
                 self._streams[address] = stream
         stream.submit(item.request, fut, item.ack_policy is AckPolicy.NONE, self._requeue)
@@ -489,8 +514,7 @@ class Publisher:
         back. The call's deadline is the ack wait: with no stream on the
         subject, `AckTimeoutError`. Not counted in the in-flight window.
         """
-        if self._closed:
-            raise errors.ConnectionClosedError("the client is closed")
+        self._check_accepting()
         if not isinstance(subject, str) or not subject:
             raise errors.InvalidInputError(f"subject must be a non-empty str, got {subject!r}")
         value = as_bytes("value", value)
@@ -535,8 +559,7 @@ class Publisher:
         also the builtin) after ``timeout`` seconds; nothing is cancelled then.
         """
         seconds_arg("timeout", timeout, 0.0)
-        if self._closed:
-            raise errors.ConnectionClosedError("the client is closed")
+        self._check_accepting()
         loop = self._loop
         deadline = None if timeout is None else loop.time() + timeout
         pending = self._correlator.pending()
@@ -558,35 +581,91 @@ class Publisher:
             except nats.errors.Error as exc:
                 raise errors.ConnectionClosedError(f"flush: NATS connection: {exc!r}") from exc
 
-    async def close(self, cause: BaseException | None) -> None:
+    def _check_accepting(self) -> None:
+        if self._closed:
+            raise errors.ConnectionClosedError("the client is closed")
+        if self._draining:
+            raise errors.ConnectionClosedError("the client is closing: no new publishes")
+
+    async def drain(self, timeout: float) -> int:
+        """Refuse new publishes, then wait up to ``timeout`` s for the pending ones.
+
+        Returns how many were still pending when the time ran out (0: all settled).
+        Publishes already accepted keep their own ack wait; the ones left are failed
+        by `close`.
+        """
+        self._draining = True
+        self._fast_ok = False
+        if self._correlator.held == 0:
+            return 0
+        with anyio.move_on_after(timeout):
+            await self._correlator.wait_empty()
+        return self._correlator.held
+
+    def nats_lost(self, cause: BaseException) -> None:
+        """nats-py closed the connection for good: fail every NATS publish now.
+
+        Publishes already written wait for acks that can no longer come; queued
+        ones can no longer be written. Both fail at once with `ConnectionClosedError`
+        (chained to ``cause``) instead of at their ack wait. gRPC publishes go on.
+        """
+        if self._closed or self._nats_pub is None or self._nats_lost is not None:
+            return
+        self._nats_lost = cause
+        self._fast_ok = False
+        exc = errors.ConnectionClosedError(f"the NATS connection was closed: {cause}")
+        exc.__cause__ = cause
+        failed = self._correlator.fail_owned(self._nats_pub, exc)
+        queued = [item for item in self._queue if item.use_nats]
+        for item in queued:
+            self._queue.remove(item)
+            fut = item.future
+            if fut is not None and not fut.done():
+                self._correlator.fail(fut.correlation_id, exc)
+                failed += 1
+        log.warning("NATS connection closed for good; %d NATS publishes failed", failed)
+
+    async def close(self, cause: BaseException | None, *, deadline: float | None = None) -> None:
         """Fail every pending publish with `ConnectionClosedError` chained to ``cause``.
 
         Stops the sender, cancels the PublishAsync streams and unsubscribes the
-        ack inbox; no task is left running. Idempotent.
+        ack inbox, each bounded by ``deadline`` (event-loop time). Idempotent.
         """
         if self._closed:
             return
         self._closed = True
+        self._fast_ok = False
+        if deadline is None:
+            deadline = self._loop.time() + self._options.close_timeout
         exc = errors.ConnectionClosedError(
-            "the client was closed" if cause is None else f"the client was closed: {cause!r}"
+            "the client was closed" if cause is None else f"the client was closed: {cause}"
         )
         exc.__cause__ = cause
         failed = self._correlator.close(exc)
         if failed:
-            log.warning("close: %d publishes were still pending and failed: %s", failed, exc)
+            log.info("close: %d publishes were still pending and failed: %s", failed, exc)
         self._queue.clear()
+        waker = self._waker
+        if waker is not None and not waker.done():
+            waker.set_result(None)  # an idle sender sees _closed and returns
         sender, self._sender = self._sender, None
-        if sender is not None:
-            sender.cancel()
-            try:
-                await sender
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise  # we are being cancelled ourselves
+        if sender is not None and not await sender.stop(_left(deadline)):
+            log.warning("close: the publisher's sender did not stop in time")
         streams = list(self._streams.values())
         self._streams.clear()
         for stream in streams:
-            await stream.close(exc)
+            await stream.close(exc, timeout=_left(deadline))
         if self._nats_pub is not None:
-            await self._nats_pub.close()
+            with anyio.move_on_after(_left(deadline)):
+                await self._nats_pub.close()
+
+    def stats(self) -> PublishStats:
+        return PublishStats(
+            pending=len(self._correlator),
+            unknown_acks=self._correlator.unknown_acks,
+            undecodable_acks=self._nats_pub.undecodable_acks if self._nats_pub else 0,
+        )
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - asyncio.get_running_loop().time(), 0.0)

@@ -12,24 +12,47 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Self, Unpack
 
+import anyio
 import nats
 import nats.aio.client
+import nats.errors
 
 from liftbridge_client import _admin, _cursors, errors
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._publisher import PublishArgs, Publisher, SubjectPublishArgs
+from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client.models import Ack, Metadata, PartitionInfo
 from liftbridge_client.options import ClientOptions, StreamConfig
 from liftbridge_client.subscription import SubscribeArgs, Subscription
 
-log = logging.getLogger("liftbridge_client")
+log = logging.getLogger(__name__)
 
 __all__ = ["Client"]
+
+_NATS_CLOSE_WAIT = 0.5  # seconds nats-py's close() gets before its socket is aborted
+
+
+def _nats_tasks(nc: nats.aio.client.Client) -> list[asyncio.Task[Any]]:
+    """The tasks nats-py runs for a connection (private attributes; none may outlive us)."""
+    names = ("_reading_task", "_ping_interval_task", "_flusher_task", "_reconnection_task")
+    tasks = [getattr(nc, n, None) for n in names]
+    return [t for t in tasks if isinstance(t, asyncio.Task)]
+
+
+def _abort_nats_transport(nc: nats.aio.client.Client) -> None:
+    """Drop nats-py's socket without flushing (its close() is stuck flushing to a dead peer)."""
+    for task in _nats_tasks(nc):
+        task.cancel()
+    transport = getattr(nc, "_transport", None)
+    writer = getattr(transport, "_io_writer", None)
+    raw = getattr(writer, "transport", None)
+    if raw is not None:
+        raw.abort()
 
 
 class Client:
@@ -63,6 +86,8 @@ class Client:
         self._publisher: Publisher | None = None
         self._subscriptions: set[Subscription] = set()
         self._nats_error: Exception | None = None
+        self._tasks = TaskSupervisor()
+        self._closing = False  # close() began: NATS callbacks stay quiet
         self._closed = False
 
     def __repr__(self) -> str:
@@ -82,6 +107,7 @@ class Client:
         if self._publisher is not None:
             return
         try:
+            await self._tasks.start()
             async with asyncio.timeout(self._options.connect_timeout):
                 await self._metadata.refresh()
                 if self._nats_servers:
@@ -97,10 +123,14 @@ class Client:
             await self._teardown(exc)
             raise
         self._publisher = Publisher(
-            metadata=self._metadata, pool=self._pool, options=self._options, nats=self._nats
+            metadata=self._metadata,
+            pool=self._pool,
+            options=self._options,
+            nats=self._nats,
+            tasks=self._tasks,
         )
         await self._publisher.start()
-        self._metadata.start()
+        self._metadata.start(self._tasks.spawn)
 
     def _nats_connect_args(self) -> dict[str, Any]:
         args: dict[str, Any] = {
@@ -111,6 +141,7 @@ class Client:
             "error_cb": self._on_nats_error,
             "disconnected_cb": self._on_nats_disconnected,
             "reconnected_cb": self._on_nats_reconnected,
+            "closed_cb": self._on_nats_closed,
         }
         auth = self._options.nats_auth
         if auth is not None:
@@ -121,34 +152,102 @@ class Client:
     # keep the last error so a failed connect can say why (auth, TLS, refused).
     async def _on_nats_error(self, exc: Exception) -> None:
         self._nats_error = exc
-        log.warning("NATS: %s", exc)
+        if self._closing:
+            log.debug("NATS while closing: %s", exc)
+        else:
+            log.warning("NATS: %s", exc)
 
     async def _on_nats_disconnected(self) -> None:
-        log.warning("NATS connection lost; reconnecting")
+        # One line per outage (nats-py calls this once per lost connection); none when
+        # we close the connection ourselves.
+        if not self._closing:
+            log.warning("NATS connection lost; reconnecting (publishes are buffered)")
 
     async def _on_nats_reconnected(self) -> None:
         log.info("NATS connection re-established")
 
-    async def close(self) -> None:
-        """Fail every pending publish, end subscriptions, close connections. Idempotent."""
-        if self._closed:
+    async def _on_nats_closed(self) -> None:
+        # nats-py gave up (or we closed it): NATS publishes can no longer be acked.
+        if not self._closing and self._publisher is not None:
+            cause = self._nats_error or errors.ConnectionClosedError("NATS connection closed")
+            self._publisher.nats_lost(cause)
+
+    async def close(self, *, drain: bool = True) -> None:
+        """Close the client. Idempotent; safe to call from any task.
+
+        With ``drain`` (the default, and what a normal exit from ``async with`` does)
+        new publishes are refused and pending ones get up to
+        ``ClientOptions.drain_timeout`` seconds to be acked; whatever is still
+        pending then fails with `ConnectionClosedError` (chained to a
+        `LiftbridgeTimeoutError`). With ``drain=False`` (and on an exception exit from
+        ``async with``) pending publishes fail at once, chained to the cause.
+
+        Then subscriptions end, and the publisher, NATS, the gRPC channels and
+        every background task are stopped. That part is bounded by
+        ``ClientOptions.close_timeout`` (1 s by default) whatever the servers do,
+        so close() returns within drain_timeout + close_timeout, and leaves no
+        task of the client's or of nats-py's running.
+        """
+        await self._close(None, drain=drain)
+
+    async def _close(self, cause: BaseException | None, *, drain: bool) -> None:
+        if self._closing:
             return
-        self._closed = True
-        await self._teardown(None)
+        self._closing = True
+        publisher = self._publisher
+        if drain and publisher is not None:
+            timeout = self._options.drain_timeout
+            left = await publisher.drain(timeout)
+            if left:
+                cause = errors.LiftbridgeTimeoutError(
+                    f"close: {left} publishes still pending after the drain timeout ({timeout}s)"
+                )
+        await self._teardown(cause)
 
     async def _teardown(self, cause: BaseException | None) -> None:
-        self._closed = True
-        await self._metadata.stop()
-        for sub in list(self._subscriptions):
-            await sub.close()
-        if self._publisher is not None:
-            await self._publisher.close(cause)
-        if self._nats is not None:
+        """Stop everything; each step runs whatever the earlier ones did, all bounded."""
+        self._closing = self._closed = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._options.close_timeout
+        failures: list[tuple[str, BaseException]] = []
+
+        async def step(what: str, fn: Callable[[], Awaitable[object]]) -> None:
             try:
-                await self._nats.close()
-            except Exception as exc:  # closing must go on; report why
-                log.warning("closing NATS connection failed: %s", exc)
-        await self._pool.close()
+                with anyio.move_on_after(max(deadline - loop.time(), 0.0)) as scope:
+                    await fn()
+                if scope.cancelled_caught:
+                    failures.append((what, errors.LiftbridgeTimeoutError(f"{what}: no time left")))
+            except Exception as exc:  # closing goes on; report at the end
+                failures.append((what, exc))
+
+        await step("stopping the metadata refresher", self._metadata.stop)
+        for sub in list(self._subscriptions):
+            await step("closing a subscription", sub.close)
+        if self._publisher is not None:
+            publisher = self._publisher
+            await step("closing the publisher", lambda: publisher.close(cause, deadline=deadline))
+        if self._nats is not None:
+            await step("closing the NATS connection", self._close_nats)
+        await step("closing the gRPC channels", self._pool.close)
+        await step("stopping background tasks", lambda: self._tasks.aclose(0.1))
+        for what, exc in failures:
+            log.warning("close: %s failed: %r", what, exc)
+
+    async def _close_nats(self) -> None:
+        nc = self._nats
+        assert nc is not None
+        try:
+            # nats-py flushes what it buffered before closing; a server that stopped
+            # reading would keep that flush (and close()) waiting forever.
+            async with asyncio.timeout(_NATS_CLOSE_WAIT):
+                await nc.close()
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            log.debug("NATS close did not finish (%r); aborting its socket", exc)
+            _abort_nats_transport(nc)
+        # Let the tasks nats-py cancelled (reader, flusher, pinger) finish.
+        pending = [t for t in _nats_tasks(nc) if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=_NATS_CLOSE_WAIT)
 
     async def __aenter__(self) -> Self:
         await self.connect()
@@ -160,7 +259,9 @@ class Client:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.close()
+        # A normal exit drains; an exception (or cancellation) fails pending publishes
+        # at once, chained to it.
+        await self._close(exc, drain=exc is None)
 
     def _require_open(self) -> Publisher:
         if self._closed:

@@ -24,6 +24,7 @@ __all__ = [
     "Message",
     "Metadata",
     "PartitionInfo",
+    "PublishStats",
     "StartPosition",
     "StopPosition",
     "StreamInfo",
@@ -80,6 +81,16 @@ class Ack:
     @property
     def commit_time(self) -> datetime:
         return _ns_to_datetime(self.commit_timestamp_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class PublishStats:
+    """Counters of a client's publisher (`Client.stats`)."""
+
+    pending: int  # publishes waiting for their ack (or write, with ack policy NONE)
+    unknown_acks: int  # acks for no pending publish: late after a timeout, duplicates
+    undecodable_acks: int  # messages on the NATS ack inbox that were not valid acks
+    mismatched_acks: int = 0  # acks whose stream/partition differ from the publish: dropped
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,6 +132,10 @@ class ClientOptions:
     nats_auth: NatsAuth | None = None
     create_stream_timeout: float = 30.0  # retry "no known metadata leader" this long
     partitioner: Partitioner | None = None  # default for publishes without partition=
+    # close(): how long pending publishes may take to be acked (drain), then how long
+    # stopping connections and tasks may take whatever the servers do.
+    drain_timeout: float = 10.0
+    close_timeout: float = 1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -144,6 +148,8 @@ class ClientOptions:
                 "resubscribe_wait",
                 "keepalive_time",
                 "create_stream_timeout",
+                "drain_timeout",
+                "close_timeout",
             }:
                 _positive(f.name, value)
         if not isinstance(self.max_inflight, int) or self.max_inflight < 1:

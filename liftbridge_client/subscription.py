@@ -20,7 +20,8 @@ import grpc
 import grpc.aio
 
 from liftbridge_client import errors
-from liftbridge_client._grpc import BrokerPool, map_rpc_error
+from liftbridge_client._errors_map import map_rpc_error
+from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._subscribe_spec import (
@@ -37,7 +38,7 @@ from liftbridge_client.options import ClientOptions
 if TYPE_CHECKING:
     SubscribeCall = grpc.aio.UnaryStreamCall[api_pb2.SubscribeRequest, api_pb2.Message]
 
-log = logging.getLogger("liftbridge_client")
+log = logging.getLogger(__name__)
 
 __all__ = ["SubscribeArgs", "Subscription"]
 

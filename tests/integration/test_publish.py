@@ -26,7 +26,7 @@ from liftbridge_client import (
     Transport,
     errors,
 )
-from liftbridge_client._grpc_publish import publish_unary
+from liftbridge_client._errors_map import publish_status_error
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
 from liftbridge_client.partitioning import KeyPartitioner, RoundRobinPartitioner, key_partition
 from liftbridge_client.testing import Cluster, Deployment, SingleNode, StreamName, StreamNames
@@ -161,15 +161,19 @@ async def test_unknown_stream_is_not_found(client: Client) -> None:
             await client.publish("no-such-stream-anywhere", b"v", transport=transport)
 
 
-async def test_unary_publish_with_deadline(client: Client, stream_names: StreamNames) -> None:
+async def test_unary_publish_status_texts_map_to_typed_errors(
+    client: Client, stream_names: StreamNames
+) -> None:
+    # The client publishes with PublishAsync; unary Publish folds ack errors into status
+    # texts, which the error table (also used for PublishToSubject) must still recognise.
     stream = await new_stream(client, stream_names, optimistic_concurrency_control=True)
     stub = client._pool.stub(await client._metadata.leader_address(stream.name, 0))
     req = api_pb2.PublishRequest(stream=stream.name, value=b"u", expectedOffset=0)
-    ack = await publish_unary(stub, req, timeout=5)
-    assert ack is not None
-    assert ack.offset == 0
-    with pytest.raises(errors.IncorrectOffsetError):
-        await publish_unary(stub, req, timeout=5)  # offset 0 is taken now
+    resp = await stub.Publish(req, timeout=5)
+    assert resp.ack.offset == 0
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.Publish(req, timeout=5)  # offset 0 is taken now
+    assert isinstance(publish_status_error(info.value), errors.IncorrectOffsetError)
 
 
 # ---------------------------------------------------------------- partitions
@@ -442,7 +446,7 @@ async def test_close_with_1000_pending_acks(
     await asyncio.sleep(0.2)
     assert client._require_open().pending == 1000
     started = time.monotonic()
-    await client.close()
+    await client.close(drain=False)
     assert time.monotonic() - started < 2
     for fut in futs:
         assert fut.done()
@@ -465,7 +469,7 @@ async def test_close_right_after_sending_over_grpc(
     stream = await new_stream(client, stream_names)
     futs = [client.publish_nowait(stream.name, b"%d" % i) for i in range(200)]
     await asyncio.sleep(0)
-    await client.close()
+    await client.close(drain=False)
     for fut in futs:  # each either acked in time or failed with the close
         assert fut.done()
         if fut.exception() is not None:

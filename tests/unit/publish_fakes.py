@@ -13,6 +13,7 @@ from typing import Any, cast
 from liftbridge_client import envelope, errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publisher import Publisher
+from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client.models import Metadata, PartitionInfo, StreamInfo
 from liftbridge_client.options import ClientOptions
 
@@ -156,11 +157,14 @@ async def make_rig(*, with_nats: bool = True, **options: Any) -> Rig:
     """A started publisher on fakes; ``options`` are ClientOptions fields."""
     nc = FakeNats() if with_nats else None
     pool, md = FakePool(), FakeMetadata()
+    tasks = TaskSupervisor()
+    await tasks.start()
     publisher = Publisher(
         metadata=cast(Any, md),
         pool=cast(Any, pool),
         options=ClientOptions(**options),
         nats=cast(Any, nc),
+        tasks=tasks,
     )
     await publisher.start()
     return Rig(publisher, nc, pool, md)

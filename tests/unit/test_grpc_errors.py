@@ -7,7 +7,7 @@ import grpc.aio
 import pytest
 
 from liftbridge_client import errors
-from liftbridge_client._grpc import is_no_metadata_leader, map_rpc_error
+from liftbridge_client._errors_map import is_no_metadata_leader, map_rpc_error
 
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
@@ -39,7 +39,17 @@ def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
         (grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached", errors.ResourceExhaustedError),
         (grpc.StatusCode.UNAVAILABLE, "connection refused", errors.UnavailableError),
         (grpc.StatusCode.DEADLINE_EXCEEDED, "", errors.DeadlineExceededError),
-        (grpc.StatusCode.INTERNAL, "Cursors stream does not exist", errors.InternalServerError),
+        (grpc.StatusCode.INTERNAL, "Cursors stream does not exist", errors.CursorsDisabledError),
+        (grpc.StatusCode.INTERNAL, "disk full", errors.InternalServerError),
+        # Transport failures grpc-core reports through other codes (seen in failover runs):
+        # retriable after a metadata refresh, like UNAVAILABLE.
+        (grpc.StatusCode.INTERNAL, "Internal error from Core", errors.UnavailableError),
+        (grpc.StatusCode.UNKNOWN, "Stream removed", errors.UnavailableError),
+        (
+            grpc.StatusCode.UNKNOWN,
+            "ipv4:127.0.0.1:55403: Failed to connect to remote host: Connection refused",
+            errors.UnavailableError,
+        ),
         (grpc.StatusCode.UNKNOWN, "EOF", errors.UnknownServerError),
         (
             grpc.StatusCode.UNKNOWN,
@@ -78,3 +88,20 @@ def test_no_metadata_leader_detection() -> None:
     err = map_rpc_error(rpc_error(grpc.StatusCode.INTERNAL, "no known metadata leader"))
     assert is_no_metadata_leader(err)
     assert not is_no_metadata_leader(map_rpc_error(rpc_error(grpc.StatusCode.INTERNAL, "disk")))
+
+
+def test_transport_failures_are_retriable_after_a_metadata_refresh() -> None:
+    for code, details in [
+        (grpc.StatusCode.INTERNAL, "Internal error from Core"),
+        (grpc.StatusCode.UNKNOWN, "Stream removed"),
+        (grpc.StatusCode.UNAVAILABLE, "connection refused"),
+    ]:
+        err = map_rpc_error(rpc_error(code, details))
+        assert err.retriable, (code, details)
+        assert err.invalid_metadata, (code, details)
+    for code, details in [
+        (grpc.StatusCode.INTERNAL, "disk full"),
+        (grpc.StatusCode.UNKNOWN, "EOF"),
+        (grpc.StatusCode.INVALID_ARGUMENT, "bad"),
+    ]:
+        assert not map_rpc_error(rpc_error(code, details)).retriable, (code, details)

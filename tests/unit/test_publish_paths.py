@@ -14,9 +14,12 @@ from publish_fakes import FakeNats, FakePool, FakeStub, Rig, make_rig
 
 from liftbridge_client import envelope, errors
 from liftbridge_client._correlation import Correlator
-from liftbridge_client._grpc_publish import PublishStream, async_error, unary_publish_error
-from liftbridge_client._nats import NatsPublisher, ack_error
+from liftbridge_client._errors_map import ack_error, async_error
+from liftbridge_client._errors_map import publish_status_error as unary_publish_error
+from liftbridge_client._grpc_publish import PublishStream
+from liftbridge_client._nats import NatsPublisher
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import Transport
 from liftbridge_client.partitioning import KeyPartitioner, RoundRobinPartitioner, key_partition
@@ -387,19 +390,23 @@ async def test_broken_stream_fails_its_publishes_and_reopens(rig: Rig) -> None:
 async def test_stream_ending_cleanly_fails_its_publishes() -> None:
     correlator = Correlator(4)
     pool = FakePool()
-    stream = PublishStream("b1", cast(Any, FakeStub(pool)), correlator)
+    tasks = TaskSupervisor()
+    await tasks.start()
+    stream = PublishStream("b1", cast(Any, FakeStub(pool)), correlator, spawn=tasks.spawn)
     stream.open()
     correlator.try_acquire()
     fut = correlator.register("x", 60)
-    fut.owner = stream
-    await stream.write(api_pb2.PublishRequest(correlationId="x"))
+    stream.submit(api_pb2.PublishRequest(correlationId="x"), fut, False, lambda _: None)
+    await settle()
     pool.calls[0].responses.put_nowait(cast(Any, grpc.aio.EOF))
     with pytest.raises(errors.UnavailableError):  # the server went away: retriable
         await fut
     assert not stream.usable
+    correlator.try_acquire()
     with pytest.raises(errors.ConnectionClosedError):
-        await stream.write(api_pb2.PublishRequest())
+        stream.submit(api_pb2.PublishRequest(), correlator.register("y", 60), False, print)
     await stream.close()
+    assert await tasks.aclose(1.0)
 
 
 @pytest.mark.parametrize(

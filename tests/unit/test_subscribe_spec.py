@@ -9,7 +9,7 @@ import grpc.aio
 import pytest
 
 from liftbridge_client import StartPosition, StopPosition, errors
-from liftbridge_client._grpc import map_rpc_error
+from liftbridge_client._errors_map import map_rpc_error
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._subscribe_spec import Action, Phase, Progress, SubscribeSpec, classify
 

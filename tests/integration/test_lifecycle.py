@@ -1,0 +1,259 @@
+"""close(), drain and connection loss against real servers: bounded, nothing left behind.
+
+The policy these tests pin (docs/concepts.md, "Closing and connection loss"):
+
+- ``close()`` / a normal ``async with`` exit drains: pending publishes get up to
+  ``drain_timeout`` to be acked; the rest fail with ConnectionClosedError chained to a
+  LiftbridgeTimeoutError.
+- ``close(drain=False)`` / an exception exit fails pending publishes at once, chained to
+  the cause.
+- Stopping connections and tasks takes at most ``close_timeout`` whatever the servers do
+  (a frozen server included), and no task of the client's or of nats-py's survives.
+- nats-py closing the connection for good fails NATS publishes at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from liftbridge_client import Client, ClientOptions, errors
+from liftbridge_client.options import Transport
+from liftbridge_client.testing import Deployment, SingleNode, StreamName, StreamNames
+
+
+async def new_stream(client: Client, names: StreamNames) -> StreamName:
+    stream = names()
+    await client.create_stream(stream.subject, stream.name)
+    return stream
+
+
+def _running_tasks(before: set[asyncio.Task[object]]) -> set[asyncio.Task[object]]:
+    return {t for t in asyncio.all_tasks() - before if not t.done()}
+
+
+async def _no_task_left(before: set[asyncio.Task[object]]) -> None:
+    # Tasks cancelled by close() finish within a loop iteration or two.
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not _running_tasks(before), _running_tasks(before)
+
+
+@pytest.fixture
+def own_node(tmp_path: Path) -> Iterator[SingleNode]:
+    """A node of this test's own: these tests freeze it."""
+    with SingleNode(base_dir=tmp_path) as node:
+        yield node
+
+
+@pytest.fixture
+async def nats_client(liftbridge_server: Deployment) -> AsyncIterator[Client]:
+    client = Client(liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url])
+    await client.connect()
+    yield client
+    await client.close(drain=False)
+
+
+async def test_close_drains_pending_publishes_by_default(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    before = asyncio.all_tasks()
+    client = Client(liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url])
+    await client.connect()
+    stream = await new_stream(client, stream_names)
+    futs = [
+        client.publish_nowait(stream.name, b"%d" % i, transport=t)
+        for i in range(400)
+        for t in (Transport.NATS, Transport.GRPC)
+    ]
+    await client.close()
+    assert all(f.done() and f.exception() is None for f in futs)
+    offsets = sorted(f.result().offset for f in futs)  # type: ignore[union-attr]
+    assert offsets == list(range(800))
+    await _no_task_left(before)
+
+
+async def test_async_with_normal_exit_drains(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    async with Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url]
+    ) as client:
+        stream = await new_stream(client, stream_names)
+        futs = [client.publish_nowait(stream.name, b"x") for _ in range(300)]
+    assert all(f.done() and f.exception() is None for f in futs)
+
+
+async def test_drain_is_bounded_by_drain_timeout(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    before = asyncio.all_tasks()
+    options = ClientOptions(ack_wait=60, drain_timeout=0.5)
+    client = Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+    )
+    await client.connect()
+    stream = await new_stream(client, stream_names)
+    await client.pause_stream(stream.name)  # over NATS a paused partition never acks
+    futs = [client.publish_nowait(stream.name, b"%d" % i) for i in range(100)]
+    started = time.monotonic()
+    await client.close()
+    elapsed = time.monotonic() - started
+    assert 0.45 <= elapsed < 0.5 + options.close_timeout + 0.5, elapsed
+    for fut in futs:
+        exc = fut.exception()
+        assert isinstance(exc, errors.ConnectionClosedError)
+        assert isinstance(exc.__cause__, errors.LiftbridgeTimeoutError)
+        assert "drain timeout" in str(exc.__cause__)
+    await _no_task_left(before)
+
+
+async def test_publishes_during_a_drain_are_refused(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    options = ClientOptions(ack_wait=60, drain_timeout=1.0)
+    client = Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+    )
+    await client.connect()
+    stream = await new_stream(client, stream_names)
+    await client.pause_stream(stream.name)
+    client.publish_nowait(stream.name, b"pending").add_done_callback(lambda f: f.exception())
+    closing = asyncio.create_task(client.close())
+    await asyncio.sleep(0.05)
+    assert not closing.done()
+    with pytest.raises(errors.ConnectionClosedError, match="closing"):
+        client.publish_nowait(stream.name, b"late")
+    with pytest.raises(errors.ConnectionClosedError, match="closing"):
+        await client.publish(stream.name, b"late", transport=Transport.GRPC)
+    await closing
+
+
+async def test_exception_exit_fails_pending_at_once_chained_to_the_cause(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    options = ClientOptions(ack_wait=60, drain_timeout=30)
+    futs: list[asyncio.Future[object]] = []
+    started = 0.0
+    with pytest.raises(RuntimeError, match="boom"):
+        async with Client(
+            liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+        ) as client:
+            stream = await new_stream(client, stream_names)
+            await client.pause_stream(stream.name)
+            futs = [client.publish_nowait(stream.name, b"x") for _ in range(50)]  # type: ignore[misc]
+            started = time.monotonic()
+            raise RuntimeError("boom")
+    assert time.monotonic() - started < 1.5  # no drain
+    for fut in futs:
+        exc = fut.exception()
+        assert isinstance(exc, errors.ConnectionClosedError)
+        assert isinstance(exc.__cause__, RuntimeError)
+
+
+async def test_close_without_drain_with_10k_pending(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    before = asyncio.all_tasks()
+    options = ClientOptions(ack_wait=60, max_inflight=10_000)
+    client = Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+    )
+    await client.connect()
+    stream = await new_stream(client, stream_names)
+    await client.pause_stream(stream.name)
+    futs = [client.publish_nowait(stream.name, b"%d" % i) for i in range(10_000)]
+    started = time.monotonic()
+    await client.close(drain=False)
+    assert time.monotonic() - started < 1.5
+    assert all(isinstance(f.exception(), errors.ConnectionClosedError) for f in futs)
+    await _no_task_left(before)
+
+
+async def _publish_big_then_close(client: Client, stream: str) -> float:
+    # 3000 x 16 KB without waiting: over nats-py's 2 MB pending limit, so its publish
+    # forces a flush (and swallows the CancelledError of a close landing meanwhile).
+    futs = [client.publish_nowait(stream, os.urandom(16 * 1024)) for _ in range(3000)]
+    await asyncio.sleep(0.02)
+    started = time.monotonic()
+    await client.close(drain=False)
+    elapsed = time.monotonic() - started
+    assert all(f.done() for f in futs)
+    return elapsed
+
+
+async def test_close_during_a_forced_nats_flush_returns(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    before = asyncio.all_tasks()
+    options = ClientOptions(max_inflight=5000)
+    client = Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+    )
+    await client.connect()
+    stream = await new_stream(client, stream_names)
+    elapsed = await _publish_big_then_close(client, stream.name)
+    assert elapsed < options.close_timeout + 0.5, elapsed
+    await _no_task_left(before)
+
+
+async def test_close_with_a_frozen_server_returns(
+    own_node: SingleNode, stream_names: StreamNames
+) -> None:
+    before = asyncio.all_tasks()
+    options = ClientOptions(max_inflight=5000, connect_timeout=10)
+    client = Client(own_node.addresses, nats_servers=[own_node.nats_url], options=options)
+    await client.connect()
+    stream = await new_stream(client, stream_names)
+    pid = own_node.node.process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # NATS is embedded: it freezes too
+    try:
+        elapsed = await _publish_big_then_close(client, stream.name)
+        assert elapsed < options.close_timeout + 0.5, elapsed
+        await _no_task_left(before)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+async def test_clean_close_logs_no_warning(
+    liftbridge_server: Deployment, stream_names: StreamNames, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="liftbridge_client")
+    async with Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url]
+    ) as client:
+        stream = await new_stream(client, stream_names)
+        await client.publish(stream.name, b"x")
+        await client.publish(stream.name, b"y", transport=Transport.GRPC)
+    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not noisy, [r.getMessage() for r in noisy]
+
+
+async def test_nats_closing_for_good_fails_nats_publishes_at_once(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    options = ClientOptions(ack_wait=60)
+    async with Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+    ) as client:
+        stream = await new_stream(client, stream_names)
+        await client.pause_stream(stream.name)  # no acks: they stay pending
+        futs = [client.publish_nowait(stream.name, b"x") for _ in range(20)]
+        await asyncio.sleep(0.1)
+        assert client._nats is not None
+        await client._nats.close()  # what nats-py does when it gives up reconnecting
+        results = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), 2)
+        assert all(isinstance(r, errors.ConnectionClosedError) for r in results), results
+        with pytest.raises(errors.ConnectionClosedError, match="NATS connection is closed"):
+            client.publish_nowait(stream.name, b"after")
+        # gRPC publishing is unaffected (the paused partition resumes on a gRPC publish).
+        ack = await client.publish(stream.name, b"grpc", transport=Transport.GRPC)
+        assert ack is not None
