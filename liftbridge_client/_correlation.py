@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from liftbridge_client.errors import (
     AckTimeoutError,
@@ -46,14 +46,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AckFuture", "Correlator"]
+__all__ = ["AckFuture", "Correlator", "PublishFuture"]
 
 
-class AckFuture(asyncio.Future["Ack | None"]):
-    """The future of one publish; it is its own registry entry.
+_T = TypeVar("_T")
 
-    ``owner`` tags the connection the message went out on (a gRPC stream), so
-    that connection's loss fails exactly its messages (`Correlator.fail_owned`).
+
+class PublishFuture(asyncio.Future[_T], Generic[_T]):
+    """The future of one publish: its ``correlation_id``, and the `Ack` once acked.
+
+    ``Client.send`` and ``Client.publish_nowait`` return it. It resolves to the `Ack`
+    (to None with ack policy NONE, once written) or fails with a `LiftbridgeError`.
+    Cancelling it withdraws the publish if it was not written yet. (Internally it is
+    its own registry entry; ``owner`` tags the connection it went out on, so that
+    connection's loss fails exactly its messages: `Correlator.fail_owned`.)
     """
 
     __slots__ = ("_correlator", "correlation_id", "owner")
@@ -66,6 +72,9 @@ class AckFuture(asyncio.Future["Ack | None"]):
         self.correlation_id = correlation_id
         self.owner: object = None
 
+    def __repr__(self) -> str:
+        return f"<PublishFuture {self.correlation_id!r} {self._state.lower()}>"
+
     def cancel(self, msg: object = None) -> bool:
         if not super().cancel(msg):
             return False
@@ -74,6 +83,9 @@ class AckFuture(asyncio.Future["Ack | None"]):
             correlator._pop(self.correlation_id)  # the caller gave up: leave now
         return True
 
+
+# The registry's view: resolved with an Ack, or None for ack policy NONE.
+AckFuture = PublishFuture["Ack | None"]
 
 # A due deadline may be served this much early (the loop's clock granularity).
 _EARLY = 0.001
@@ -221,7 +233,7 @@ class Correlator:
         if correlation_id in entries:
             raise InvalidInputError(f"correlation id {correlation_id!r} is already pending")
         loop = self._loop
-        fut = AckFuture(self, correlation_id, loop=loop)
+        fut: AckFuture = PublishFuture(self, correlation_id, loop=loop)
         entries[correlation_id] = fut
         deadline = loop.time() + timeout
         timer = self._timers.get(timeout)

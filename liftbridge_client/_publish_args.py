@@ -27,6 +27,8 @@ __all__ = [
     "SUBJECT_KEYS",
     "Item",
     "PublishArgs",
+    "PublishOptions",
+    "SubjectOptions",
     "SubjectPublishArgs",
     "ack_policy_arg",
     "as_bytes",
@@ -40,18 +42,32 @@ INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 
 
-class PublishArgs(TypedDict, total=False):
-    """Per-call publish options (all keyword-only, all optional)."""
+class PublishOptions(TypedDict, total=False):
+    """Per-call publish options but ``ack_policy`` (which decides the result type)."""
 
     key: bytes | None
     headers: Mapping[str, bytes] | None
     partition: int | None  # explicit partition wins over the partitioner
-    partitioner: Partitioner | None  # default: ClientOptions.partitioner, else partition 0
-    ack_policy: AckPolicy
+    partitioner: Partitioner | None  # default: ClientOptions.partitioner
     expected_offset: int  # optimistic concurrency; -1 (default) = no check
     correlation_id: str | None  # default: a fresh unique id
     transport: Transport | None  # default: the client's
     ack_wait: float | None  # default: ClientOptions.ack_wait
+
+
+class PublishArgs(PublishOptions, total=False):
+    """Per-call publish options (all keyword-only, all optional)."""
+
+    ack_policy: AckPolicy
+
+
+class SubjectOptions(TypedDict, total=False):
+    """Per-call options of `Client.publish_to_subject` but ``ack_policy``."""
+
+    key: bytes | None
+    headers: Mapping[str, bytes] | None
+    correlation_id: str | None
+    ack_wait: float | None
 
 
 class SubjectPublishArgs(TypedDict, total=False):

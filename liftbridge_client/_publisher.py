@@ -187,7 +187,7 @@ class Publisher:
         """
         return await (await self.send(stream, value, **kw))
 
-    async def send(self, stream: str, value: bytes, **kw: Any) -> asyncio.Future[Ack | None]:
+    async def send(self, stream: str, value: bytes, **kw: Any) -> AckFuture:
         """Wait for room in the in-flight window, queue the message, return its future."""
         item = self._prepare(stream, value, kw)
         if not item.ready:
@@ -195,7 +195,7 @@ class Publisher:
         await self._correlator.acquire()
         return self._enqueue(item, kw)
 
-    def publish_nowait(self, stream: str, value: bytes, **kw: Any) -> asyncio.Future[Ack | None]:
+    def publish_nowait(self, stream: str, value: bytes, **kw: Any) -> AckFuture:
         """Queue the message now; `InflightLimitError` if the window is full.
 
         Invalid input raises here. Only when the stream's metadata is not

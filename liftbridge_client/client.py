@@ -14,7 +14,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any, Self, Unpack
+from typing import Any, Literal, Self, Unpack, overload
 
 import anyio
 import nats
@@ -22,11 +22,13 @@ import nats.aio.client
 import nats.errors
 
 from liftbridge_client import _admin, _cursors, errors
+from liftbridge_client._correlation import PublishFuture
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
-from liftbridge_client._publisher import PublishArgs, Publisher, SubjectPublishArgs
+from liftbridge_client._publish_args import PublishOptions, SubjectOptions
+from liftbridge_client._publisher import Publisher
 from liftbridge_client._tasks import TaskSupervisor
-from liftbridge_client.models import Ack, Metadata, PartitionInfo
+from liftbridge_client.models import Ack, AckPolicy, Metadata, PartitionInfo, PublishStats
 from liftbridge_client.options import ClientOptions, StreamConfig
 from liftbridge_client.subscription import SubscribeArgs, Subscription
 
@@ -319,30 +321,149 @@ class Client:
 
     # ------------------------------------------------------------ publish
 
-    async def publish(self, stream: str, value: bytes, **kw: Unpack[PublishArgs]) -> Ack | None:
-        """Publish and wait for the ack (None when ``ack_policy`` is NONE)."""
+    # Three verbs, as in aiokafka: ``publish`` waits for the ack (aiokafka's
+    # send_and_wait, nats-py JetStream's publish); ``send`` waits only for room in the
+    # in-flight window and returns the ack's future (aiokafka's send); ``publish_nowait``
+    # never waits (InflightLimitError when the window is full), for callbacks and loops
+    # that must not block. With ack_policy=AckPolicy.NONE the result is None.
+
+    @overload
+    async def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        ack_policy: Literal[AckPolicy.NONE],
+        **kw: Unpack[PublishOptions],
+    ) -> None: ...
+    @overload
+    async def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        ack_policy: Literal[AckPolicy.LEADER, AckPolicy.ALL] = ...,
+        **kw: Unpack[PublishOptions],
+    ) -> Ack: ...
+    @overload
+    async def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        ack_policy: AckPolicy,
+        **kw: Unpack[PublishOptions],
+    ) -> Ack | None: ...
+    async def publish(self, stream: str, value: bytes, **kw: Any) -> Ack | None:
+        """Publish one message and wait for its ack.
+
+        Options (keyword-only, `PublishArgs`): ``key``, ``headers``, ``partition`` (wins
+        over the partitioner), ``partitioner``, ``ack_policy`` (LEADER by default; NONE
+        returns None once written), ``expected_offset`` (optimistic concurrency),
+        ``correlation_id``, ``transport``, ``ack_wait``. Cancelling the call withdraws
+        the publish if it was not written yet.
+        """
         return await self._require_open().publish(stream, value, **kw)
 
+    @overload
     async def send(
-        self, stream: str, value: bytes, **kw: Unpack[PublishArgs]
-    ) -> asyncio.Future[Ack | None]:
-        """Wait for room in the in-flight window, send, and return the ack's future."""
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        ack_policy: Literal[AckPolicy.NONE],
+        **kw: Unpack[PublishOptions],
+    ) -> PublishFuture[None]: ...
+    @overload
+    async def send(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        ack_policy: Literal[AckPolicy.LEADER, AckPolicy.ALL] = ...,
+        **kw: Unpack[PublishOptions],
+    ) -> PublishFuture[Ack]: ...
+    @overload
+    async def send(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        ack_policy: AckPolicy,
+        **kw: Unpack[PublishOptions],
+    ) -> PublishFuture[Ack | None]: ...
+    async def send(self, stream: str, value: bytes, **kw: Any) -> PublishFuture[Any]:
+        """Wait for room in the in-flight window, queue the message, return its future."""
         return await self._require_open().send(stream, value, **kw)
 
+    @overload
     def publish_nowait(
-        self, stream: str, value: bytes, **kw: Unpack[PublishArgs]
-    ) -> asyncio.Future[Ack | None]:
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        ack_policy: Literal[AckPolicy.NONE],
+        **kw: Unpack[PublishOptions],
+    ) -> PublishFuture[None]: ...
+    @overload
+    def publish_nowait(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        ack_policy: Literal[AckPolicy.LEADER, AckPolicy.ALL] = ...,
+        **kw: Unpack[PublishOptions],
+    ) -> PublishFuture[Ack]: ...
+    @overload
+    def publish_nowait(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        ack_policy: AckPolicy,
+        **kw: Unpack[PublishOptions],
+    ) -> PublishFuture[Ack | None]: ...
+    def publish_nowait(self, stream: str, value: bytes, **kw: Any) -> PublishFuture[Any]:
         """Queue a publish without waiting; the future resolves with the ack.
 
         Raises `InflightLimitError` at once when ``max_inflight`` publishes are pending.
         """
         return self._require_open().publish_nowait(stream, value, **kw)
 
+    @overload
     async def publish_to_subject(
-        self, subject: str, value: bytes, **kw: Unpack[SubjectPublishArgs]
-    ) -> Ack | None:
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        ack_policy: Literal[AckPolicy.NONE],
+        **kw: Unpack[SubjectOptions],
+    ) -> None: ...
+    @overload
+    async def publish_to_subject(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        ack_policy: Literal[AckPolicy.LEADER, AckPolicy.ALL] = ...,
+        **kw: Unpack[SubjectOptions],
+    ) -> Ack: ...
+    @overload
+    async def publish_to_subject(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        ack_policy: AckPolicy,
+        **kw: Unpack[SubjectOptions],
+    ) -> Ack | None: ...
+    async def publish_to_subject(self, subject: str, value: bytes, **kw: Any) -> Ack | None:
         """Publish to a NATS subject through the server (every stream on it stores it)."""
         return await self._require_open().publish_to_subject(subject, value, **kw)
+
+    def stats(self) -> PublishStats:
+        """Publisher counters: pending publishes, and acks that were dropped and why."""
+        return self._require_open().stats()
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every publish sent so far is acked or failed."""

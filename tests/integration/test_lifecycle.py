@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from liftbridge_client import Client, ClientOptions, errors
+from liftbridge_client import Ack, Client, ClientOptions, PublishFuture, errors
 from liftbridge_client.options import Transport
 from liftbridge_client.testing import Deployment, SingleNode, StreamName, StreamNames
 
@@ -75,7 +75,7 @@ async def test_close_drains_pending_publishes_by_default(
     ]
     await client.close()
     assert all(f.done() and f.exception() is None for f in futs)
-    offsets = sorted(f.result().offset for f in futs)  # type: ignore[union-attr]
+    offsets = sorted(f.result().offset for f in futs)
     assert offsets == list(range(800))
     await _no_task_left(before)
 
@@ -140,17 +140,22 @@ async def test_exception_exit_fails_pending_at_once_chained_to_the_cause(
     liftbridge_server: Deployment, stream_names: StreamNames
 ) -> None:
     options = ClientOptions(ack_wait=60, drain_timeout=30)
-    futs: list[asyncio.Future[object]] = []
+    futs: list[PublishFuture[Ack]] = []
     started = 0.0
-    with pytest.raises(RuntimeError, match="boom"):
+
+    async def fail_with_pending() -> None:
+        nonlocal started
         async with Client(
             liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
         ) as client:
             stream = await new_stream(client, stream_names)
             await client.pause_stream(stream.name)
-            futs = [client.publish_nowait(stream.name, b"x") for _ in range(50)]  # type: ignore[misc]
+            futs.extend(client.publish_nowait(stream.name, b"x") for _ in range(50))
             started = time.monotonic()
             raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await fail_with_pending()
     assert time.monotonic() - started < 1.5  # no drain
     for fut in futs:
         exc = fut.exception()

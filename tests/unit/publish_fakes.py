@@ -10,6 +10,8 @@ import asyncio
 from types import MappingProxyType
 from typing import Any, cast
 
+import grpc
+
 from liftbridge_client import envelope, errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publisher import Publisher
@@ -62,6 +64,9 @@ class FakeCall:
     def cancel(self) -> bool:
         self.cancelled = True
         return True
+
+    async def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.CANCELLED if self.cancelled else grpc.StatusCode.OK
 
 
 class FakeStub:

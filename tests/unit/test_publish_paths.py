@@ -33,7 +33,8 @@ async def rig() -> AsyncIterator[Rig]:
 
 
 async def settle() -> None:
-    for _ in range(5):
+    """Let every runnable task run (supervised tasks start a few loop iterations later)."""
+    for _ in range(20):
         await asyncio.sleep(0)
 
 
