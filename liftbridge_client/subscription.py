@@ -57,8 +57,14 @@ class Subscription:
     A stream deleted while subscribed raises `StreamDeletedEnd`, and a partition
     paused while subscribed raises `PartitionPausedEnd`: both are abnormal for a
     reader, so they are raised, not swallowed; ``end_reason`` holds them as well.
-    `close()` (also from another task) ends iteration cleanly with ``end_reason``
-    None. Cancelling the task that reads closes the subscription and its gRPC call.
+    `close()` / `aclose()` (also from another task) ends iteration cleanly with
+    ``end_reason`` None; so does leaving ``async with``.
+
+    **Timeouts.** A read that is cancelled - ``asyncio.wait_for(anext(sub), t)``
+    timing out, or `next` with a ``timeout`` - does not end the subscription: the
+    read in flight is kept and the next read returns its message, so nothing is lost
+    or repeated. `next(timeout=...)` is the helper for that (like nats-py's
+    ``next_msg``).
 
     **Failover.** When the broker becomes unreachable (UNAVAILABLE), is no longer
     the partition leader, or closes the partition under the stream, the
@@ -93,6 +99,10 @@ class Subscription:
         self._call: SubscribeCall | None = None
         self._opening: SubscribeCall | None = None  # a call still waiting for its handshake
         self._pending: api_pb2.Message | None = None  # a message that arrived as the first
+        # A read of self._call in flight, kept when the reader is cancelled (a timeout):
+        # the next read takes its result. grpc.aio cancels the whole call when a read()
+        # is cancelled, so reads run in a task of their own, shielded.
+        self._inflight: asyncio.Future[object] | None = None
         self._address: str | None = None
         self._established = False  # a handshake arrived at least once
         self._finished = False  # ended or failed for good: iteration is over
@@ -150,7 +160,6 @@ class Subscription:
             async with self._lock:
                 await self._ensure_open()
         except asyncio.CancelledError:
-            self._on_cancelled()
             if not self._closed or _being_cancelled():
                 raise
         return self
@@ -169,6 +178,32 @@ class Subscription:
             self._closed = True
             self._release()
 
+    async def aclose(self) -> None:
+        """The same as `close` (for ``contextlib.aclosing`` and async-generator habits)."""
+        await self.close()
+
+    async def next(self, timeout: float | None = None) -> Message:
+        """The next message, waiting at most ``timeout`` seconds (None: no limit).
+
+        `LiftbridgeTimeoutError` when nothing came in time: the subscription stays
+        open and a later call returns the message that was on its way. At the end of
+        the subscription it raises why it ended (a `SubscriptionEnded`, e.g.
+        `StopPositionReached`), or `ConnectionClosedError` after `close`.
+        """
+        if timeout is not None and not (isinstance(timeout, int | float) and timeout >= 0):
+            raise errors.InvalidInputError(f"timeout must be a number >= 0, got {timeout!r}")
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.__anext__()
+        except StopAsyncIteration:
+            if self._end_reason is not None:
+                raise self._end_reason from None
+            raise errors.ConnectionClosedError(f"{self!r} is closed") from None
+        except TimeoutError:
+            raise errors.LiftbridgeTimeoutError(
+                f"no message on {self.stream}/{self.partition} within {timeout}s"
+            ) from None
+
     def _release(self) -> None:
         """Drop the call and leave the client's registry (once)."""
         self._drop_call()
@@ -180,17 +215,30 @@ class Subscription:
         calls = (self._call, self._opening)
         self._call = self._opening = None
         self._pending = None
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None:
+            inflight.add_done_callback(_retrieve)
+            inflight.cancel()
         for call in calls:
             if call is not None:
                 call.cancel()
 
-    def _on_cancelled(self) -> None:
-        """A CancelledError reached us: the reading task's own, or our call's after close()."""
-        if self._closed and not _being_cancelled():
-            return  # close() cancelled the call under a reader: not the reader's cancellation
-        # The consumer is being cancelled: the subscription cannot be resumed mid-read.
-        self._closed = True
-        self._release()
+    async def _read_call(self, call: SubscribeCall) -> object:
+        """``call.read()`` that survives the reader's cancellation (see ``_inflight``)."""
+        inflight = self._inflight
+        if inflight is None:
+            inflight = self._inflight = asyncio.ensure_future(call.read())
+        try:
+            result = await asyncio.shield(inflight)
+        except asyncio.CancelledError:
+            if inflight.cancelled() and self._inflight is inflight:
+                self._inflight = None  # the call itself was cancelled: nothing to keep
+            raise  # our reader was cancelled: keep the read for the next one
+        except BaseException:
+            self._inflight = None
+            raise
+        self._inflight = None
+        return result
 
     # ------------------------------------------------------------ iteration
 
@@ -208,7 +256,7 @@ class Subscription:
                     if call is None or self._pending is not None or self._closed:
                         return await self._next()
                     try:
-                        pb = await call.read()
+                        pb = await self._read_call(call)
                     except grpc.RpcError as exc:
                         self._broken(exc)
                         continue
@@ -219,10 +267,9 @@ class Subscription:
                         return message_from_proto(pb)
                     log.debug("%r: dropping replayed offset %d", self, pb.offset)
         except asyncio.CancelledError:
-            self._on_cancelled()
             if self._closed and not _being_cancelled():
-                raise StopAsyncIteration from None
-            raise
+                raise StopAsyncIteration from None  # close() cancelled the call under us
+            raise  # our reader was cancelled (a timeout): the subscription stays open
 
     async def _next(self) -> Message:
         while True:
@@ -243,7 +290,7 @@ class Subscription:
 
     async def _read(self, call: SubscribeCall) -> api_pb2.Message | None:
         try:
-            pb = await call.read()
+            pb = await self._read_call(call)
         except grpc.RpcError as exc:
             self._broken(exc)
             return None
@@ -381,6 +428,12 @@ class Subscription:
         self._address = address
         if first.ByteSize():  # not the empty handshake: a message (kept for the reader)
             self._pending = first
+
+
+def _retrieve(fut: asyncio.Future[object]) -> None:
+    """Mark a dropped read's outcome as seen (its call was cancelled on purpose)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _being_cancelled() -> bool:

@@ -295,6 +295,24 @@ async def test_cancelling_the_consumer_cancels_the_grpc_call(client: Client, str
     assert sub not in client._subscriptions
 
 
+async def test_read_timeouts_keep_the_subscription_and_lose_nothing(
+    client: Client, stream: str
+) -> None:
+    async with client.subscribe(stream, start=StartPosition.NEW_ONLY) as sub:
+        call = sub._call
+        for _ in range(3):  # an idle stream: every read times out
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(anext(sub), 0.05)
+            with pytest.raises(errors.LiftbridgeTimeoutError):
+                await sub.next(timeout=0.05)
+        await publish(client, stream, b"a", b"b", b"c")
+        got = [await sub.next(timeout=5) for _ in range(3)]
+        assert values(got) == [b"a", b"b", b"c"]
+        assert offsets(got) == [0, 1, 2]
+        assert sub._call is call  # the same gRPC call throughout: no resubscribe
+        assert sub.resubscribes == 0
+
+
 async def test_close_from_another_task_ends_iteration(client: Client, stream: str) -> None:
     sub = client.subscribe(stream)
     async with sub:

@@ -8,6 +8,7 @@ script lists what the call yields: messages (``EMPTY`` is the handshake), gRPC e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -416,38 +417,75 @@ async def test_reverse_resumes_below_the_last_offset_and_ends_on_eof() -> None:
 # ---------------------------------------------------------------- close and cancel
 
 
-async def test_cancelling_the_consuming_task_cancels_the_call_and_closes() -> None:
+async def test_cancelling_the_consuming_task_leaves_the_subscription_usable() -> None:
     cluster = FakeCluster()
     cluster.script(A, EMPTY, msg(0))
     sub, closed = subscribe(cluster)
     received = asyncio.Event()
 
     async def consume() -> None:
-        async with sub:
-            async for _ in sub:
-                received.set()
+        async for _ in sub:
+            received.set()
 
+    await sub.__aenter__()
     task = asyncio.create_task(consume())
     await received.wait()
-    await asyncio.sleep(0.01)  # the consumer is now waiting in read()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert not cluster.calls[0].cancelled  # the read in flight was kept
+    assert not sub.closed
+    cluster.calls[0].queue.put_nowait(msg(1))
+    assert (await anext(sub)).offset == 1
+    await sub.aclose()
     assert cluster.calls[0].cancelled
-    assert sub.closed
     assert closed == [sub]
 
 
-async def test_cancelling_a_bare_anext_closes_too() -> None:
+async def test_a_timed_out_read_keeps_the_subscription_and_loses_nothing() -> None:
     cluster = FakeCluster()
     cluster.script(A, EMPTY)
     sub, _ = subscribe(cluster)
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(anext(sub), 0.05)
-    assert cluster.calls[0].cancelled
-    assert sub.closed
+    assert not cluster.calls[0].cancelled
+    assert not sub.closed
+    with pytest.raises(errors.LiftbridgeTimeoutError):
+        await sub.next(timeout=0.02)
+    cluster.calls[0].queue.put_nowait(msg(0))
+    cluster.calls[0].queue.put_nowait(msg(1))
+    assert (await sub.next(timeout=1)).offset == 0
+    assert (await anext(sub)).offset == 1
+    assert len(cluster.calls) == 1  # no resubscribe was needed
+    await sub.close()
+    with pytest.raises(errors.ConnectionClosedError):
+        await sub.next(timeout=1)
     with pytest.raises(StopAsyncIteration):
         await anext(sub)
+
+
+async def test_next_raises_the_end_reason_and_validates_its_timeout() -> None:
+    cluster = FakeCluster()
+    cluster.script(
+        A, EMPTY, msg(0), rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached")
+    )
+    sub, _ = subscribe(cluster, stop_offset=0)
+    assert (await sub.next()).offset == 0
+    with pytest.raises(errors.StopPositionReached):
+        await sub.next(timeout=1)
+    for bad in (-1, "1", float("nan")):
+        with pytest.raises(errors.InvalidInputError, match="timeout"):
+            await sub.next(timeout=bad)  # type: ignore[arg-type]
+
+
+async def test_aclosing_closes_the_subscription() -> None:
+    cluster = FakeCluster()
+    cluster.script(A, EMPTY, msg(0))
+    sub, closed = subscribe(cluster)
+    async with contextlib.aclosing(sub):
+        assert (await anext(sub)).offset == 0
+    assert sub.closed
+    assert closed == [sub]
 
 
 async def test_close_from_another_task_ends_iteration_cleanly() -> None:
