@@ -16,7 +16,7 @@ from liftbridge_client import Client, StartPosition, StopPosition
 
 async def read_batch(client: Client, stream: str, reader: str) -> list[str]:
     """Read everything after the reader's cursor, saving the cursor as it goes."""
-    cursor = await client.fetch_cursor(reader, stream, 0)  # -1: no cursor yet
+    cursor = await client.fetch_cursor(reader, stream)  # -1: no cursor yet
     if cursor >= 0:
         subscription = client.subscribe(stream, start_offset=cursor + 1, stop=StopPosition.LATEST)
     else:
@@ -27,7 +27,7 @@ async def read_batch(client: Client, stream: str, reader: str) -> list[str]:
     async with subscription:
         async for message in subscription:
             seen.append(message.value.decode())
-            await client.set_cursor(reader, stream, 0, message.offset)
+            await client.set_cursor(reader, stream, message.offset)
     return seen
 
 
@@ -45,7 +45,7 @@ async def main() -> None:
         for i in range(3, 5):
             await client.publish(name, f"job {i}".encode())
         print("second run:", await read_batch(client, name, "worker"))  # jobs 3 and 4 only
-        print("cursor now:", await client.fetch_cursor("worker", name, 0))
+        print("cursor now:", await client.fetch_cursor("worker", name))
 
         await client.delete_stream(name)
 

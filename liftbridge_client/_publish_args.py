@@ -48,7 +48,7 @@ class PublishOptions(TypedDict, total=False):
     key: bytes | None
     headers: Mapping[str, bytes] | None
     partition: int | None  # explicit partition wins over the partitioner
-    partitioner: Partitioner | None  # default: ClientOptions.partitioner
+    partitioner: Partitioner | None  # default: ClientOptions.partitioner; None: partition 0
     expected_offset: int  # optimistic concurrency; -1 (default) = no check
     correlation_id: str | None  # default: a fresh unique id
     transport: Transport | None  # default: the client's

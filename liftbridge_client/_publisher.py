@@ -86,7 +86,7 @@ from liftbridge_client._publish_args import (
 from liftbridge_client._tasks import TaskHandle, TaskSupervisor
 from liftbridge_client.models import Ack, AckPolicy, PublishStats, StreamInfo
 from liftbridge_client.options import ClientOptions, Transport
-from liftbridge_client.partitioning import Partitioner, choose_partition
+from liftbridge_client.partitioning import KeyPartitioner, Partitioner, choose_partition
 
 log = logging.getLogger(__name__)
 
@@ -329,8 +329,11 @@ class Publisher:
 
     def _complete(self, item: Item, info: StreamInfo) -> None:
         """Choose the partition and build the bytes (NATS) or the request (gRPC)."""
-        if item.partition is None and item.partitioner is None:
-            partition = 0  # what choose_partition gives with neither
+        partitioner = item.partitioner
+        if item.partition is None and (
+            partitioner is None or (not item.key and type(partitioner) is KeyPartitioner)
+        ):
+            partition = 0  # what choose_partition gives: skip the call (the common case)
         else:
             partition = choose_partition(
                 item.stream,

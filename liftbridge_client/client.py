@@ -497,15 +497,18 @@ class Client:
 
     # ------------------------------------------------------------ cursors
 
-    async def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
-        """Store ``offset`` as the cursor's position for a partition."""
+    async def set_cursor(
+        self, cursor_id: str, stream: str, offset: int, *, partition: int = 0
+    ) -> None:
+        """Store ``offset`` as the cursor's position in a partition (0 by default, as
+        `subscribe`). Conventionally the offset of the last message processed."""
         self._require_open()
         await _cursors.set_cursor(
             self._metadata, self._options, cursor_id, stream, partition, offset
         )
 
-    async def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
-        """The cursor's stored offset, or -1 if it has none."""
+    async def fetch_cursor(self, cursor_id: str, stream: str, *, partition: int = 0) -> int:
+        """The cursor's stored offset in a partition (0 by default), or -1 if it has none."""
         self._require_open()
         return await _cursors.fetch_cursor(
             self._metadata, self._options, cursor_id, stream, partition

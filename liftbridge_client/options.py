@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.errors import InvalidInputError
-from liftbridge_client.partitioning import Partitioner
+from liftbridge_client.partitioning import KeyPartitioner, Partitioner
 
 __all__ = [
     "ClientOptions",
@@ -131,7 +131,10 @@ class ClientOptions:
     tls: TLSConfig | None = None
     nats_auth: NatsAuth | None = None
     create_stream_timeout: float = 30.0  # retry "no known metadata leader" this long
-    partitioner: Partitioner | None = None  # default for publishes without partition=
+    # For publishes without partition=: by default the CRC-32 of the key, as Kafka users
+    # expect and as go-liftbridge's KeyPartitioner computes it (no key: partition 0).
+    # None: partition 0 whatever the key, go-liftbridge's default.
+    partitioner: Partitioner | None = field(default_factory=KeyPartitioner)
     # close(): how long pending publishes may take to be acked (drain), then how long
     # stopping connections and tasks may take whatever the servers do.
     drain_timeout: float = 10.0

@@ -9,16 +9,18 @@ Two are provided:
   same key on the same partition. A missing or empty key hashes to partition 0.
 - `RoundRobinPartitioner`: a counter per stream, ``count % partitions``.
 
-Precedence when publishing (see `Client.publish`), the same as go-liftbridge's:
+Precedence when publishing (see `Client.publish`):
 
 1. an explicit ``partition=`` argument;
-2. else a partitioner: the call's ``partitioner=``, else ``ClientOptions.partitioner``;
-3. else partition 0.
+2. else a partitioner: the call's ``partitioner=``, else ``ClientOptions.partitioner``,
+   which is a `KeyPartitioner` by default: a keyed message goes to
+   ``crc32(key) % partitions``, as Kafka users expect;
+3. else (``ClientOptions(partitioner=None)``) partition 0.
 
-A key alone does not choose a partition: go-liftbridge sends keyed messages to
-partition 0 unless a partitioner is set, and a fleet mixing Go and Python
-producers must agree. Set ``ClientOptions(partitioner=KeyPartitioner())`` once
-to partition every keyed message by its key.
+go-liftbridge's default differs: it sends every message without an explicit partition
+to partition 0 unless a partitioner is set. A fleet mixing Go and Python producers
+agrees when the Go producers use ``lift.PartitionByKey()`` (the same CRC-32), or when
+these clients set ``ClientOptions(partitioner=None)``.
 
 Whatever a partitioner returns is checked: anything but an int in
 ``[0, partitions)`` raises `InvalidInputError` and nothing is sent.

@@ -81,17 +81,17 @@ async def client(liftbridge_server: Deployment) -> AsyncIterator[Client]:
 async def test_round_trip(client: Client, unique_stream: StreamName) -> None:
     stream = unique_stream.name
     await client.create_stream(unique_stream.subject, stream, partitions=2)
-    assert await client.fetch_cursor("reader", stream, 0) == -1  # no cursor yet
-    await client.set_cursor("reader", stream, 0, 41)
-    assert await client.fetch_cursor("reader", stream, 0) == 41
+    assert await client.fetch_cursor("reader", stream) == -1  # no cursor yet
+    await client.set_cursor("reader", stream, 41)
+    assert await client.fetch_cursor("reader", stream) == 41
     # Cursors are per (id, stream, partition).
-    assert await client.fetch_cursor("reader", stream, 1) == -1
-    assert await client.fetch_cursor("other", stream, 0) == -1
+    assert await client.fetch_cursor("reader", stream, partition=1) == -1
+    assert await client.fetch_cursor("other", stream) == -1
     # The latest value wins, also when it is lower (served from the leader's cache).
-    await client.set_cursor("reader", stream, 0, 5)
-    assert await client.fetch_cursor("reader", stream, 0) == 5
-    await client.set_cursor("reader", stream, 0, -1)
-    assert await client.fetch_cursor("reader", stream, 0) == -1
+    await client.set_cursor("reader", stream, 5)
+    assert await client.fetch_cursor("reader", stream) == 5
+    await client.set_cursor("reader", stream, -1)
+    assert await client.fetch_cursor("reader", stream) == -1
 
 
 async def test_the_server_lists_the_cursors_stream_and_accepts_any_stream_name(
@@ -101,17 +101,17 @@ async def test_the_server_lists_the_cursors_stream_and_accepts_any_stream_name(
     assert sorted(md.streams[CURSORS_STREAM].partitions) == [0]  # the harness default: 1
     # The server does not check that the stream exists.
     name = f"no-such-stream-{uuid.uuid4().hex[:8]}"
-    await client.set_cursor("reader", name, 3, 9)
-    assert await client.fetch_cursor("reader", name, 3) == 9
+    await client.set_cursor("reader", name, 9, partition=3)
+    assert await client.fetch_cursor("reader", name, partition=3) == 9
 
 
 async def test_invalid_inputs_are_rejected_client_side(client: Client) -> None:
     with pytest.raises(errors.InvalidInputError):
-        await client.set_cursor("", "s", 0, 1)
+        await client.set_cursor("", "s", 1)
     with pytest.raises(errors.InvalidInputError):
-        await client.set_cursor("id", "s", 0, -2)
+        await client.set_cursor("id", "s", -2)
     with pytest.raises(errors.InvalidInputError):
-        await client.fetch_cursor("id", "", 0)
+        await client.fetch_cursor("id", "")
 
 
 async def test_each_cursor_lands_in_the_partition_the_client_computed(
@@ -129,7 +129,7 @@ async def test_each_cursor_lands_in_the_partition_the_client_computed(
                 p: (await client.fetch_partition_metadata(CURSORS_STREAM, p)).newest_offset
                 for p in range(3)
             }
-            await client.set_cursor(cursor_id, stream, 0, 100 + n)
+            await client.set_cursor(cursor_id, stream, 100 + n)
             after = {
                 p: (await client.fetch_partition_metadata(CURSORS_STREAM, p)).newest_offset
                 for p in range(3)
@@ -137,16 +137,16 @@ async def test_each_cursor_lands_in_the_partition_the_client_computed(
             grown = [p for p in range(3) if after[p] != before[p]]
             assert grown == [owners[cursor_id]], cursor_id
         for n, cursor_id in enumerate(ids):
-            assert await client.fetch_cursor(cursor_id, stream, 0) == 100 + n
+            assert await client.fetch_cursor(cursor_id, stream) == 100 + n
 
 
 async def test_cursors_disabled_is_a_typed_error(cursors_disabled: str) -> None:
     async with Client([cursors_disabled], options=OPTIONS) as client:
         assert CURSORS_STREAM not in (await client.fetch_metadata()).streams
         with pytest.raises(errors.CursorsDisabledError, match=r"cursors\.stream\.partitions"):
-            await client.set_cursor("reader", "s", 0, 1)
+            await client.set_cursor("reader", "s", 1)
         with pytest.raises(errors.CursorsDisabledError):
-            await client.fetch_cursor("reader", "s", 0)
+            await client.fetch_cursor("reader", "s")
     # What the server itself answers (and the client maps when its metadata is stale).
     async with grpc.aio.insecure_channel(cursors_disabled) as channel:
         stub = api_pb2_grpc.APIStub(channel)
@@ -181,8 +181,8 @@ async def test_cluster_routes_to_the_cursors_leader_and_recovers_from_stale_rout
         assert info.value.code() is grpc.StatusCode.FAILED_PRECONDITION
         assert info.value.details() == "Server not leader for cursors partition 0"
 
-        await client.set_cursor("c", stream, 0, 17)
-        assert await client.fetch_cursor("c", stream, 0) == 17
+        await client.set_cursor("c", stream, 17)
+        assert await client.fetch_cursor("c", stream) == 17
 
         # Stale metadata naming the follower as leader: NotLeader, refresh, retry.
         cache = client._metadata
@@ -191,5 +191,5 @@ async def test_cluster_routes_to_the_cursors_leader_and_recovers_from_stale_rout
         cache._metadata = dataclasses.replace(
             cache.current, streams={**cache.current.streams, CURSORS_STREAM: stale_stream}
         )
-        assert await client.fetch_cursor("c", stream, 0) == 17
+        assert await client.fetch_cursor("c", stream) == 17
         assert cache.current.streams[CURSORS_STREAM].partitions[0].leader == leader

@@ -213,30 +213,33 @@ async def test_explicit_partition_beats_key(client: Client, stream_names: Stream
     assert ack.msg_subject == f"{stream.subject}.1"
 
 
-async def test_key_alone_goes_to_partition_zero_like_go(
-    client: Client, stream_names: StreamNames
+@BOTH
+async def test_the_key_picks_the_partition_by_default(
+    client: Client, stream_names: StreamNames, transport: Transport
 ) -> None:
     stream = await new_stream(client, stream_names, partitions=3)
-    ack = await client.publish(stream.name, b"v", key=b"foo")  # crc32(foo) % 3 == 2
-    assert ack is not None
+    ack = await client.publish(stream.name, b"v", key=b"foo", transport=transport)
+    assert ack.msg_subject == f"{stream.subject}.2"  # crc32(foo) % 3 == 2
+    ack = await client.publish(stream.name, b"v", transport=transport)  # no key: 0
     assert ack.msg_subject == stream.subject
+    # A per-call partitioner still wins over the client's.
+    ack = await client.publish(
+        stream.name, b"v", key=b"foo", partitioner=lambda *a: 1, transport=transport
+    )
+    assert ack.msg_subject == f"{stream.subject}.1"
 
 
-async def test_client_wide_partitioner(
+async def test_go_liftbridge_default_with_no_partitioner(
     liftbridge_server: Deployment, stream_names: StreamNames
 ) -> None:
-    options = ClientOptions(partitioner=KeyPartitioner())
+    options = ClientOptions(partitioner=None)  # go-liftbridge's default: partition 0
     async with Client(
         liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
-    ) as keyed:
-        stream = await new_stream(keyed, stream_names, partitions=3)
-        ack = await keyed.publish(stream.name, b"v", key=b"foo")
-        assert ack is not None
-        assert ack.msg_subject == f"{stream.subject}.2"
-        # A per-call partitioner still wins over the client's.
-        ack = await keyed.publish(stream.name, b"v", key=b"foo", partitioner=lambda *a: 1)
-        assert ack is not None
-        assert ack.msg_subject == f"{stream.subject}.1"
+    ) as go_like:
+        stream = await new_stream(go_like, stream_names, partitions=3)
+        for transport in (Transport.NATS, Transport.GRPC):
+            ack = await go_like.publish(stream.name, b"v", key=b"foo", transport=transport)
+            assert ack.msg_subject == stream.subject
 
 
 @BOTH

@@ -22,7 +22,7 @@ from liftbridge_client._proto import api_pb2
 from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import Transport
-from liftbridge_client.partitioning import KeyPartitioner, RoundRobinPartitioner, key_partition
+from liftbridge_client.partitioning import RoundRobinPartitioner, key_partition
 
 
 @pytest.fixture
@@ -64,11 +64,11 @@ async def test_nats_envelope_carries_everything(rig: Rig) -> None:
 
 async def test_partition_zero_uses_the_stream_subject_and_key_picks_partition(rig: Rig) -> None:
     rig.publisher.publish_nowait("s", b"v")
-    rig.publisher.publish_nowait("s", b"v", key=b"foo")  # no partitioner: 0, as in Go
-    rig.publisher.publish_nowait("s", b"v", key=b"foo", partitioner=KeyPartitioner())
+    rig.publisher.publish_nowait("s", b"v", key=b"foo")  # the default: by key
+    rig.publisher.publish_nowait("s", b"v", key=b"foo", partitioner=None)  # as in Go: 0
     rig.publisher.publish_nowait("s", b"v", key=b"foo", partition=1)
     await settle()
-    assert [s for s, _ in rig.wire.published] == ["s.subj", "s.subj", "s.subj.2", "s.subj.1"]
+    assert [s for s, _ in rig.wire.published] == ["s.subj", "s.subj.2", "s.subj", "s.subj.1"]
     assert key_partition(b"foo", 3) == 2
 
 
