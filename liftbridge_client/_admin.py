@@ -8,9 +8,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import grpc
+
 from liftbridge_client import errors
-from liftbridge_client._errors_map import is_no_metadata_leader
-from liftbridge_client._grpc import with_retries
+from liftbridge_client._errors_map import is_no_metadata_leader, map_rpc_error
+from liftbridge_client._grpc import Stub, with_retries
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import (
@@ -56,18 +58,48 @@ async def create_stream(
     deadline = loop.time() + options.create_stream_timeout
     timeout = options.rpc_timeout
 
-    async def attempt() -> None:
-        # The server needs a deadline to wait for a metadata leader at all.
-        await metadata.call_any("CreateStream", lambda s: s.CreateStream(req, timeout=timeout))
+    # An attempt that failed with UNAVAILABLE or DEADLINE_EXCEEDED may still have created
+    # the stream; the next broker then answers ALREADY_EXISTS for this very call.
+    ambiguous = False
 
-    await with_retries(
-        attempt,
-        options.retry,
-        what="CreateStream",
-        retry_if=lambda e: is_no_metadata_leader(e) or isinstance(e, errors.NoBrokerAvailableError),
-        deadline=deadline,
-    )
+    async def send(stub: Stub) -> object:
+        nonlocal ambiguous
+        try:
+            # The server needs a deadline to wait for a metadata leader at all.
+            return await stub.CreateStream(req, timeout=timeout)
+        except grpc.RpcError as exc:
+            if isinstance(
+                map_rpc_error(exc), errors.UnavailableError | errors.DeadlineExceededError
+            ):
+                ambiguous = True
+            raise
+
+    async def attempt() -> None:
+        await metadata.call_any("CreateStream", send)
+
+    try:
+        await with_retries(
+            attempt,
+            options.retry,
+            what="CreateStream",
+            retry_if=lambda e: (
+                is_no_metadata_leader(e) or isinstance(e, errors.NoBrokerAvailableError)
+            ),
+            deadline=deadline,
+        )
+    except errors.AlreadyExistsError:
+        if not (ambiguous and await _created_as_asked(metadata, req)):
+            raise
+        log.info("CreateStream %s: an earlier attempt created it (retry said ALREADY_EXISTS)", name)
     await _wait_visible(metadata, name, min(deadline, loop.time() + _VISIBLE_WAIT))
+
+
+async def _created_as_asked(metadata: MetadataCache, req: api_pb2.CreateStreamRequest) -> bool:
+    """True when the existing stream is the one ``req`` asked for (subject, partitions)."""
+    info = (await metadata.refresh()).streams.get(req.name)
+    if info is None:
+        return False
+    return info.subject == req.subject and len(info.partitions) == max(req.partitions, 1)
 
 
 # The server answers CreateStream once the metadata leader applied it; other brokers learn

@@ -29,7 +29,7 @@ from liftbridge_client._publish_args import PublishOptions, SubjectOptions
 from liftbridge_client._publisher import Publisher
 from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client.models import Ack, AckPolicy, Metadata, PartitionInfo, PublishStats
-from liftbridge_client.options import ClientOptions, StreamConfig
+from liftbridge_client.options import ClientOptions, StreamConfig, StreamSettings
 from liftbridge_client.subscription import SubscribeArgs, Subscription
 
 log = logging.getLogger(__name__)
@@ -280,7 +280,7 @@ class Client:
         name: str,
         *,
         config: StreamConfig | None = None,
-        **settings: Any,
+        **settings: Unpack[StreamSettings],
     ) -> None:
         """Create a stream on ``subject``; settings are `StreamConfig` fields.
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
+from typing import TypedDict
 
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.errors import InvalidInputError
@@ -22,6 +23,7 @@ __all__ = [
     "NatsAuth",
     "RetryPolicy",
     "StreamConfig",
+    "StreamSettings",
     "TLSConfig",
     "Transport",
 ]
@@ -261,3 +263,24 @@ class StreamConfig:
             if (value := getattr(self, attr)) is not None:
                 getattr(req, pb_name).value = value
         return req
+
+
+class StreamSettings(TypedDict, total=False):
+    """`Client.create_stream` keyword settings: the fields of `StreamConfig`."""
+
+    group: str | None
+    replication_factor: int | None
+    partitions: int | None
+    retention_max_bytes: int | None
+    retention_max_messages: int | None
+    retention_max_age: float | None
+    cleaner_interval: float | None
+    segment_max_bytes: int | None
+    segment_max_age: float | None
+    compact_enabled: bool | None
+    compact_max_goroutines: int | None
+    auto_pause_time: float | None
+    auto_pause_disable_if_subscribers: bool | None
+    min_isr: int | None
+    optimistic_concurrency_control: bool | None
+    encryption: bool | None

@@ -69,7 +69,7 @@ async def test_settings_as_keywords_and_unknown_keyword(client: Client) -> None:
     await client.create_stream(subject, name, partitions=2)
     assert len((await client.fetch_metadata(name)).streams[name].partitions) == 2
     with pytest.raises(errors.InvalidInputError, match="partition_count"):
-        await client.create_stream(subject, name + "x", partition_count=2)
+        await client.create_stream(subject, name + "x", partition_count=2)  # type: ignore[call-arg]
 
 
 async def test_duplicate_name_is_already_exists(client: Client) -> None:
