@@ -1,4 +1,8 @@
-"""pytest plugin: real Liftbridge servers as fixtures (entry point ``liftbridge``).
+"""pytest plugin: real Liftbridge servers as fixtures. Opt-in: it loads only when asked.
+
+Enable it in a ``conftest.py`` (``pytest_plugins = ["liftbridge_client.testing.plugin"]``)
+or on the command line (``pytest -p liftbridge_client.testing.plugin``). Installing the
+package does not load it into every pytest run.
 
 Fixtures:
 
@@ -46,6 +50,7 @@ __all__ = [
     "liftbridge_cluster",
     "liftbridge_server",
     "pytest_collection_finish",
+    "pytest_collection_modifyitems",
     "pytest_configure",
     "pytest_runtest_makereport",
     "stream_names",
@@ -57,10 +62,19 @@ _DEPLOYMENT_FIXTURES = ("liftbridge_server", "liftbridge_cluster")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the ``integration`` marker unless the project already declares it."""
-    declared = config.getini("markers")
-    if not any(str(line).split(":", 1)[0].strip() == "integration" for line in declared):
+    """Register the ``integration`` and ``cluster`` markers unless already declared."""
+    declared = {str(line).split(":", 1)[0].strip() for line in config.getini("markers")}
+    if "integration" not in declared:
         config.addinivalue_line("markers", "integration: needs real Liftbridge and NATS servers")
+    if "cluster" not in declared:
+        config.addinivalue_line("markers", "cluster: uses the 3-node cluster fixture")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses the cluster fixture ``cluster`` (select or deselect with -m)."""
+    for item in items:
+        if "liftbridge_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -125,7 +139,7 @@ def _liftbridge_health(request: pytest.FixtureRequest) -> Iterator[None]:
     """After a test that used local servers: restart what is down, report crashes."""
     yield
     for fixture in _DEPLOYMENT_FIXTURES:
-        deployment = getattr(request.node, "funcargs", {}).get(fixture)
+        deployment = (getattr(request.node, "funcargs", None) or {}).get(fixture)
         if isinstance(deployment, SingleNode | Cluster):
             crashed = deployment.unexpected_exits()
             logs = deployment.log_tails(LOG_TAIL_LINES) if crashed else {}
@@ -149,7 +163,7 @@ def pytest_runtest_makereport(
     """Attach the tail of each server log to the report of a failed test."""
     report = yield
     if report.failed and report.when in {"setup", "call"}:
-        funcargs = getattr(item, "funcargs", {})
+        funcargs = getattr(item, "funcargs", None) or {}
         for fixture in _DEPLOYMENT_FIXTURES:
             deployment = funcargs.get(fixture)
             if isinstance(deployment, Deployment):
