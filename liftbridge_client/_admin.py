@@ -46,6 +46,8 @@ async def create_stream(
     name: str,
     config: StreamConfig | None,
     settings: Mapping[str, Any],
+    *,
+    exist_ok: bool = False,
 ) -> None:
     _check_name("subject", subject)
     _check_name("name", name)
@@ -87,10 +89,16 @@ async def create_stream(
             ),
             deadline=deadline,
         )
-    except errors.AlreadyExistsError:
-        if not (ambiguous and await _created_as_asked(metadata, req)):
+    except errors.AlreadyExistsError as exc:
+        if not ((ambiguous or exist_ok) and await _created_as_asked(metadata, req)):
+            if exist_ok:
+                raise errors.AlreadyExistsError(
+                    f"stream {name!r} exists with another subject or partition count "
+                    f"than asked ({subject!r}, {max(req.partitions, 1)} partitions)",
+                    details=exc.details,
+                ) from exc
             raise
-        log.info("CreateStream %s: an earlier attempt created it (retry said ALREADY_EXISTS)", name)
+        log.debug("CreateStream %s: exists already, as asked", name)
     await _wait_visible(metadata, name, min(deadline, loop.time() + _VISIBLE_WAIT))
 
 

@@ -280,15 +280,21 @@ class Client:
         name: str,
         *,
         config: StreamConfig | None = None,
+        exist_ok: bool = False,
         **settings: Unpack[StreamSettings],
     ) -> None:
         """Create a stream on ``subject``; settings are `StreamConfig` fields.
 
-        Raises `AlreadyExistsError` if the name is taken. While the cluster
-        has no metadata leader, retries until ``create_stream_timeout``.
+        Raises `AlreadyExistsError` if the name is taken, unless ``exist_ok`` and the
+        existing stream has the same subject and partition count (other settings are
+        not compared: the server does not report them). While the cluster has no
+        metadata leader, retries until ``create_stream_timeout``. Returns once the
+        stream and its partition leaders are visible in metadata.
         """
         self._require_open()
-        await _admin.create_stream(self._metadata, self._options, subject, name, config, settings)
+        await _admin.create_stream(
+            self._metadata, self._options, subject, name, config, settings, exist_ok=exist_ok
+        )
 
     async def delete_stream(self, name: str) -> None:
         self._require_open()

@@ -82,6 +82,18 @@ class Ack:
     def commit_time(self) -> datetime:
         return _ns_to_datetime(self.commit_timestamp_ns)
 
+    @property
+    def partition(self) -> int:
+        """The partition the message was stored in (from the subjects; -1 if unknown).
+
+        Partition 0 is the stream's subject, partition N is ``<subject>.N``.
+        """
+        msg, base = self.msg_subject, self.partition_subject
+        if msg == base:
+            return 0 if msg else -1
+        suffix = msg[len(base) + 1 :] if msg.startswith(base + ".") else ""
+        return int(suffix) if suffix.isdigit() and suffix.isascii() else -1
+
 
 @dataclass(frozen=True, slots=True)
 class PublishStats:

@@ -79,6 +79,19 @@ async def test_duplicate_name_is_already_exists(client: Client) -> None:
         await client.create_stream(subject, name)
 
 
+async def test_exist_ok_accepts_the_same_stream_and_refuses_a_different_one(
+    client: Client,
+) -> None:
+    name, subject = unique()
+    await client.create_stream(subject, name, partitions=2)
+    await client.create_stream(subject, name, partitions=2, exist_ok=True)  # the same: fine
+    with pytest.raises(errors.AlreadyExistsError, match="partition count"):
+        await client.create_stream(subject, name, partitions=3, exist_ok=True)
+    with pytest.raises(errors.AlreadyExistsError, match="another subject"):
+        await client.create_stream(subject + ".x", name, partitions=2, exist_ok=True)
+    await client.create_stream(*reversed(unique()), exist_ok=True)  # new: simply created
+
+
 @pytest.mark.parametrize("reserved", ["__activity", "__cursors"])
 async def test_reserved_names_are_invalid_argument(client: Client, reserved: str) -> None:
     with pytest.raises(errors.InvalidArgumentError):

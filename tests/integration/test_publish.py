@@ -220,6 +220,7 @@ async def test_the_key_picks_the_partition_by_default(
     stream = await new_stream(client, stream_names, partitions=3)
     ack = await client.publish(stream.name, b"v", key=b"foo", transport=transport)
     assert ack.msg_subject == f"{stream.subject}.2"  # crc32(foo) % 3 == 2
+    assert ack.partition == 2
     ack = await client.publish(stream.name, b"v", transport=transport)  # no key: 0
     assert ack.msg_subject == stream.subject
     # A per-call partitioner still wins over the client's.

@@ -121,3 +121,21 @@ def test_metadata_conversion() -> None:
     assert stream.partition_subject(0) == "subj"
     assert stream.partition_subject(2) == "subj.2"
     assert md.groups["g"].epoch == 3
+
+
+@pytest.mark.parametrize(
+    ("base", "msg", "partition"),
+    [
+        ("orders", "orders", 0),
+        ("orders", "orders.2", 2),
+        ("orders", "orders.17", 17),
+        ("orders", "", -1),  # an error ack carries no subject
+        ("", "", -1),
+        ("orders", "other.2", -1),
+        ("orders", "orders.x", -1),
+        ("orders", "orders.\u0663", -1),  # a non-ASCII digit is not a partition number
+    ],
+)
+def test_ack_partition_from_its_subjects(base: str, msg: str, partition: int) -> None:
+    pb = api_pb2.Ack(stream="s", partitionSubject=base, msgSubject=msg, offset=1)
+    assert ack_from_proto(pb).partition == partition
