@@ -6,7 +6,9 @@ from typing import Any
 
 import grpc
 import grpc.aio
+import hypothesis.strategies as st
 import pytest
+from hypothesis import given
 
 from liftbridge_client import StartPosition, StopPosition, errors
 from liftbridge_client._errors_map import map_rpc_error
@@ -343,3 +345,61 @@ def test_client_side_timeouts_resubscribe() -> None:
         errors.NoBrokerAvailableError("none"),
     ):
         assert classify(exc, spec(), Phase.RESUBSCRIBING).action is Action.RESUBSCRIBE
+
+
+# ---------------------------------------------------------------- properties of Progress
+
+
+@given(
+    start=st.integers(min_value=0, max_value=50),
+    segments=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=20), st.integers(min_value=0, max_value=30)),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_progress_never_delivers_a_duplicate_or_a_gap_after_any_replay(
+    start: int, segments: list[tuple[int, int]]
+) -> None:
+    """Forward reads broken at arbitrary points; each resubscribe's server may replay from
+    any earlier offset (at-least-once). What is accepted is exactly start, start+1, ..."""
+    spec = SubscribeSpec.build("s", 0, {"start_offset": start}, now_ns=0)
+    progress = Progress(spec.reverse)
+    accepted: list[int] = []
+    for replay, length in segments:
+        resume: int | None
+        if progress.last is None:
+            resume, back = start, 0  # the first read starts where it was asked to
+        else:
+            resume, back = progress.resume_at(spec), replay
+        assert resume is not None
+        sent = range(max(resume - back, 0), resume + length)
+        accepted.extend(offset for offset in sent if progress.accept(offset))
+    assert accepted == list(range(start, start + len(accepted)))
+
+
+@given(
+    newest=st.integers(min_value=0, max_value=60),
+    segments=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=10), st.integers(min_value=0, max_value=20)),
+        min_size=1,
+        max_size=10,
+    ),
+)
+def test_progress_reversed_never_delivers_a_duplicate_or_a_gap(
+    newest: int, segments: list[tuple[int, int]]
+) -> None:
+    spec = SubscribeSpec.build("s", 0, {"start_offset": newest, "reverse": True}, now_ns=0)
+    progress = Progress(spec.reverse)
+    accepted: list[int] = []
+    for replay, length in segments:
+        resume: int | None
+        if progress.last is None:
+            resume, back = newest, 0  # the first read starts where it was asked to
+        else:
+            resume, back = progress.resume_at(spec), replay
+        if resume is None:
+            break  # offset 0 was delivered: nothing is left
+        sent = range(min(resume + back, newest), max(resume - length, -1), -1)
+        accepted.extend(offset for offset in sent if progress.accept(offset))
+    assert accepted == list(range(newest, newest - len(accepted), -1))
