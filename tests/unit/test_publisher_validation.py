@@ -12,10 +12,12 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import hypothesis.strategies as st
 import pytest
+from hypothesis import given, settings
 from publish_fakes import Rig, make_rig
 
-from liftbridge_client import errors
+from liftbridge_client import envelope, errors
 from liftbridge_client._publisher import Publisher
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import ClientOptions, Transport
@@ -212,3 +214,60 @@ async def test_flush_timeout_must_be_positive(rig: Rig) -> None:
         await rig.publisher.flush(0)
     with pytest.raises(errors.InvalidInputError):
         await rig.publisher.flush(-1)
+
+
+# ---------------------------------------------------------------- fast path == slow path
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    stream=st.sampled_from(["s", "unknown-stream"]),
+    value=st.binary(max_size=64),
+    partition=st.one_of(st.none(), st.integers(min_value=0, max_value=2)),
+    ack_policy=st.one_of(st.none(), st.sampled_from(list(AckPolicy))),
+    transport=st.sampled_from(list(Transport)),
+)
+def test_prepare_fast_path_builds_what_the_checked_path_builds(
+    stream: str,
+    value: bytes,
+    partition: int | None,
+    ack_policy: AckPolicy | None,
+    transport: Transport,
+) -> None:
+    """The unchecked fast path of `Publisher._prepare` is an optimisation only."""
+
+    async def compare() -> None:
+        r = await make_rig(transport=transport)
+        try:
+            p = r.publisher
+            kw: dict[str, Any] = {}
+            if partition is not None:
+                kw["partition"] = partition
+            if ack_policy is not None:
+                kw["ack_policy"] = ack_policy
+            fast, slow = p._prepare(stream, value, kw), p._prepare_checked(stream, value, kw)
+            for item in (fast, slow):
+                assert item.correlation_id.startswith(p._cid_prefix)
+            fields = ["stream", "value", "key", "headers", "partition", "partitioner"]
+            fields += ["ack_policy", "expected_offset", "use_nats", "subject"]
+            for name in fields:
+                assert getattr(fast, name) == getattr(slow, name), name
+            if fast.request is not None:  # gRPC: equal but for the correlation id
+                assert slow.request is not None
+                assert fast.request.correlationId != slow.request.correlationId
+                fast.request.correlationId = slow.request.correlationId
+                assert fast.request == slow.request
+            else:
+                assert slow.request is None
+            if fast.payload is not None:  # NATS: equal but for the correlation id inside
+                assert slow.payload is not None
+                a = envelope.decode_message(fast.payload)
+                b = envelope.decode_message(slow.payload)
+                a.correlationId = b.correlationId = ""
+                assert a == b
+            else:
+                assert slow.payload is None
+        finally:
+            await r.publisher.close(None)
+
+    asyncio.run(compare())
