@@ -90,6 +90,7 @@ class Client:
         self._nats_error: Exception | None = None
         self._tasks = TaskSupervisor()
         self._closing = False  # close() began: NATS callbacks stay quiet
+        self._nats_down = False  # between a NATS disconnect and the reconnect
         self._closed = False
 
     def __repr__(self) -> str:
@@ -154,18 +155,21 @@ class Client:
     # keep the last error so a failed connect can say why (auth, TLS, refused).
     async def _on_nats_error(self, exc: Exception) -> None:
         self._nats_error = exc
-        if self._closing:
-            log.debug("NATS while closing: %s", exc)
+        if self._closing or self._nats_down:
+            # Closing, or each failed reconnect attempt of an outage already warned about.
+            log.debug("NATS: %s", exc)
         else:
             log.warning("NATS: %s", exc)
 
     async def _on_nats_disconnected(self) -> None:
         # One line per outage (nats-py calls this once per lost connection); none when
         # we close the connection ourselves.
-        if not self._closing:
+        if not self._closing and not self._nats_down:
             log.warning("NATS connection lost; reconnecting (publishes are buffered)")
+        self._nats_down = True
 
     async def _on_nats_reconnected(self) -> None:
+        self._nats_down = False
         log.info("NATS connection re-established")
 
     async def _on_nats_closed(self) -> None:
