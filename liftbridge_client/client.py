@@ -88,6 +88,7 @@ class Client:
         self._publisher: Publisher | None = None
         self._subscriptions: set[Subscription] = set()
         self._nats_error: Exception | None = None
+        self._nats_errors: dict[str, None] = {}  # distinct texts while connecting, in order
         self._tasks = TaskSupervisor()
         self._closing = False  # close() began: NATS callbacks stay quiet
         self._nats_down = False  # between a NATS disconnect and the reconnect
@@ -118,7 +119,8 @@ class Client:
         except TimeoutError as exc:
             await self._teardown(exc)
             where = "NATS" if self._metadata.current.brokers else "the cluster"
-            last = f" (last NATS error: {self._nats_error})" if self._nats_error else ""
+            seen = "; ".join(list(self._nats_errors)[-3:])
+            last = f" (NATS errors: {seen})" if seen else ""
             raise errors.NoBrokerAvailableError(
                 f"could not connect to {where} within {self._options.connect_timeout}s{last}"
             ) from (self._nats_error or exc)
@@ -155,6 +157,8 @@ class Client:
     # keep the last error so a failed connect can say why (auth, TLS, refused).
     async def _on_nats_error(self, exc: Exception) -> None:
         self._nats_error = exc
+        if self._publisher is None:  # still connecting: remember why, for the error
+            self._nats_errors[str(exc) or repr(exc)] = None
         if self._closing or self._nats_down:
             # Closing, or each failed reconnect attempt of an outage already warned about.
             log.debug("NATS: %s", exc)
