@@ -45,6 +45,7 @@ from liftbridge_client.testing._provision import (
 )
 from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
 from liftbridge_client.testing._tls import ServerTLS, TestPKI, make_pki
+from liftbridge_client.testing._wait import wait_until
 
 __all__ = [
     "CLUSTER_SETTINGS",
@@ -74,4 +75,5 @@ __all__ = [
     "make_pki",
     "nats_server_binary",
     "provision",
+    "wait_until",
 ]

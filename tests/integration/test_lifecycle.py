@@ -26,7 +26,13 @@ import pytest
 
 from liftbridge_client import Ack, Client, ClientOptions, PublishFuture, errors
 from liftbridge_client.options import Transport
-from liftbridge_client.testing import Deployment, SingleNode, StreamName, StreamNames
+from liftbridge_client.testing import (
+    Deployment,
+    SingleNode,
+    StreamName,
+    StreamNames,
+    wait_until,
+)
 
 
 async def new_stream(client: Client, names: StreamNames) -> StreamName:
@@ -252,7 +258,8 @@ async def test_nats_closing_for_good_fails_nats_publishes_at_once(
         stream = await new_stream(client, stream_names)
         await client.pause_stream(stream.name)  # no acks: they stay pending
         futs = [client.publish_nowait(stream.name, b"x") for _ in range(20)]
-        await asyncio.sleep(0.1)
+        publisher = client._require_open()
+        await wait_until(lambda: not publisher._queue, what="every publish written")
         assert client._nats is not None
         await client._nats.close()  # what nats-py does when it gives up reconnecting
         results = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), 2)

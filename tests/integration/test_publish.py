@@ -29,7 +29,14 @@ from liftbridge_client import (
 from liftbridge_client._errors_map import publish_status_error
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
 from liftbridge_client.partitioning import KeyPartitioner, RoundRobinPartitioner, key_partition
-from liftbridge_client.testing import Cluster, Deployment, SingleNode, StreamName, StreamNames
+from liftbridge_client.testing import (
+    Cluster,
+    Deployment,
+    SingleNode,
+    StreamName,
+    StreamNames,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -448,8 +455,9 @@ async def test_close_with_1000_pending_acks(
     stream = await new_stream(client, stream_names)
     await client.pause_stream(stream.name)  # no acks will come
     futs = [client.publish_nowait(stream.name, b"%d" % i) for i in range(1000)]
-    await asyncio.sleep(0.2)
-    assert client._require_open().pending == 1000
+    publisher = client._require_open()
+    await wait_until(lambda: not publisher._queue, what="every publish written")
+    assert publisher.pending == 1000
     started = time.monotonic()
     await client.close(drain=False)
     assert time.monotonic() - started < 2

@@ -27,7 +27,7 @@ from liftbridge_client import (
 )
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.subscription import Subscription
-from liftbridge_client.testing import Cluster, Deployment, StreamName, StreamNames
+from liftbridge_client.testing import Cluster, Deployment, StreamName, StreamNames, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -284,7 +284,7 @@ async def test_cancelling_the_consumer_cancels_the_grpc_call(client: Client, str
     await asyncio.wait_for(got.wait(), 5)
     call = sub._call
     assert call is not None
-    await asyncio.sleep(0.05)  # the consumer now waits for the next message
+    await wait_until(lambda: sub._inflight is not None, what="the consumer waiting")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -317,7 +317,7 @@ async def test_close_from_another_task_ends_iteration(client: Client, stream: st
     sub = client.subscribe(stream)
     async with sub:
         reader = asyncio.create_task(drain(sub))
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: sub._inflight is not None, what="the reader waiting")
         await sub.close()
         assert await reader == []
     assert sub.end_reason is None
@@ -331,7 +331,7 @@ async def test_closing_the_client_closes_its_subscriptions(
         sub = c.subscribe(unique_stream.name)
         await sub.__aenter__()
         reader = asyncio.create_task(drain(sub))
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: sub._inflight is not None, what="the reader waiting")
     assert await reader == []
     assert sub.closed
 
