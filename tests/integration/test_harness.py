@@ -204,7 +204,10 @@ def test_failed_test_shows_server_logs_and_crash_is_reported(tmp_path: Path) -> 
     # A local node even when the outer run uses external servers.
     env = {k: v for k, v in os.environ.items() if k not in {ENV_ADDRS, ENV_NATS_URL}}
     completed = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", str(tmp_path)],
+        [
+            *(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA"),
+            *("-p", "liftbridge_client.testing.plugin", str(tmp_path)),
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -218,6 +221,28 @@ def test_failed_test_shows_server_logs_and_crash_is_reported(tmp_path: Path) -> 
     assert "Starting Liftbridge server on 127.0.0.1:" in output
     assert "exited during the test without being stopped: {'liftbridge:n1': -9}" in output
     assert "1 failed, 2 passed, 1 error" in output, output
+
+
+def test_the_plugin_does_not_load_unless_asked(tmp_path: Path) -> None:
+    (tmp_path / "test_inner.py").write_text(
+        "import sys\n\n"
+        "def test_not_loaded():\n"
+        "    assert 'liftbridge_client.testing.plugin' not in sys.modules\n"
+        "    assert 'liftbridge_client' not in sys.modules\n\n"
+        "def test_no_fixture(liftbridge_server):\n"
+        "    pass\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    output = completed.stdout + completed.stderr
+    assert "fixture 'liftbridge_server' not found" in output, output
+    assert "1 passed, 1 error" in output, output
 
 
 def test_grpc_channel_reaches_every_cluster_node(liftbridge_cluster: Cluster) -> None:
