@@ -1,170 +1,117 @@
 """MetadataCache: seeds tried in turn, coalesced refreshes, leader routing and retries.
 
-A fake pool stands in for gRPC; the real thing is covered by integration tests.
+Against the in-process fake API (fake_liftbridge.py): real channels, real statuses.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import grpc
-import grpc.aio
 import pytest
+from fake_liftbridge import FakeCluster, Partition, Stream, dead_address
 
 from liftbridge_client import errors
+from liftbridge_client._grpc import BrokerPool, Stub
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.options import ClientOptions, RetryPolicy
 
-OPTIONS = ClientOptions(retry=RetryPolicy(attempts=3, initial_backoff=0, max_backoff=0))
+OPTIONS = ClientOptions(
+    rpc_timeout=2.0, retry=RetryPolicy(attempts=3, initial_backoff=0, max_backoff=0)
+)
 
 
-def metadata_response(leader: str = "b") -> api_pb2.FetchMetadataResponse:
-    resp = api_pb2.FetchMetadataResponse(
-        brokers=[
-            api_pb2.Broker(id="a", host="127.0.0.1", port=1001),
-            api_pb2.Broker(id="b", host="127.0.0.1", port=1002),
-        ]
-    )
-    stream = resp.streamMetadata.add(name="s", subject="subj")
-    stream.partitions[0].CopyFrom(
-        api_pb2.PartitionMetadata(id=0, leader=leader, replicas=["a", "b"], isr=["a", "b"])
-    )
-    stream.partitions[1].CopyFrom(api_pb2.PartitionMetadata(id=1, leader="a", isr=[]))
-    return resp
+@pytest.fixture
+async def cluster() -> AsyncIterator[FakeCluster]:
+    async with FakeCluster(("a", "b")) as c:
+        c.streams["s"] = Stream(
+            "subj",
+            {
+                0: Partition(leader="b", isr=["a", "b"], replicas=["a", "b"]),
+                1: Partition(leader="a", isr=[]),  # no ISR reported: the leader serves reads
+            },
+        )
+        yield c
 
 
-def unavailable() -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(
-        grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), details="down"
-    )
+async def partition_metadata(stub: Stub) -> api_pb2.FetchPartitionMetadataResponse:
+    req = api_pb2.FetchPartitionMetadataRequest(stream="s", partition=0)
+    return await stub.FetchPartitionMetadata(req, timeout=2)
 
 
-class FakeStub:
-    def __init__(self, pool: FakePool, address: str) -> None:
-        self.pool = pool
-        self.address = address
-
-    async def FetchMetadata(self, req: Any, timeout: float) -> api_pb2.FetchMetadataResponse:
-        self.pool.calls.append(("FetchMetadata", self.address))
-        if self.address in self.pool.dead:
-            raise unavailable()
-        await asyncio.sleep(0)
-        return self.pool.responder()
-
-
-class FakePool:
-    def __init__(self, responder: Callable[[], api_pb2.FetchMetadataResponse]) -> None:
-        self.responder = responder
-        self.dead: set[str] = set()
-        self.calls: list[tuple[str, str]] = []
-        self.forgotten: list[str] = []
-
-    def stub(self, address: str) -> FakeStub:
-        return FakeStub(self, address)
-
-    def addresses(self) -> set[str]:
-        return {"127.0.0.1:1001", "gone:1"}
-
-    async def forget(self, address: str) -> None:
-        self.forgotten.append(address)
-
-
-def cache(pool: FakePool, seeds: list[str]) -> MetadataCache:
-    return MetadataCache(pool, seeds, OPTIONS)  # type: ignore[arg-type]
-
-
-async def test_dead_seed_does_not_fail_refresh() -> None:
-    pool = FakePool(metadata_response)
-    pool.dead.add("dead:1")
-    md = await cache(pool, ["dead:1", "live:2"]).refresh()
+async def test_dead_seed_does_not_fail_refresh(cluster: FakeCluster) -> None:
+    dead = dead_address()
+    md = await cluster.metadata_cache(OPTIONS, [dead, cluster.address("a")]).refresh()
     assert [b.id for b in md.brokers] == ["a", "b"]
-    assert pool.calls == [("FetchMetadata", "dead:1"), ("FetchMetadata", "live:2")]
-    assert pool.forgotten == ["gone:1"]  # channel to a departed broker is closed
+    assert [broker for broker, _ in cluster.calls_of("FetchMetadata")] == ["a"]
 
 
-async def test_all_seeds_dead_raises_no_broker_available() -> None:
-    pool = FakePool(metadata_response)
-    pool.dead.update({"x:1", "y:2"})
+async def test_a_broker_that_left_has_its_channel_closed(cluster: FakeCluster) -> None:
+    cache = cluster.metadata_cache(OPTIONS, [cluster.address("a")])
+    await cache.refresh()
+    cache._pool.stub(cluster.address("b"))  # a channel to b is open
+    cluster.hidden.add("b")
+    await cache.refresh()
+    assert cluster.address("b") not in cache._pool.addresses()
+    assert cluster.address("a") in cache._pool.addresses()
+
+
+async def test_all_seeds_dead_raises_no_broker_available(cluster: FakeCluster) -> None:
     with pytest.raises(errors.NoBrokerAvailableError) as info:
-        await cache(pool, ["x:1", "y:2"]).refresh()
+        await cluster.metadata_cache(OPTIONS, [dead_address(), dead_address()]).refresh()
     assert isinstance(info.value.__cause__, errors.UnavailableError)
 
 
-async def test_concurrent_refreshes_share_one_round_trip() -> None:
-    pool = FakePool(metadata_response)
-    c = cache(pool, ["live:1"])
-    await asyncio.gather(*(c.refresh() for _ in range(10)))
+async def test_concurrent_refreshes_share_one_round_trip(cluster: FakeCluster) -> None:
+    cache = cluster.metadata_cache(OPTIONS)
+    await asyncio.gather(*(cache.refresh() for _ in range(10)))
     # The first caller fetches; the others find a newer generation and return it.
-    assert len(pool.calls) == 1
+    assert len(cluster.calls_of("FetchMetadata")) == 1
 
 
-async def test_leader_and_replica_addresses() -> None:
-    c = cache(FakePool(metadata_response), ["live:1"])
-    assert await c.leader_address("s", 0) == "127.0.0.1:1002"
-    assert await c.replica_address("s", 0) in {"127.0.0.1:1001", "127.0.0.1:1002"}
-    # Empty ISR: the leader serves the read.
-    assert await c.replica_address("s", 1) == "127.0.0.1:1001"
+async def test_leader_and_replica_addresses(cluster: FakeCluster) -> None:
+    cache = cluster.metadata_cache(OPTIONS)
+    assert await cache.leader_address("s", 0) == cluster.address("b")
+    assert await cache.replica_address("s", 0) in {cluster.address("a"), cluster.address("b")}
+    assert await cache.replica_address("s", 1) == cluster.address("a")  # empty ISR: the leader
     with pytest.raises(errors.NotFoundError):
-        await c.leader_address("s", 7)
+        await cache.leader_address("s", 7)
     with pytest.raises(errors.NotFoundError):
-        await c.stream("nope")
+        await cache.stream("nope")
 
 
-async def test_call_leader_refreshes_and_retries_on_not_leader() -> None:
-    leaders = iter(["b", "a", "a"])
-    pool = FakePool(lambda: metadata_response(next(leaders)))
-    c = cache(pool, ["live:1"])
-    await c.refresh()
-    seen: list[str] = []
-
-    async def fn(stub: Any) -> str:
-        seen.append(stub.address)
-        if stub.address == "127.0.0.1:1002":
-            raise grpc.aio.AioRpcError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                grpc.aio.Metadata(),
-                grpc.aio.Metadata(),
-                details="Server not partition leader",
-            )
-        return "ok"
-
-    assert await c.call_leader("Test", "s", 0, fn) == "ok"
-    assert seen == ["127.0.0.1:1002", "127.0.0.1:1001"]
+async def test_call_leader_refreshes_and_retries_on_not_leader(cluster: FakeCluster) -> None:
+    cache = cluster.metadata_cache(OPTIONS)
+    await cache.refresh()
+    cluster.fail(
+        "FetchPartitionMetadata",
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "Server not partition leader",
+        broker="b",
+    )
+    cluster.leader_plan = [{"s": "a"}]  # the refresh after the refusal names a
+    await cache.call_leader("Test", "s", 0, partition_metadata)
+    assert [b for b, _ in cluster.calls_of("FetchPartitionMetadata")] == ["b", "a"]
 
 
-async def test_call_leader_gives_up_after_policy_attempts() -> None:
-    c = cache(FakePool(metadata_response), ["live:1"])
-    attempts = 0
-
-    async def fn(stub: Any) -> None:
-        nonlocal attempts
-        attempts += 1
-        raise unavailable()
-
+async def test_call_leader_gives_up_after_policy_attempts(cluster: FakeCluster) -> None:
+    cache = cluster.metadata_cache(OPTIONS)
+    cluster.fail("FetchPartitionMetadata", grpc.StatusCode.UNAVAILABLE, "down", times=10)
     with pytest.raises(errors.UnavailableError):
-        await c.call_leader("Test", "s", 0, fn)
-    assert attempts == OPTIONS.retry.attempts
+        await cache.call_leader("Test", "s", 0, partition_metadata)
+    assert len(cluster.calls_of("FetchPartitionMetadata")) == OPTIONS.retry.attempts
 
 
-async def test_non_retriable_errors_surface_at_once() -> None:
-    c = cache(FakePool(metadata_response), ["live:1"])
-    attempts = 0
-
-    async def fn(stub: Any) -> None:
-        nonlocal attempts
-        attempts += 1
-        raise grpc.aio.AioRpcError(
-            grpc.StatusCode.INVALID_ARGUMENT, grpc.aio.Metadata(), grpc.aio.Metadata(), details="x"
-        )
-
+async def test_non_retriable_errors_surface_at_once(cluster: FakeCluster) -> None:
+    cache = cluster.metadata_cache(OPTIONS)
+    cluster.fail("FetchPartitionMetadata", grpc.StatusCode.INVALID_ARGUMENT, "x", times=10)
     with pytest.raises(errors.InvalidArgumentError):
-        await c.call_leader("Test", "s", 0, fn)
-    assert attempts == 1
+        await cache.call_leader("Test", "s", 0, partition_metadata)
+    assert len(cluster.calls_of("FetchPartitionMetadata")) == 1
 
 
 def test_needs_a_seed() -> None:
     with pytest.raises(errors.InvalidInputError):
-        MetadataCache(FakePool(metadata_response), [], OPTIONS)  # type: ignore[arg-type]
+        MetadataCache(BrokerPool(OPTIONS), [], OPTIONS)
