@@ -40,8 +40,30 @@ class Hang:
     """A Subscribe stream that sends nothing more until the client goes away."""
 
 
+class End:
+    """A Subscribe stream that ends here with an OK status."""
+
+
 HANG = Hang()
-Item = api_pb2.Message | Fail | Hang
+END = End()
+Item = api_pb2.Message | Fail | Hang | End
+
+
+class SubscribeCall:
+    """One Subscribe call as the server sees it: what it will stream, and how it ended.
+
+    Items are streamed in order; when the queue is empty the call waits (an idle
+    partition), so a test can push more while it runs.
+    """
+
+    def __init__(self, items: Iterable[Item]) -> None:
+        self.queue: asyncio.Queue[Item] = asyncio.Queue()
+        for item in items:
+            self.queue.put_nowait(item)
+        self.request: api_pb2.SubscribeRequest | None = None
+        self.cancelled = False  # the client went away (cancelled or closed) mid-stream
+        self.finished = asyncio.Event()
+
 
 # Answers one PublishAsync request: a response, None (no answer: ack policy NONE), or a
 # failure that ends the whole call.
@@ -156,14 +178,25 @@ class FakeBroker(api_pb2_grpc.APIServicer):
     ) -> AsyncIterator[api_pb2.Message]:
         await self._enter("Subscribe", request, context)
         scripts = self.cluster.subscribe_scripts[self.id]
-        script = scripts.popleft() if scripts else [Fail(grpc.StatusCode.UNAVAILABLE, "no script")]
-        for item in script:
-            if isinstance(item, Fail):
-                await context.abort(item.code, item.details)
-            if isinstance(item, Hang):
-                await asyncio.Event().wait()  # until the client cancels the call
-            assert isinstance(item, api_pb2.Message)
-            yield item
+        call = scripts.popleft() if scripts else SubscribeCall([Fail(grpc.StatusCode.UNAVAILABLE)])
+        call.request = request
+        self.cluster.subscribe_calls.append((self.id, call))
+        try:
+            while True:
+                item = await call.queue.get()
+                if isinstance(item, Fail):
+                    await context.abort(item.code, item.details)
+                if isinstance(item, End):
+                    return
+                if isinstance(item, Hang):
+                    await asyncio.Event().wait()  # until the client cancels the call
+                assert isinstance(item, api_pb2.Message)
+                yield item
+        except asyncio.CancelledError:
+            call.cancelled = True
+            raise
+        finally:
+            call.finished.set()
 
     async def PublishAsync(
         self,
@@ -229,13 +262,19 @@ class FakeBroker(api_pb2_grpc.APIServicer):
 class FakeCluster:
     """Brokers on loopback ports and the state they answer from."""
 
-    def __init__(self, broker_ids: Iterable[str] = ("a", "b")) -> None:
+    def __init__(
+        self, broker_ids: Iterable[str] = ("a", "b"), *, advertised: dict[str, int] | None = None
+    ) -> None:
         self.brokers = {i: FakeBroker(self, i) for i in broker_ids}
+        # Ports the brokers advertise in metadata instead of their real ones (tests then
+        # name brokers by fixed addresses and reach them through address_overrides).
+        self.advertised = advertised or {}
         self.streams: dict[str, Stream] = {}
         self.cursors: dict[tuple[str, str, int], int] = {}
         self.calls: list[tuple[str, str, object]] = []
         self.failures: dict[tuple[str, str | None], deque[Fail]] = defaultdict(deque)
-        self.subscribe_scripts: dict[str, deque[list[Item]]] = defaultdict(deque)
+        self.subscribe_scripts: dict[str, deque[SubscribeCall]] = defaultdict(deque)
+        self.subscribe_calls: list[tuple[str, SubscribeCall]] = []
         self.published: list[tuple[str, api_pb2.PublishRequest]] = []
         self.responder: Responder = self.ack_everything
         self.leader_plan: list[dict[str, str]] = []  # stream -> leader, for the next refreshes
@@ -255,6 +294,10 @@ class FakeCluster:
             await broker.stop()
 
     # ------------------------------------------------------------ set-up
+
+    def address_overrides(self) -> dict[str, str]:
+        """Advertised address -> real address, for `ClientOptions.address_overrides`."""
+        return {f"127.0.0.1:{port}": self.address(i) for i, port in self.advertised.items()}
 
     def address(self, broker_id: str) -> str:
         return self.brokers[broker_id].address
@@ -284,16 +327,23 @@ class FakeCluster:
         """The next ``times`` calls of ``rpc`` (on ``broker``, or on any) fail this way."""
         self.failures[(rpc, broker)].extend(Fail(code, details) for _ in range(times))
 
-    def script(self, broker_id: str, *items: Item) -> None:
-        """What the next Subscribe on ``broker_id`` streams (then it ends with OK)."""
-        self.subscribe_scripts[broker_id].append(list(items))
+    def script(self, broker_id: str, *items: Item) -> SubscribeCall:
+        """What the next Subscribe on ``broker_id`` streams; then it waits for more."""
+        call = SubscribeCall(items)
+        self.subscribe_scripts[broker_id].append(call)
+        return call
+
+    def pool(self, options: ClientOptions) -> BrokerPool:
+        """A client's channels to these brokers, closed with the cluster."""
+        pool = BrokerPool(options)
+        self.pools.append(pool)
+        return pool
 
     def metadata_cache(
         self, options: ClientOptions, seeds: Iterable[str] | None = None
     ) -> MetadataCache:
-        pool = BrokerPool(options)
-        self.pools.append(pool)
-        return MetadataCache(pool, list(seeds or [self.address(next(iter(self.brokers)))]), options)
+        seed_list = list(seeds or [self.address(next(iter(self.brokers)))])
+        return MetadataCache(self.pool(options), seed_list, options)
 
     # ------------------------------------------------------------ what brokers answer
 
@@ -314,7 +364,7 @@ class FakeCluster:
     def metadata_response(self) -> api_pb2.FetchMetadataResponse:
         resp = api_pb2.FetchMetadataResponse(
             brokers=[
-                api_pb2.Broker(id=i, host="127.0.0.1", port=b.port)
+                api_pb2.Broker(id=i, host="127.0.0.1", port=self.advertised.get(i, b.port))
                 for i, b in self.brokers.items()
                 if i not in self.hidden
             ]

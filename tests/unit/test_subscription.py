@@ -1,27 +1,30 @@
-"""Subscription IO against a scripted fake stub: handshake, ends, resubscribe, cancellation.
+"""Subscription IO against the in-process fake API: handshake, ends, resubscribe, cancel.
 
-Each Subscribe call returns the next scripted `FakeCall` for the broker it went to. A
-script lists what the call yields: messages (``EMPTY`` is the handshake), gRPC errors,
-``EOF`` (an OK status), and, when it runs out, the call waits like an idle stream.
+Each Subscribe call streams the next script given for the broker it went to: messages
+(``EMPTY`` is the handshake), gRPC errors, ``EOF`` (an OK status), and, when it runs
+out, the call waits like an idle stream. The client uses real grpc.aio channels.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import defaultdict
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import fake_liftbridge
 import grpc
 import grpc.aio
 import pytest
+from fake_liftbridge import END, Fail, FakeCluster, Partition, Stream, SubscribeCall
 
 from liftbridge_client import StartPosition, StopPosition, errors
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.options import ClientOptions, RetryPolicy
 from liftbridge_client.subscription import Subscription
+from liftbridge_client.testing import wait_until
 
 A, B = "127.0.0.1:1001", "127.0.0.1:1002"
 EMPTY = api_pb2.Message()
@@ -32,6 +35,9 @@ OPTIONS = ClientOptions(retry=FAST, resubscribe_wait=0.5, rpc_timeout=0.2)
 Item = api_pb2.Message | grpc.aio.AioRpcError | object
 
 
+MakeCluster = Callable[..., Awaitable["SubscribeCluster"]]
+
+
 def msg(offset: int, value: bytes = b"v") -> api_pb2.Message:
     return api_pb2.Message(stream="s", partition=0, offset=offset, value=value, timestamp=1)
 
@@ -40,108 +46,94 @@ def rpc_error(code: grpc.StatusCode, details: str = "") -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
 
 
-class FakeCall:
-    """Mimics grpc.aio: a cancelled read cancels the call; reading a cancelled call raises
-    asyncio.CancelledError."""
+class SubscribeCluster:
+    """The in-process fake API (fake_liftbridge) set up for one partition, s/0.
 
-    def __init__(self, items: Iterable[Item]) -> None:
-        self.queue: asyncio.Queue[Item] = asyncio.Queue()
-        for item in items:
-            self.queue.put_nowait(item)
-        self.cancelled = False
+    Brokers a and b advertise the fixed addresses A and B (reached through address
+    overrides), ``leader`` leads s/0 with ``isr`` in sync. ``script(A, ...)`` says what the
+    next Subscribe on A streams; ``requests`` lists every Subscribe (address, request) and
+    ``calls`` the calls as the server saw them.
+    """
 
-    async def read(self) -> Item:
-        if self.cancelled:
-            raise asyncio.CancelledError
-        try:
-            item = await self.queue.get()
-        except asyncio.CancelledError:
-            self.cancel()
-            raise
-        if item is _CANCELLED:
-            raise asyncio.CancelledError
-        if isinstance(item, grpc.aio.AioRpcError):
-            raise item
-        return item
+    def __init__(self, fake: FakeCluster, leader: str, isr: tuple[str, ...]) -> None:
+        self.fake = fake
+        fake.streams["s"] = Stream(
+            "subj", {0: Partition(leader=leader, isr=list(isr), replicas=["a", "b"])}
+        )
 
-    def cancel(self) -> bool:
-        if not self.cancelled:
-            self.cancelled = True
-            self.queue.put_nowait(_CANCELLED)
-        return True
+    @property
+    def leader_plan(self) -> list[str]:
+        return [plan["s"] for plan in self.fake.leader_plan]
 
+    @leader_plan.setter
+    def leader_plan(self, leaders: list[str]) -> None:
+        self.fake.leader_plan = [{"s": leader} for leader in leaders]
 
-_CANCELLED = object()
+    @property
+    def stream_exists(self) -> bool:
+        return "s" in self.fake.streams
 
-
-class FakeStub:
-    def __init__(self, cluster: FakeCluster, address: str) -> None:
-        self.cluster = cluster
-        self.address = address
-
-    async def FetchMetadata(self, req: Any, timeout: float) -> api_pb2.FetchMetadataResponse:
-        self.cluster.refreshes += 1
-        if self.cluster.leader_plan:
-            self.cluster.leader = self.cluster.leader_plan.pop(0)
-        return self.cluster.metadata()
-
-    def Subscribe(self, req: api_pb2.SubscribeRequest) -> FakeCall:
-        self.cluster.requests.append((self.address, req))
-        scripts = self.cluster.scripts[self.address]
-        call = FakeCall(scripts.pop(0) if scripts else [rpc_error(grpc.StatusCode.UNAVAILABLE)])
-        self.cluster.calls.append(call)
-        return call
-
-
-class FakeCluster:
-    """Pool and server in one: brokers a (1001) and b (1002); ``leader`` leads s/0."""
-
-    def __init__(self, leader: str = "a", isr: tuple[str, ...] = ("a", "b")) -> None:
-        self.leader = leader
-        self.isr = isr
-        self.scripts: dict[str, list[list[Item]]] = defaultdict(list)
-        self.requests: list[tuple[str, api_pb2.SubscribeRequest]] = []
-        self.calls: list[FakeCall] = []
-        self.refreshes = 0
-        self.stream_exists = True
-        self.leader_plan: list[str] = []  # leaders the next refreshes see, in turn
+    @stream_exists.setter
+    def stream_exists(self, exists: bool) -> None:
+        if not exists:
+            self.fake.streams.pop("s", None)
 
     def script(self, address: str, *items: Item) -> None:
-        self.scripts[address].append(list(items))
+        self.fake.script(_ID[address], *(_item(i) for i in items))
 
-    def metadata(self) -> api_pb2.FetchMetadataResponse:
-        resp = api_pb2.FetchMetadataResponse(
-            brokers=[
-                api_pb2.Broker(id="a", host="127.0.0.1", port=1001),
-                api_pb2.Broker(id="b", host="127.0.0.1", port=1002),
-            ]
-        )
-        if self.stream_exists:
-            stream = resp.streamMetadata.add(name="s", subject="subj")
-            stream.partitions[0].CopyFrom(
-                api_pb2.PartitionMetadata(
-                    id=0, leader=self.leader, replicas=["a", "b"], isr=list(self.isr)
-                )
-            )
-        return resp
+    @property
+    def requests(self) -> list[tuple[str, api_pb2.SubscribeRequest]]:
+        out = []
+        for broker, req in self.fake.calls_of("Subscribe"):
+            assert isinstance(req, api_pb2.SubscribeRequest)
+            out.append((_ADDRESS[broker], req))
+        return out
 
-    # BrokerPool interface
-    def stub(self, address: str) -> FakeStub:
-        return FakeStub(self, address)
+    @property
+    def calls(self) -> list[SubscribeCall]:
+        return [call for _, call in self.fake.subscribe_calls]
 
-    def addresses(self) -> set[str]:
-        return {A, B}
+    @property
+    def refreshes(self) -> int:
+        return len(self.fake.calls_of("FetchMetadata"))
 
-    async def forget(self, address: str) -> None:
-        pass
+    def options(self, options: ClientOptions) -> ClientOptions:
+        return dataclasses.replace(options, address_overrides=self.fake.address_overrides())
+
+
+_ID = {A: "a", B: "b"}
+_ADDRESS = {"a": A, "b": B}
+
+
+def _item(item: Item) -> fake_liftbridge.Item:
+    if isinstance(item, grpc.aio.AioRpcError):
+        return Fail(item.code(), item.details() or "")
+    if item is EOF:
+        return END
+    assert isinstance(item, api_pb2.Message)
+    return item
+
+
+@pytest.fixture
+async def make_cluster() -> AsyncIterator[Callable[..., Awaitable[SubscribeCluster]]]:
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def make(leader: str = "a", isr: tuple[str, ...] = ("a", "b")) -> SubscribeCluster:
+            fake = FakeCluster(("a", "b"), advertised={"a": 1001, "b": 1002})
+            await stack.enter_async_context(fake)
+            return SubscribeCluster(fake, leader, isr)
+
+        yield make
 
 
 def subscribe(
-    cluster: FakeCluster, options: ClientOptions = OPTIONS, **kw: Any
+    cluster: SubscribeCluster, options: ClientOptions = OPTIONS, **kw: Any
 ) -> tuple[Subscription, list[Subscription]]:
-    metadata = MetadataCache(cluster, [A], options)  # type: ignore[arg-type]
+    options = cluster.options(options)
+    pool = cluster.fake.pool(options)
+    metadata = MetadataCache(pool, [A], options)
     closed: list[Subscription] = []
-    sub = Subscription(metadata, cluster, options, "s", 0, on_close=closed.append, **kw)  # type: ignore[arg-type]
+    sub = Subscription(metadata, pool, options, "s", 0, on_close=closed.append, **kw)
     return sub, closed
 
 
@@ -152,8 +144,8 @@ async def offsets(sub: Subscription) -> list[int]:
 # ---------------------------------------------------------------- handshake
 
 
-async def test_handshake_is_hidden_and_messages_are_models() -> None:
-    cluster = FakeCluster()
+async def test_handshake_is_hidden_and_messages_are_models(make_cluster: MakeCluster) -> None:
+    cluster = await make_cluster()
     cluster.script(
         A,
         EMPTY,
@@ -178,16 +170,18 @@ async def test_handshake_is_hidden_and_messages_are_models() -> None:
     )
 
 
-async def test_a_first_message_that_is_not_a_handshake_is_delivered() -> None:
-    cluster = FakeCluster()
+async def test_a_first_message_that_is_not_a_handshake_is_delivered(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     cluster.script(A, msg(5), EOF)
     sub, _ = subscribe(cluster)
     async with sub:
         assert (await anext(sub)).offset == 5
 
 
-async def test_async_for_without_async_with_opens_lazily() -> None:
-    cluster = FakeCluster()
+async def test_async_for_without_async_with_opens_lazily(make_cluster: MakeCluster) -> None:
+    cluster = await make_cluster()
     cluster.script(
         A, EMPTY, msg(0), rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached")
     )
@@ -199,8 +193,8 @@ async def test_async_for_without_async_with_opens_lazily() -> None:
         await anext(sub)
 
 
-async def test_enter_raises_not_found_early() -> None:
-    cluster = FakeCluster()
+async def test_enter_raises_not_found_early(make_cluster: MakeCluster) -> None:
+    cluster = await make_cluster()
     cluster.script(A, rpc_error(grpc.StatusCode.NOT_FOUND, "No such partition"))
     sub, closed = subscribe(cluster)
     with pytest.raises(errors.NotFoundError):
@@ -209,8 +203,10 @@ async def test_enter_raises_not_found_early() -> None:
     assert closed == [sub]
 
 
-async def test_unknown_stream_raises_not_found_without_subscribing() -> None:
-    cluster = FakeCluster()
+async def test_unknown_stream_raises_not_found_without_subscribing(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     cluster.stream_exists = False
     sub, _ = subscribe(cluster)
     with pytest.raises(errors.NotFoundError):
@@ -219,8 +215,10 @@ async def test_unknown_stream_raises_not_found_without_subscribing() -> None:
     assert cluster.requests == []
 
 
-async def test_not_leader_at_open_refreshes_and_goes_to_the_new_leader() -> None:
-    cluster = FakeCluster()
+async def test_not_leader_at_open_refreshes_and_goes_to_the_new_leader(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     cluster.leader_plan = ["a", "b"]
     cluster.script(A, rpc_error(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader"))
     cluster.script(B, EMPTY, msg(0))
@@ -231,8 +229,8 @@ async def test_not_leader_at_open_refreshes_and_goes_to_the_new_leader() -> None
     assert [a for a, _ in cluster.requests] == [A, B]
 
 
-async def test_handshake_timeout_is_retried_then_raised() -> None:
-    cluster = FakeCluster()
+async def test_handshake_timeout_is_retried_then_raised(make_cluster: MakeCluster) -> None:
+    cluster = await make_cluster()
     for _ in range(FAST.attempts):
         cluster.script(A)  # never answers
     sub, _ = subscribe(cluster, options=ClientOptions(retry=FAST, rpc_timeout=0.02))
@@ -240,18 +238,20 @@ async def test_handshake_timeout_is_retried_then_raised() -> None:
         async with sub:
             pass
     assert len(cluster.requests) == FAST.attempts
-    assert all(call.cancelled for call in cluster.calls)
+    await wait_until(lambda: all(c.cancelled for c in cluster.calls), what="every call cancelled")
 
 
-async def test_read_isr_replica_goes_to_an_isr_member_and_empty_isr_to_the_leader() -> None:
-    cluster = FakeCluster(leader="a", isr=("b",))
+async def test_read_isr_replica_goes_to_an_isr_member_and_empty_isr_to_the_leader(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster(leader="a", isr=("b",))
     cluster.script(B, EMPTY)
     sub, _ = subscribe(cluster, read_isr_replica=True)
     async with sub:
         assert sub.broker == B
     assert cluster.requests[0][1].readISRReplica
 
-    cluster = FakeCluster(leader="a", isr=())
+    cluster = await make_cluster(leader="a", isr=())
     cluster.script(A, EMPTY)
     sub, _ = subscribe(cluster, read_isr_replica=True)
     async with sub:
@@ -261,8 +261,10 @@ async def test_read_isr_replica_goes_to_an_isr_member_and_empty_isr_to_the_leade
 # ---------------------------------------------------------------- ends
 
 
-async def test_stop_latest_on_an_empty_stream_ends_cleanly_at_enter() -> None:
-    cluster = FakeCluster()
+async def test_stop_latest_on_an_empty_stream_ends_cleanly_at_enter(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     cluster.script(A, rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stream is empty"))
     sub, _ = subscribe(cluster, start=StartPosition.EARLIEST, stop=StopPosition.LATEST)
     async with sub:
@@ -271,8 +273,8 @@ async def test_stop_latest_on_an_empty_stream_ends_cleanly_at_enter() -> None:
     assert "Stream is empty" in str(sub.end_reason)
 
 
-async def test_readonly_end_is_clean() -> None:
-    cluster = FakeCluster()
+async def test_readonly_end_is_clean(make_cluster: MakeCluster) -> None:
+    cluster = await make_cluster()
     cluster.script(
         A, EMPTY, msg(0), rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "End of readonly partition")
     )
@@ -290,9 +292,12 @@ async def test_readonly_end_is_clean() -> None:
     ],
 )
 async def test_deleted_and_paused_are_raised_after_the_messages(
-    code: grpc.StatusCode, details: str, kind: type[errors.SubscriptionEnded]
+    make_cluster: MakeCluster,
+    code: grpc.StatusCode,
+    details: str,
+    kind: type[errors.SubscriptionEnded],
 ) -> None:
-    cluster = FakeCluster()
+    cluster = await make_cluster()
     cluster.script(A, EMPTY, msg(0), msg(1), rpc_error(code, details))
     sub, _ = subscribe(cluster, start=StartPosition.EARLIEST)
     async with sub:
@@ -308,8 +313,10 @@ async def test_deleted_and_paused_are_raised_after_the_messages(
 # ---------------------------------------------------------------- resubscribe
 
 
-async def test_resubscribe_after_unavailable_resumes_after_the_last_offset() -> None:
-    cluster = FakeCluster()
+async def test_resubscribe_after_unavailable_resumes_after_the_last_offset(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     cluster.leader_plan = ["a", "b"]
     cluster.script(A, EMPTY, msg(0), msg(1), msg(2), rpc_error(grpc.StatusCode.UNAVAILABLE, "gone"))
     # The new leader replays 2 (must be dropped), then continues.
@@ -330,8 +337,10 @@ async def test_resubscribe_after_unavailable_resumes_after_the_last_offset() -> 
     assert (second.stopPosition, second.stopOffset) == (api_pb2.STOP_OFFSET, 10)
 
 
-async def test_resubscribe_before_any_message_uses_the_original_position() -> None:
-    cluster = FakeCluster()
+async def test_resubscribe_before_any_message_uses_the_original_position(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     cluster.script(A, EMPTY, rpc_error(grpc.StatusCode.UNAVAILABLE, "gone"))
     cluster.script(A, EMPTY, msg(7))
     sub, _ = subscribe(cluster, start_time_delta=60)
@@ -342,8 +351,10 @@ async def test_resubscribe_before_any_message_uses_the_original_position() -> No
     assert second.startTimestamp == first.startTimestamp > 0
 
 
-async def test_not_leader_and_closed_log_during_resubscribe_are_retried() -> None:
-    cluster = FakeCluster()
+async def test_not_leader_and_closed_log_during_resubscribe_are_retried(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     # open: a; resubscribe: still a (which says it is not the leader), then b.
     cluster.leader_plan = ["a", "a", "b"]
     cluster.script(A, EMPTY, msg(0), rpc_error(grpc.StatusCode.INTERNAL, "commit log was closed"))
@@ -356,8 +367,8 @@ async def test_not_leader_and_closed_log_during_resubscribe_are_retried() -> Non
     assert cluster.requests[-1][1].startOffset == 1
 
 
-async def test_an_ok_status_mid_stream_resubscribes() -> None:
-    cluster = FakeCluster()
+async def test_an_ok_status_mid_stream_resubscribes(make_cluster: MakeCluster) -> None:
+    cluster = await make_cluster()
     cluster.script(A, EMPTY, msg(0), EOF)
     cluster.script(A, EMPTY, msg(1))
     sub, _ = subscribe(cluster)
@@ -365,8 +376,8 @@ async def test_an_ok_status_mid_stream_resubscribes() -> None:
         assert [(await anext(sub)).offset for _ in range(2)] == [0, 1]
 
 
-async def test_resubscribe_gives_up_after_resubscribe_wait() -> None:
-    cluster = FakeCluster()
+async def test_resubscribe_gives_up_after_resubscribe_wait(make_cluster: MakeCluster) -> None:
+    cluster = await make_cluster()
     cluster.script(A, EMPTY, msg(0), rpc_error(grpc.StatusCode.UNAVAILABLE, "gone"))
     options = ClientOptions(retry=FAST, resubscribe_wait=0.2, rpc_timeout=0.1)
     sub, closed = subscribe(cluster, options=options)
@@ -381,8 +392,10 @@ async def test_resubscribe_gives_up_after_resubscribe_wait() -> None:
         assert closed == [sub]
 
 
-async def test_stream_deleted_during_resubscribe_raises_stream_deleted() -> None:
-    cluster = FakeCluster()
+async def test_stream_deleted_during_resubscribe_raises_stream_deleted(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     cluster.script(A, EMPTY, msg(0), rpc_error(grpc.StatusCode.UNAVAILABLE, "gone"))
     cluster.script(A, rpc_error(grpc.StatusCode.NOT_FOUND, "No such partition"))
     sub, _ = subscribe(cluster)
@@ -392,8 +405,10 @@ async def test_stream_deleted_during_resubscribe_raises_stream_deleted() -> None
             await anext(sub)
 
 
-async def test_stop_offset_delivered_before_the_break_ends_without_resubscribing() -> None:
-    cluster = FakeCluster()
+async def test_stop_offset_delivered_before_the_break_ends_without_resubscribing(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     cluster.script(A, EMPTY, msg(2), msg(3), rpc_error(grpc.StatusCode.UNAVAILABLE, "gone"))
     sub, _ = subscribe(cluster, start_offset=2, stop_offset=3)
     async with sub:
@@ -402,8 +417,10 @@ async def test_stop_offset_delivered_before_the_break_ends_without_resubscribing
     assert len(cluster.requests) == 1
 
 
-async def test_reverse_resumes_below_the_last_offset_and_ends_on_eof() -> None:
-    cluster = FakeCluster()
+async def test_reverse_resumes_below_the_last_offset_and_ends_on_eof(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     cluster.script(A, EMPTY, msg(9), msg(8), rpc_error(grpc.StatusCode.UNAVAILABLE, "gone"))
     cluster.script(A, EMPTY, msg(8), msg(7), rpc_error(grpc.StatusCode.UNKNOWN, "EOF"))
     sub, _ = subscribe(cluster, start=StartPosition.LATEST, reverse=True)
@@ -417,8 +434,10 @@ async def test_reverse_resumes_below_the_last_offset_and_ends_on_eof() -> None:
 # ---------------------------------------------------------------- close and cancel
 
 
-async def test_cancelling_the_consuming_task_leaves_the_subscription_usable() -> None:
-    cluster = FakeCluster()
+async def test_cancelling_the_consuming_task_leaves_the_subscription_usable(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     cluster.script(A, EMPTY, msg(0))
     sub, closed = subscribe(cluster)
     received = asyncio.Event()
@@ -433,22 +452,26 @@ async def test_cancelling_the_consuming_task_leaves_the_subscription_usable() ->
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not cluster.calls[0].cancelled  # the read in flight was kept
+    assert sub._call is not None
+    assert not sub._call.done()  # the read in flight was kept, and the call with it
     assert not sub.closed
     cluster.calls[0].queue.put_nowait(msg(1))
     assert (await anext(sub)).offset == 1
     await sub.aclose()
-    assert cluster.calls[0].cancelled
+    await wait_until(lambda: cluster.calls[0].cancelled, what="the server seeing the cancel")
     assert closed == [sub]
 
 
-async def test_a_timed_out_read_keeps_the_subscription_and_loses_nothing() -> None:
-    cluster = FakeCluster()
+async def test_a_timed_out_read_keeps_the_subscription_and_loses_nothing(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     cluster.script(A, EMPTY)
     sub, _ = subscribe(cluster)
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(anext(sub), 0.05)
-    assert not cluster.calls[0].cancelled
+    assert sub._call is not None
+    assert not sub._call.done()
     assert not sub.closed
     with pytest.raises(errors.LiftbridgeTimeoutError):
         await sub.next(timeout=0.02)
@@ -464,8 +487,10 @@ async def test_a_timed_out_read_keeps_the_subscription_and_loses_nothing() -> No
         await anext(sub)
 
 
-async def test_next_raises_the_end_reason_and_validates_its_timeout() -> None:
-    cluster = FakeCluster()
+async def test_next_raises_the_end_reason_and_validates_its_timeout(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     cluster.script(
         A, EMPTY, msg(0), rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached")
     )
@@ -478,8 +503,8 @@ async def test_next_raises_the_end_reason_and_validates_its_timeout() -> None:
             await sub.next(timeout=bad)  # type: ignore[arg-type]
 
 
-async def test_aclosing_closes_the_subscription() -> None:
-    cluster = FakeCluster()
+async def test_aclosing_closes_the_subscription(make_cluster: MakeCluster) -> None:
+    cluster = await make_cluster()
     cluster.script(A, EMPTY, msg(0))
     sub, closed = subscribe(cluster)
     async with contextlib.aclosing(sub):
@@ -488,8 +513,8 @@ async def test_aclosing_closes_the_subscription() -> None:
     assert closed == [sub]
 
 
-async def test_close_from_another_task_ends_iteration_cleanly() -> None:
-    cluster = FakeCluster()
+async def test_close_from_another_task_ends_iteration_cleanly(make_cluster: MakeCluster) -> None:
+    cluster = await make_cluster()
     cluster.script(A, EMPTY, msg(0))
     sub, closed = subscribe(cluster)
     async with sub:
@@ -499,12 +524,14 @@ async def test_close_from_another_task_ends_iteration_cleanly() -> None:
         await sub.close()
         assert await reader == [0]
     assert sub.end_reason is None
-    assert cluster.calls[0].cancelled
+    await wait_until(lambda: cluster.calls[0].cancelled, what="the server seeing the cancel")
     assert closed == [sub]
 
 
-async def test_close_while_waiting_for_the_handshake_cancels_at_once() -> None:
-    cluster = FakeCluster()
+async def test_close_while_waiting_for_the_handshake_cancels_at_once(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     cluster.script(A)  # the handshake never comes
     sub, closed = subscribe(cluster, options=ClientOptions(rpc_timeout=30))
     entering = asyncio.create_task(sub.__aenter__())
@@ -512,13 +539,13 @@ async def test_close_while_waiting_for_the_handshake_cancels_at_once() -> None:
     await sub.close()
     async with asyncio.timeout(1):
         assert await entering is sub
-    assert cluster.calls[0].cancelled
+    await wait_until(lambda: cluster.calls[0].cancelled, what="the server seeing the cancel")
     assert await offsets(sub) == []
     assert closed == [sub]
 
 
-async def test_close_before_open_sends_nothing() -> None:
-    cluster = FakeCluster()
+async def test_close_before_open_sends_nothing(make_cluster: MakeCluster) -> None:
+    cluster = await make_cluster()
     sub, closed = subscribe(cluster)
     await sub.close()
     assert await offsets(sub) == []
@@ -526,8 +553,10 @@ async def test_close_before_open_sends_nothing() -> None:
     assert closed == [sub]
 
 
-async def test_invalid_arguments_are_rejected_before_anything_is_sent() -> None:
-    cluster = FakeCluster()
+async def test_invalid_arguments_are_rejected_before_anything_is_sent(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
     with pytest.raises(errors.InvalidInputError):
         subscribe(cluster, start=StartPosition.OFFSET)
     assert cluster.requests == []
