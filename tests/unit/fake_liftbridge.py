@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -397,10 +398,16 @@ class FakeCluster:
         )
 
 
-def dead_address() -> str:
-    """A loopback address nothing listens on (connections are refused: UNAVAILABLE)."""
-    import socket
+_HELD: list[socket.socket] = []
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+
+def dead_address() -> str:
+    """A loopback address nothing listens on (connections are refused: UNAVAILABLE).
+
+    The port stays bound (not listening) for the rest of the run, so no fake broker of a
+    later test gets it: grpc-core would remember the failed connections to it.
+    """
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _HELD.append(sock)
+    return f"127.0.0.1:{sock.getsockname()[1]}"

@@ -379,15 +379,18 @@ async def test_an_ok_status_mid_stream_resubscribes(make_cluster: MakeCluster) -
 async def test_resubscribe_gives_up_after_resubscribe_wait(make_cluster: MakeCluster) -> None:
     cluster = await make_cluster()
     cluster.script(A, EMPTY, msg(0), rpc_error(grpc.StatusCode.UNAVAILABLE, "gone"))
-    options = ClientOptions(retry=FAST, resubscribe_wait=0.2, rpc_timeout=0.1)
+    options = ClientOptions(retry=FAST, resubscribe_wait=0.4, rpc_timeout=0.3)
     sub, closed = subscribe(cluster, options=options)
     loop = asyncio.get_running_loop()
     async with sub:
         assert (await anext(sub)).offset == 0
         started = loop.time()
-        with pytest.raises(errors.UnavailableError):
+        # The last attempt's error: every unscripted Subscribe answers UNAVAILABLE, unless
+        # the deadline cut that attempt short first (a busy machine): both are retriable.
+        with pytest.raises((errors.UnavailableError, errors.LiftbridgeTimeoutError)) as info:
             await anext(sub)
-        assert 0.15 < loop.time() - started < 2.0
+        assert info.value.retriable
+        assert 0.35 < loop.time() - started < 2.5
         assert len(cluster.requests) > 3
         assert closed == [sub]
 
