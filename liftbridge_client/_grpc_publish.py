@@ -299,7 +299,8 @@ class PublishStream:
             # task outlives close().
             with anyio.move_on_after(timeout):
                 await self._call.code()
-                await asyncio.sleep(0)  # the status task wakes with code(): let it end
+                for _ in range(3):  # the status task wakes with code(): let it end
+                    await asyncio.sleep(0)
 
 
 async def publish_to_subject(

@@ -66,9 +66,23 @@ class SubscribeCall:
         self.finished = asyncio.Event()
 
 
-# Answers one PublishAsync request: a response, None (no answer: ack policy NONE), or a
-# failure that ends the whole call.
+# Answers one PublishAsync request: a response, None (no answer now: ack policy NONE, or
+# the test answers later through the call's ``responses``), or a failure ending the call.
 Responder = Callable[[api_pb2.PublishRequest], api_pb2.PublishResponse | Fail | None]
+
+
+class PublishCall:
+    """One PublishAsync call as the server sees it: what was written, what to answer.
+
+    ``responses`` is streamed back in order (a `Fail` aborts the call, `END` ends it
+    with OK); the cluster's responder adds to it as requests arrive.
+    """
+
+    def __init__(self) -> None:
+        self.written: list[api_pb2.PublishRequest] = []
+        self.responses: asyncio.Queue[api_pb2.PublishResponse | Fail | End] = asyncio.Queue()
+        self.cancelled = False  # the client went away mid-call
+        self.finished = asyncio.Event()
 
 
 @dataclass
@@ -205,13 +219,33 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         context: Ctx,
     ) -> AsyncIterator[api_pb2.PublishResponse]:
         self.cluster.calls.append(("PublishAsync", self.id, None))
-        async for req in request_iterator:
-            self.cluster.published.append((self.id, req))
-            answer = self.cluster.responder(req)
-            if isinstance(answer, Fail):
-                await context.abort(answer.code, answer.details)
-            if answer is not None:
-                yield answer
+        call = PublishCall()
+        self.cluster.publish_calls.append((self.id, call))
+
+        async def read() -> None:
+            async for req in request_iterator:
+                call.written.append(req)
+                self.cluster.published.append((self.id, req))
+                answer = self.cluster.responder(req)
+                if answer is not None:
+                    call.responses.put_nowait(answer)
+
+        reader = asyncio.create_task(read())
+        try:
+            while True:
+                item = await call.responses.get()
+                if isinstance(item, Fail):
+                    await context.abort(item.code, item.details)
+                if isinstance(item, End):
+                    return
+                assert isinstance(item, api_pb2.PublishResponse)
+                yield item
+        except asyncio.CancelledError:
+            call.cancelled = True
+            raise
+        finally:
+            reader.cancel()
+            call.finished.set()
 
     # ------------------------------------------------------------ not served here
 
@@ -277,6 +311,7 @@ class FakeCluster:
         self.subscribe_scripts: dict[str, deque[SubscribeCall]] = defaultdict(deque)
         self.subscribe_calls: list[tuple[str, SubscribeCall]] = []
         self.published: list[tuple[str, api_pb2.PublishRequest]] = []
+        self.publish_calls: list[tuple[str, PublishCall]] = []
         self.responder: Responder = self.ack_everything
         self.leader_plan: list[dict[str, str]] = []  # stream -> leader, for the next refreshes
         self.hidden: set[str] = set()  # broker ids left out of metadata

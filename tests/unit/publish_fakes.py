@@ -1,4 +1,5 @@
-"""Fakes for unit tests of the publisher: NATS, a broker pool with PublishAsync calls, metadata.
+"""Rig for unit tests of the publisher: a fake NATS connection, a cached-metadata fake, and
+one broker of the in-process fake API (fake_liftbridge) for PublishAsync over real gRPC.
 
 Shared by test_publish_paths.py and test_publisher_validation.py (imported by module name:
 pytest puts this directory on sys.path, and mypy checks it as a top-level module).
@@ -10,7 +11,7 @@ import asyncio
 from types import MappingProxyType
 from typing import Any, cast
 
-import grpc
+from fake_liftbridge import FakeCluster, PublishCall
 
 from liftbridge_client import envelope, errors
 from liftbridge_client._proto import api_pb2
@@ -44,49 +45,6 @@ class FakeNats:
         return [(s, envelope.decode_message(p)) for s, p in self.published]
 
 
-class FakeCall:
-    """A PublishAsync call: records writes, plays scripted responses."""
-
-    def __init__(self) -> None:
-        self.written: list[api_pb2.PublishRequest] = []
-        self.responses: asyncio.Queue[api_pb2.PublishResponse | BaseException] = asyncio.Queue()
-        self.cancelled = False
-
-    async def write(self, req: api_pb2.PublishRequest) -> None:
-        self.written.append(req)
-
-    async def read(self) -> api_pb2.PublishResponse:
-        item = await self.responses.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def cancel(self) -> bool:
-        self.cancelled = True
-        return True
-
-    async def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.CANCELLED if self.cancelled else grpc.StatusCode.OK
-
-
-class FakeStub:
-    def __init__(self, pool: FakePool) -> None:
-        self.pool = pool
-
-    def PublishAsync(self) -> FakeCall:
-        call = FakeCall()
-        self.pool.calls.append(call)
-        return call
-
-
-class FakePool:
-    def __init__(self) -> None:
-        self.calls: list[FakeCall] = []
-
-    def stub(self, address: str) -> Any:
-        return FakeStub(self)
-
-
 def stream_info(name: str, partitions: int) -> StreamInfo:
     parts = {i: PartitionInfo(name, i, "b1", ("b1",), ("b1",)) for i in range(partitions)}
     return StreamInfo(name, f"{name}.subj", MappingProxyType(parts))
@@ -95,7 +53,8 @@ def stream_info(name: str, partitions: int) -> StreamInfo:
 class FakeMetadata:
     """Stream "s" (3 partitions) is cached; "late" is found only by an (async) lookup."""
 
-    def __init__(self) -> None:
+    def __init__(self, address: str) -> None:
+        self.address = address  # the broker every partition is led by
         self.current = Metadata(brokers=(), streams={"s": stream_info("s", 3)})
         self.later: dict[str, StreamInfo] = {"late": stream_info("late", 1)}
         self.gate = asyncio.Event()
@@ -114,21 +73,30 @@ class FakeMetadata:
         return info
 
     async def leader_address(self, stream: str, partition: int) -> str:
-        return "b1:9292"
+        return self.address
 
     async def refresh(self) -> Metadata:
         self.refreshes += 1
         return self.current
 
     def addresses(self) -> list[str]:
-        return ["b1:9292"]
+        return [self.address]
 
 
 class Rig:
     def __init__(
-        self, publisher: Publisher, nc: FakeNats | None, pool: FakePool, md: FakeMetadata
+        self, publisher: Publisher, nc: FakeNats | None, server: FakeCluster, md: FakeMetadata
     ) -> None:
-        self.publisher, self.nc, self.pool, self.md = publisher, nc, pool, md
+        self.publisher, self.nc, self.server, self.md = publisher, nc, server, md
+
+    @property
+    def calls(self) -> list[PublishCall]:
+        """The PublishAsync calls the broker received, oldest first."""
+        return [call for _, call in self.server.publish_calls]
+
+    async def close(self) -> None:
+        await self.publisher.close(None)
+        await self.server.__aexit__()
 
     @property
     def wire(self) -> FakeNats:
@@ -152,24 +120,32 @@ class Rig:
     def assert_nothing_happened(self) -> None:
         """Nothing sent on NATS, no gRPC call, nothing pending or queued, the window free."""
         assert self.nc is None or self.nc.published == []
-        assert self.pool.calls == []
+        assert self.server.publish_calls == []
         assert self.publisher.pending == 0
         assert self.publisher._correlator.held == 0
         assert not self.publisher._queue
 
 
-async def make_rig(*, with_nats: bool = True, **options: Any) -> Rig:
-    """A started publisher on fakes; ``options`` are ClientOptions fields."""
+async def make_rig(*, with_nats: bool = True, auto_ack: bool = False, **options: Any) -> Rig:
+    """A started publisher on fakes; ``options`` are ClientOptions fields.
+
+    The broker answers PublishAsync only as the test says (``rig.calls[i].responses``),
+    or acks everything itself with ``auto_ack``.
+    """
     nc = FakeNats() if with_nats else None
-    pool, md = FakePool(), FakeMetadata()
+    server = await FakeCluster(("b1",)).__aenter__()
+    if not auto_ack:
+        server.responder = lambda req: None
+    opts = ClientOptions(**options)
+    md = FakeMetadata(server.address("b1"))
     tasks = TaskSupervisor()
     await tasks.start()
     publisher = Publisher(
         metadata=cast(Any, md),
-        pool=cast(Any, pool),
-        options=ClientOptions(**options),
+        pool=server.pool(opts),
+        options=opts,
         nats=cast(Any, nc),
         tasks=tasks,
     )
     await publisher.start()
-    return Rig(publisher, nc, pool, md)
+    return Rig(publisher, nc, server, md)

@@ -10,7 +10,8 @@ from typing import Any, cast
 import grpc
 import grpc.aio
 import pytest
-from publish_fakes import FakeNats, FakePool, FakeStub, Rig, make_rig
+from fake_liftbridge import END, Fail, FakeCluster
+from publish_fakes import FakeNats, Rig, make_rig
 
 from liftbridge_client import envelope, errors
 from liftbridge_client._correlation import Correlator
@@ -21,15 +22,16 @@ from liftbridge_client._nats import NatsPublisher
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client.models import AckPolicy
-from liftbridge_client.options import Transport
+from liftbridge_client.options import ClientOptions, Transport
 from liftbridge_client.partitioning import RoundRobinPartitioner, key_partition
+from liftbridge_client.testing import wait_until
 
 
 @pytest.fixture
 async def rig() -> AsyncIterator[Rig]:
     r = await make_rig()
     yield r
-    await r.publisher.close(None)
+    await r.close()
 
 
 async def settle() -> None:
@@ -95,7 +97,7 @@ async def test_crc_option_sets_the_envelope_crc() -> None:
         [(_, payload)] = rig.wire.published
         assert envelope.decode(payload).has_crc
     finally:
-        await rig.publisher.close(None)
+        await rig.close()
 
 
 async def test_ack_policy_none_resolves_on_write_without_inbox(rig: Rig) -> None:
@@ -245,9 +247,13 @@ async def test_close_fails_everything_chained_and_leaves_no_task(rig: Rig) -> No
         assert info.value.__cause__ is cause
     assert p.pending == 0
     assert p._sender is None
-    leftover = {t for t in asyncio.all_tasks() - before if not t.done()}
+    # The fake broker runs in this loop too: look at the client's own tasks here
+    # (tests/integration/test_lifecycle.py checks every task, against a real server).
+    leftover = {
+        t for t in asyncio.all_tasks() - before if not t.done() and t.get_name().startswith("lb-")
+    }
     assert not leftover
-    assert all(call.cancelled for call in rig.pool.calls)
+    await wait_until(lambda: all(c.cancelled for c in rig.calls), what="the server seeing it")
     await p.close(None)  # idempotent
 
 
@@ -266,8 +272,8 @@ async def test_grpc_request_and_ack(rig: Rig) -> None:
         correlation_id="g1",
         ack_policy=AckPolicy.ALL,
     )
-    await settle()
-    [call] = rig.pool.calls
+    await wait_until(lambda: rig.calls and rig.calls[0].written, what="the request arriving")
+    [call] = rig.calls
     [req] = call.written
     assert (req.stream, req.partition, req.value, req.key) == ("s", 1, b"v", b"k")
     assert dict(req.headers) == {"h": b"x"}
@@ -284,9 +290,10 @@ async def test_grpc_request_and_ack(rig: Rig) -> None:
     assert ack.offset == 5
     # One stream per broker, reused.
     p.publish_nowait("s", b"v", transport=Transport.GRPC).cancel()
-    p.publish_nowait("s", b"w", transport=Transport.GRPC, ack_policy=AckPolicy.NONE)
-    await settle()
-    assert len(rig.pool.calls) == 1
+    none = p.publish_nowait("s", b"w", transport=Transport.GRPC, ack_policy=AckPolicy.NONE)
+    assert await none is None  # resolved once written
+    await wait_until(lambda: len(call.written) == 2, what="the second request arriving")
+    assert len(rig.calls) == 1
     assert [r.value for r in call.written] == [b"v", b"w"]
 
 
@@ -341,8 +348,8 @@ def test_async_error_mapping(code: int, message: str, expected: type[Exception])
 
 async def test_async_error_is_checked_before_the_ack(rig: Rig) -> None:
     fut = rig.publisher.publish_nowait("s", b"v", transport=Transport.GRPC, correlation_id="e")
-    await settle()
-    [call] = rig.pool.calls
+    await wait_until(lambda: rig.calls, what="the call")
+    [call] = rig.calls
     # The server sets an empty Ack alongside the error, for old clients.
     call.responses.put_nowait(
         api_pb2.PublishResponse(
@@ -365,9 +372,9 @@ async def test_broken_stream_fails_its_publishes_and_reopens(rig: Rig) -> None:
     p = rig.publisher
     futs = [p.publish_nowait("s", b"v", transport=Transport.GRPC) for _ in range(3)]
     nats_fut = p.publish_nowait("s", b"v", correlation_id="n")
-    await settle()
-    [call] = rig.pool.calls
-    call.responses.put_nowait(rpc_error(grpc.StatusCode.UNAVAILABLE, "connection reset"))
+    await wait_until(lambda: rig.calls and len(rig.calls[0].written) == 3, what="3 requests")
+    [call] = rig.calls
+    call.responses.put_nowait(Fail(grpc.StatusCode.UNAVAILABLE, "connection reset"))
     for fut in futs:
         with pytest.raises(errors.UnavailableError) as info:
             await fut
@@ -376,10 +383,9 @@ async def test_broken_stream_fails_its_publishes_and_reopens(rig: Rig) -> None:
         assert isinstance(info.value.__cause__, errors.UnavailableError)
     assert not nats_fut.done()  # other connections' publishes are untouched
     again = p.publish_nowait("s", b"again", transport=Transport.GRPC, correlation_id="a")
-    await settle()
-    assert len(rig.pool.calls) == 2  # a fresh stream
+    await wait_until(lambda: len(rig.calls) == 2, what="a fresh stream")
     assert rig.md.refreshes == 1  # UNAVAILABLE: the leader may have moved
-    rig.pool.calls[1].responses.put_nowait(
+    rig.calls[1].responses.put_nowait(
         api_pb2.PublishResponse(correlationId="a", ack=api_pb2.Ack(offset=9))
     )
     ack = await again
@@ -390,23 +396,26 @@ async def test_broken_stream_fails_its_publishes_and_reopens(rig: Rig) -> None:
 
 async def test_stream_ending_cleanly_fails_its_publishes() -> None:
     correlator = Correlator(4)
-    pool = FakePool()
     tasks = TaskSupervisor()
     await tasks.start()
-    stream = PublishStream("b1", cast(Any, FakeStub(pool)), correlator, spawn=tasks.spawn)
-    stream.open()
-    correlator.try_acquire()
-    fut = correlator.register("x", 60)
-    stream.submit(api_pb2.PublishRequest(correlationId="x"), fut, False, lambda _: None)
-    await settle()
-    pool.calls[0].responses.put_nowait(cast(Any, grpc.aio.EOF))
-    with pytest.raises(errors.UnavailableError):  # the server went away: retriable
-        await fut
-    assert not stream.usable
-    correlator.try_acquire()
-    with pytest.raises(errors.ConnectionClosedError):
-        stream.submit(api_pb2.PublishRequest(), correlator.register("y", 60), False, print)
-    await stream.close()
+    async with FakeCluster(("b1",)) as server:
+        server.responder = lambda req: None
+        pool = server.pool(ClientOptions())
+        address = server.address("b1")
+        stream = PublishStream(address, pool.stub(address), correlator, spawn=tasks.spawn)
+        stream.open()
+        correlator.try_acquire()
+        fut = correlator.register("x", 60)
+        stream.submit(api_pb2.PublishRequest(correlationId="x"), fut, False, lambda _: None)
+        await wait_until(lambda: server.publish_calls, what="the call")
+        server.publish_calls[0][1].responses.put_nowait(END)  # the server ends it: OK status
+        with pytest.raises(errors.UnavailableError):  # the server went away: retriable
+            await fut
+        assert not stream.usable
+        correlator.try_acquire()
+        with pytest.raises(errors.ConnectionClosedError):
+            stream.submit(api_pb2.PublishRequest(), correlator.register("y", 60), False, print)
+        await stream.close()
     assert await tasks.aclose(1.0)
 
 
@@ -451,27 +460,29 @@ async def test_nats_publisher_start_and_close_are_idempotent() -> None:
 async def test_publishes_a_broken_stream_never_wrote_go_out_on_a_new_stream(rig: Rig) -> None:
     p = rig.publisher
     first = p.publish_nowait("s", b"0", transport=Transport.GRPC, partition=1)
-    await settle()
-    [call] = rig.pool.calls
+    await wait_until(lambda: rig.calls and rig.calls[0].written, what="the first request")
+    [call] = rig.calls
     assert [r.value for r in call.written] == [b"0"]
+    # The client's side of the call breaks on its next write (a connection reset).
+    [stream] = p._streams.values()
 
     async def broken_write(req: api_pb2.PublishRequest) -> None:
         raise rpc_error(grpc.StatusCode.UNAVAILABLE, "connection reset")
 
-    call.write = broken_write  # type: ignore[method-assign]
+    stream._call.write = broken_write  # type: ignore[method-assign,assignment]
     futs = [
         p.publish_nowait("s", bytes([v]), transport=Transport.GRPC, partition=1) for v in b"123"
     ]
-    await settle()
     for fut in (first, futs[0]):  # written (or being written) on the broken stream: failed
         with pytest.raises(errors.UnavailableError):
             await fut
-    assert len(rig.pool.calls) == 2  # the unwritten ones went out on a fresh stream, in order
-    assert [r.value for r in rig.pool.calls[1].written] == [b"2", b"3"]
+    await wait_until(lambda: len(rig.calls) == 2 and len(rig.calls[1].written) == 2, what="resent")
+    assert len(rig.calls) == 2  # the unwritten ones went out on a fresh stream, in order
+    assert [r.value for r in rig.calls[1].written] == [b"2", b"3"]
     assert not futs[1].done()
     assert not futs[2].done()
     for fut, offset in zip(futs[1:], (7, 8), strict=True):
-        rig.pool.calls[1].responses.put_nowait(
+        rig.calls[1].responses.put_nowait(
             api_pb2.PublishResponse(
                 correlationId=cast(Any, fut).correlation_id, ack=api_pb2.Ack(offset=offset)
             )

@@ -27,7 +27,7 @@ from liftbridge_client.options import ClientOptions, Transport
 async def rig() -> AsyncIterator[Rig]:
     r = await make_rig()
     yield r
-    await r.publisher.close(None)
+    await r.close()
 
 
 Call = Callable[..., Awaitable[Any]]
@@ -111,7 +111,7 @@ async def test_nats_requested_without_a_nats_connection() -> None:
                 await call("s", b"v", transport=Transport.NATS)
         rig.assert_nothing_happened()
     finally:
-        await rig.publisher.close(None)
+        await rig.close()
 
 
 async def test_default_transport_follows_the_nats_connection() -> None:
@@ -125,7 +125,7 @@ async def test_default_transport_follows_the_nats_connection() -> None:
         assert forced.publisher.transport is Transport.GRPC
     finally:
         for r in (with_nats, without, forced):
-            await r.publisher.close(None)
+            await r.close()
 
 
 async def test_oversized_nats_message_is_refused_locally(rig: Rig) -> None:
@@ -155,7 +155,7 @@ async def test_duplicate_pending_correlation_id(rig: Rig) -> None:
 
 
 async def test_closed_publisher_refuses(rig: Rig) -> None:
-    await rig.publisher.close(None)
+    await rig.close()
     for call in the_three_ways(rig.publisher):
         with pytest.raises(errors.ConnectionClosedError):
             await call("s", b"v")
@@ -182,7 +182,7 @@ async def test_full_window_refuses_publish_nowait_only(rig: Rig) -> None:
         assert not third.done()
         assert p._correlator.held == 2
     finally:
-        await small.publisher.close(None)
+        await small.close()
 
 
 BAD_SUBJECT_PUBLISHES: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
@@ -268,6 +268,6 @@ def test_prepare_fast_path_builds_what_the_checked_path_builds(
             else:
                 assert slow.payload is None
         finally:
-            await r.publisher.close(None)
+            await r.close()
 
     asyncio.run(compare())
