@@ -269,3 +269,27 @@ async def test_nats_closing_for_good_fails_nats_publishes_at_once(
         # gRPC publishing is unaffected (the paused partition resumes on a gRPC publish).
         ack = await client.publish(stream.name, b"grpc", transport=Transport.GRPC)
         assert ack is not None
+
+
+async def test_a_failing_teardown_step_does_not_skip_the_others(
+    liftbridge_server: Deployment, stream_names: StreamNames, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = asyncio.all_tasks()
+    client = Client(liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url])
+    await client.connect()
+    stream = await new_stream(client, stream_names)
+    await client.pause_stream(stream.name)
+    futs = [client.publish_nowait(stream.name, b"x") for _ in range(10)]
+
+    async def broken_stop(timeout: float = 1.0) -> None:
+        raise RuntimeError("refresher exploded")
+
+    client._metadata.stop = broken_stop  # type: ignore[method-assign]
+    await client.close(drain=False)  # does not raise: closing goes on past the failure
+    assert all(isinstance(f.exception(), errors.ConnectionClosedError) for f in futs)
+    assert client._nats is not None
+    assert client._nats.is_closed
+    assert client._pool._closed
+    assert any("refresher exploded" in r.getMessage() for r in caplog.records)
+    # The refresher itself is stopped with the task group.
+    await _no_task_left(before)
