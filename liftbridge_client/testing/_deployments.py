@@ -46,7 +46,7 @@ __all__ = [
 ENV_ADDRS = "LIFTBRIDGE_ADDRS"
 ENV_NATS_URL = "LIFTBRIDGE_NATS_URL"
 
-_log = logging.getLogger("liftbridge_client.testing")
+_log = logging.getLogger(__name__)
 
 
 @runtime_checkable
