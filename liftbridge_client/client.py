@@ -321,10 +321,14 @@ class Client:
         self._require_open()
         await _admin.set_stream_readonly(self._metadata, self._options, name, partitions, readonly)
 
-    async def fetch_metadata(self, *streams: str) -> Metadata:
-        """Cluster metadata for the given streams (all streams if none given)."""
+    async def fetch_metadata(self, *streams: str, groups: Sequence[str] = ()) -> Metadata:
+        """Cluster metadata for the given streams (all streams if none given).
+
+        ``groups`` are consumer group ids whose coordinator and epoch to include in
+        ``Metadata.groups`` (groups the server does not know are left out).
+        """
         self._require_open()
-        return await _admin.fetch_metadata(self._metadata, streams)
+        return await _admin.fetch_metadata(self._metadata, streams, groups)
 
     async def fetch_partition_metadata(self, stream: str, partition: int = 0) -> PartitionInfo:
         """Offsets and state of one partition, asked of its leader."""
