@@ -28,6 +28,7 @@ from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._publish_args import PublishOptions, SubjectOptions
 from liftbridge_client._publisher import Publisher
 from liftbridge_client._tasks import TaskSupervisor
+from liftbridge_client.groups import Consumer, ConsumerOptions
 from liftbridge_client.models import Ack, AckPolicy, Metadata, PartitionInfo, PublishStats
 from liftbridge_client.options import ClientOptions, StreamConfig, StreamSettings
 from liftbridge_client.subscription import SubscribeArgs, Subscription
@@ -87,6 +88,7 @@ class Client:
         self._nats: nats.aio.client.Client | None = None
         self._publisher: Publisher | None = None
         self._subscriptions: set[Subscription] = set()
+        self._consumers: set[Consumer] = set()
         self._nats_error: Exception | None = None
         self._nats_errors: dict[str, None] = {}  # distinct texts while connecting, in order
         self._tasks = TaskSupervisor()
@@ -231,6 +233,8 @@ class Client:
                 failures.append((what, exc))
 
         await step("stopping the metadata refresher", self._metadata.stop)
+        for consumer in list(self._consumers):
+            await step("closing a group consumer", consumer.close)
         for sub in list(self._subscriptions):
             await step("closing a subscription", sub.close)
         if self._publisher is not None:
@@ -531,3 +535,31 @@ class Client:
         return await _cursors.fetch_cursor(
             self._metadata, self._options, cursor_id, stream, partition
         )
+
+    # ------------------------------------------------------------ consumer groups
+
+    def consumer(
+        self,
+        group_id: str,
+        streams: Sequence[str],
+        *,
+        options: ConsumerOptions | None = None,
+    ) -> Consumer:
+        """A member of consumer group ``group_id`` reading ``streams``: ``async with`` it
+        (joins the group) and ``async for`` over it. See `Consumer` and
+        docs/consumer-groups.md. Needs cursors enabled on the server, and a server with
+        consumer groups (else `FeatureNotSupportedError` when it joins)."""
+        self._require_open()
+        consumer = Consumer(
+            self._metadata,
+            self._pool,
+            self._options,
+            self._tasks.spawn,
+            self.subscribe,
+            group_id,
+            streams,
+            options,
+            on_close=self._consumers.discard,
+        )
+        self._consumers.add(consumer)
+        return consumer
