@@ -201,6 +201,7 @@ class Consumer:
         self._epoch = 0
         self._fetch_interval = 1.0
         self._coordinator_timeout = 15.0
+        self._strikes = 0  # "not a member" answers in a row
         self._loops: list[TaskHandle] = []
         self._failure: BaseException | None = None
         self._started = False
@@ -214,7 +215,7 @@ class Consumer:
         return (
             f"<Consumer {self._group_id}/{self._consumer_id} {state} "
             f"coordinator={self._coordinator or None} epoch={self._epoch} "
-            f"partitions={sorted(self._parts)}>"
+            f"partitions={len(self._parts)}>"
         )
 
     # ------------------------------------------------------------ state
@@ -325,7 +326,11 @@ class Consumer:
                         self._metadata, self._options, self._group_id, self._consumer_id
                     )
                 except errors.LiftbridgeError as exc:
-                    log.warning("%r: leaving the group failed: %s", self, exc)
+                    if _group_rpc.is_not_member(exc):
+                        # Expired already, or a retried leave whose first try went through.
+                        log.debug("%r: not a member any more when leaving: %s", self, exc)
+                    else:
+                        log.warning("%r: leaving the group failed: %s", self, exc)
         for state in self._parts.values():
             state.active = False
         self._parts.clear()
@@ -444,6 +449,14 @@ class Consumer:
             self._epoch,
         )
 
+    async def _join_again(self) -> None:
+        try:
+            await self._join()
+        except errors.FailedPreconditionError as exc:
+            if "already a member" not in exc.details:
+                raise
+            # Still a member after all: the coordinator and epoch come from metadata.
+
     async def _coordinator_address(self) -> str:
         broker = self._metadata.current.broker(self._coordinator)
         if broker is None:
@@ -479,6 +492,7 @@ class Consumer:
                     return
                 continue
             last_contact = loop.time()
+            self._strikes = 0
             self._epoch = epoch
             await self._reconcile(assignments)
             self._assigned.set()
@@ -488,9 +502,13 @@ class Consumer:
         """After a failed fetch: re-join, pick up a new coordinator/epoch, or report it."""
         delay = min(self._fetch_interval, _MAX_RETRY_DELAY)
         try:
-            if _group_rpc.is_not_member(exc):
+            # Right after a join the coordinator may not have applied it yet: only a
+            # second "not a member" in a row means the member was dropped.
+            self._strikes = self._strikes + 1 if _group_rpc.is_not_member(exc) else 0
+            if self._strikes >= 2:
+                self._strikes = 0
                 log.warning("%r: no longer a member (%s); joining again", self, exc)
-                await self._join()
+                await self._join_again()
                 return
             info = await _group_rpc.fetch_group(self._metadata, self._group_id)
             if info is not None and (info.coordinator, info.epoch) != (
