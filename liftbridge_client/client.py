@@ -28,6 +28,7 @@ from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._publish_args import PublishOptions, SubjectOptions
 from liftbridge_client._publisher import Publisher
 from liftbridge_client._tasks import TaskSupervisor
+from liftbridge_client.activity import ACTIVITY_STREAM, ActivityStream
 from liftbridge_client.groups import Consumer, ConsumerOptions
 from liftbridge_client.models import Ack, AckPolicy, Metadata, PartitionInfo, PublishStats
 from liftbridge_client.options import ClientOptions, StreamConfig, StreamSettings
@@ -563,3 +564,17 @@ class Client:
         )
         self._consumers.add(consumer)
         return consumer
+
+    # ------------------------------------------------------------ activity stream
+
+    def activity(self, **kw: Unpack[SubscribeArgs]) -> ActivityStream:
+        """The server's activity stream as typed events (see `ActivityStream`).
+
+        Takes the `subscribe` options: the default starts with new events only;
+        ``start=StartPosition.EARLIEST`` reads from the first, and
+        ``start_offset=event.offset + 1`` resumes after an event already handled.
+        The server must run with ``activity.stream.enabled: true``, else
+        `FeatureNotSupportedError`.
+        """
+        self._require_open()
+        return ActivityStream(self._metadata, self.subscribe(ACTIVITY_STREAM, 0, **kw))
