@@ -141,7 +141,7 @@ async def test_a_server_without_the_activity_stream_says_so(
 ) -> None:
     async with Client(liftbridge_server.addresses, options=OPTIONS) as client:
         with pytest.raises(
-            errors.FeatureNotSupportedError, match="activity.stream.enabled"
+            errors.FeatureNotSupportedError, match=r"activity\.stream\.enabled"
         ) as info:
             async with client.activity():
                 pass
