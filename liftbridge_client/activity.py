@@ -123,7 +123,7 @@ class GroupLeft(_Event):
 class UnknownActivity(_Event):
     """An operation this client does not know (a newer server): kept, not dropped."""
 
-    op_code: int
+    op: int  # the wire code (not an ActivityOp member)
     raw: bytes
 
 
@@ -203,7 +203,7 @@ def decode_event(msg: Message) -> ActivityEvent:
             consumer_id=g.consumerId,
             expired=g.expired,
         )
-    return UnknownActivity(id=i, offset=offset, timestamp_ns=ts, op_code=int(op), raw=msg.value)
+    return UnknownActivity(id=i, offset=offset, timestamp_ns=ts, op=int(op), raw=msg.value)
 
 
 def _disabled(cause: BaseException | None) -> errors.FeatureNotSupportedError:

@@ -50,7 +50,7 @@ def test_an_unknown_op_is_kept_raw() -> None:
     raw = api_pb2.ActivityStreamEvent(id=5).SerializeToString() + b"\x10\x2a"  # op = 42
     event = decode_event(Message("__activity", 0, 1, raw))
     assert isinstance(event, UnknownActivity)
-    assert (event.op_code, event.raw, event.id) == (42, raw, 5)
+    assert (event.op, event.raw, event.id) == (42, raw, 5)
 
 
 def test_garbage_is_a_payload_decode_error() -> None:
