@@ -208,7 +208,8 @@ class Consumer:
         self._closed = False
         self._start_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
-        self._assigned = asyncio.Event()  # the first assignment answer arrived
+        self._answered = False  # an assignment answer arrived
+        self._changed = asyncio.Event()  # set (and replaced) after each answer, close, failure
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "joined" if self._started else "new"
@@ -289,12 +290,37 @@ class Consumer:
                     self._spawn(self._commit_loop, name=f"lb-group-commit-{self._group_id}")
                 )
 
-    async def wait_assigned(self, timeout: float | None = None) -> frozenset[PartitionKey]:
-        """Wait for the coordinator's first answer; return the partitions assigned then."""
+    async def wait_assigned(
+        self,
+        until: Callable[[frozenset[PartitionKey]], bool] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> frozenset[PartitionKey]:
+        """Wait for an assignment from the coordinator and return it.
+
+        Without ``until``, the first answer will do; with it, the first answer for which
+        ``until(assignments)`` is true (e.g. ``lambda a: len(a) == 2`` once a rebalance
+        is expected). `LiftbridgeTimeoutError` after ``timeout`` seconds.
+        """
         await self.start()
-        async with asyncio.timeout(timeout):
-            await self._assigned.wait()
-        return self.assignments
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    if self._failure is not None:
+                        raise self._failure
+                    if self._closed:
+                        raise errors.ConnectionClosedError(f"{self!r} is closed")
+                    if self._answered and (until is None or until(self.assignments)):
+                        return self.assignments
+                    await self._changed.wait()
+        except TimeoutError:
+            raise errors.LiftbridgeTimeoutError(
+                f"{self!r}: no such assignment within {timeout}s"
+            ) from None
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     async def close(self, *, commit_last: bool | None = None, leave: bool = True) -> None:
         """Stop reading, commit, leave the group (its partitions move at once). Idempotent.
@@ -335,6 +361,7 @@ class Consumer:
             state.active = False
         self._parts.clear()
         self._wake()
+        self._notify()
         on_close, self._on_close = self._on_close, None
         if on_close is not None:
             on_close(self)
@@ -392,6 +419,7 @@ class Consumer:
             log.error("%r failed: %s", self, exc)
             self._failure = exc
         self._wake()
+        self._notify()
 
     # ------------------------------------------------------------ commit
 
@@ -495,7 +523,8 @@ class Consumer:
             self._strikes = 0
             self._epoch = epoch
             await self._reconcile(assignments)
-            self._assigned.set()
+            self._answered = True
+            self._notify()
             await asyncio.sleep(self._fetch_interval)
 
     async def _recover(self, exc: errors.LiftbridgeError, silence: float) -> None:
