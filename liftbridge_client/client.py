@@ -555,7 +555,6 @@ class Client:
             self._metadata,
             self._pool,
             self._options,
-            self._tasks.spawn,
             self.subscribe,
             group_id,
             streams,

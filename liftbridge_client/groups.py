@@ -14,10 +14,10 @@ import contextlib
 import logging
 import math
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from liftbridge_client import _cursors, _group_rpc, errors
 from liftbridge_client._group_state import (
@@ -29,7 +29,6 @@ from liftbridge_client._group_state import (
 )
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
-from liftbridge_client._tasks import TaskHandle
 from liftbridge_client.models import Message
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.subscription import Subscription
@@ -132,6 +131,37 @@ def _check_ids(group_id: object, streams: object) -> tuple[str, tuple[str, ...]]
 _Item = tuple[PartitionState, int, Message] | None  # None wakes the reader up
 
 
+class _Task:
+    """A consumer's own background task.
+
+    Plain asyncio rather than the client's anyio-supervised group: a grpc.aio call
+    cancelled mid-flight raises a CancelledError of its own, which an anyio cancel scope
+    does not recognise as its cancellation and which would then end the whole group.
+    """
+
+    __slots__ = ("_task",)
+
+    def __init__(self, task: asyncio.Task[None]) -> None:
+        self._task = task
+
+    @classmethod
+    def spawn(cls, fn: Callable[..., Coroutine[Any, Any, None]], *args: object, name: str) -> _Task:
+        task = asyncio.create_task(fn(*args), name=name)
+        task.add_done_callback(_log_failure)
+        return cls(task)
+
+    async def stop(self, timeout: float) -> bool:
+        """Cancel and wait at most ``timeout`` seconds; False if it is still running."""
+        self._task.cancel()
+        done, _ = await asyncio.wait({self._task}, timeout=timeout)
+        return bool(done)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("consumer task %s failed", task.get_name(), exc_info=task.exception())
+
+
 class Consumer:
     """A member of a consumer group: ``async with`` it, ``async for`` over its messages.
 
@@ -170,7 +200,6 @@ class Consumer:
         metadata: MetadataCache,
         pool: BrokerPool,
         options: ClientOptions,
-        spawn: Callable[..., TaskHandle],
         subscribe: Callable[..., Subscription],
         group_id: str,
         streams: Sequence[str],
@@ -188,12 +217,11 @@ class Consumer:
         self._metadata = metadata
         self._pool = pool
         self._options = options
-        self._spawn = spawn
         self._subscribe = subscribe
         self._on_close = on_close
         self._queue: asyncio.Queue[_Item] = asyncio.Queue(opts.max_buffered)
         self._parts: dict[PartitionKey, PartitionState] = {}
-        self._readers: dict[PartitionKey, TaskHandle] = {}
+        self._readers: dict[PartitionKey, _Task] = {}
         self._revoked: list[PartitionState] = []  # awaiting their last commit
         self._last: PartitionState | None = None  # partition of the message handed out last
         self._last_offset = -1
@@ -202,7 +230,7 @@ class Consumer:
         self._fetch_interval = 1.0
         self._coordinator_timeout = 15.0
         self._strikes = 0  # "not a member" answers in a row
-        self._loops: list[TaskHandle] = []
+        self._loops: list[_Task] = []
         self._failure: BaseException | None = None
         self._started = False
         self._closed = False
@@ -282,12 +310,22 @@ class Consumer:
         async with self._start_lock:
             if self._started:
                 return
-            await self._join()
+            try:
+                await self._join()
+            except errors.FailedPreconditionError as exc:
+                if "already a member" not in exc.details:
+                    raise
+                # A previous run with this consumer_id that did not leave: take its place.
+                log.info("%r: still a member from before; leaving and joining again", self)
+                await _group_rpc.leave(
+                    self._metadata, self._options, self._group_id, self._consumer_id
+                )
+                await self._join()
             self._started = True
-            self._loops.append(self._spawn(self._coordinate, name=f"lb-group-{self._group_id}"))
+            self._loops.append(_Task.spawn(self._coordinate, name=f"lb-group-{self._group_id}"))
             if self._opts.commit_interval is not None:
                 self._loops.append(
-                    self._spawn(self._commit_loop, name=f"lb-group-commit-{self._group_id}")
+                    _Task.spawn(self._commit_loop, name=f"lb-group-commit-{self._group_id}")
                 )
 
     async def wait_assigned(
@@ -603,7 +641,7 @@ class Consumer:
 
     def _start_reader(self, state: PartitionState) -> None:
         state.generation += 1
-        self._readers[state.key] = self._spawn(
+        self._readers[state.key] = _Task.spawn(
             self._read,
             state,
             state.generation,

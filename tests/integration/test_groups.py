@@ -13,7 +13,14 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from liftbridge_client import Client, ClientOptions, Consumer, ConsumerOptions, RetryPolicy
+from liftbridge_client import (
+    Client,
+    ClientOptions,
+    Consumer,
+    ConsumerOptions,
+    RetryPolicy,
+    errors,
+)
 from liftbridge_client.groups import group_cursor_id
 from liftbridge_client.testing import (
     GROUP_SETTINGS,
@@ -208,3 +215,27 @@ async def test_positions_are_committed_and_a_restart_resumes_after_them(
     assert sorted((m.partition, m.offset) for m in got + rest) == [
         (p, o) for p in (0, 1) for o in range(5)
     ]
+
+
+async def test_a_restarted_member_with_the_same_id_takes_its_own_place(
+    client: Client, unique_stream: StreamName
+) -> None:
+    stream = unique_stream.name
+    await client.create_stream(unique_stream.subject, stream, partitions=2)
+    group = f"g-{stream}"
+    options = ConsumerOptions(consumer_id="worker-1", fetch_interval=0.2)
+    first = client.consumer(group, [stream], options=options)
+    assert await first.wait_assigned(timeout=10) == {(stream, 0), (stream, 1)}
+    await first.close(leave=False)  # a crash: the membership stays until it expires
+    async with client.consumer(group, [stream], options=options) as again:
+        assert await again.wait_assigned(timeout=10) == {(stream, 0), (stream, 1)}
+        await client.publish(stream, b"after", partition=1)
+        msg = await again.next(timeout=10)
+        assert (msg.partition, msg.value) == (1, b"after")
+
+
+async def test_joining_for_a_missing_stream_fails(client: Client) -> None:
+    consumer = client.consumer("g-missing", ["no-such-stream-for-groups"])
+    with pytest.raises(errors.FailedPreconditionError, match="stream"):
+        await consumer.start()
+    await consumer.close()
