@@ -507,6 +507,14 @@ class Consumer:
         self._coordinator, self._epoch = joined.coordinator, joined.epoch
         self._coordinator_timeout = joined.coordinator_timeout
         self._fetch_interval = self._opts.fetch_interval or max(0.4 * joined.consumer_timeout, 0.05)
+        if self._fetch_interval >= joined.consumer_timeout > 0:
+            log.warning(
+                "%r: fetch_interval %.1fs is not below the server's consumer timeout %.1fs: "
+                "the coordinator will drop this member between fetches",
+                self,
+                self._fetch_interval,
+                joined.consumer_timeout,
+            )
         log.info(
             "%s joined group %s (coordinator %s, epoch %d)",
             self._consumer_id,

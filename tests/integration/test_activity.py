@@ -148,3 +148,24 @@ async def test_a_server_without_the_activity_stream_says_so(
         assert info.value.feature == "activity_stream"
         with pytest.raises(errors.FeatureNotSupportedError):
             await client.activity().next(1.0)
+
+
+async def test_a_member_dropped_for_silence_joins_again(
+    client: Client, unique_stream: StreamName, caplog: pytest.LogCaptureFixture
+) -> None:
+    stream = unique_stream.name
+    await client.create_stream(unique_stream.subject, stream)
+    group = f"g-{stream}"
+    # Fetching every 4 s against the node's 3 s consumer timeout: dropped between fetches.
+    slow = ConsumerOptions(fetch_interval=4.0, commit_interval=None)
+    async with client.activity(start=StartPosition.NEW_ONLY) as activity:
+        consumer = client.consumer(group, [stream], options=slow)
+        await consumer.start()
+        joined, dropped, rejoined = await events_about(activity, group, 3, timeout=30)
+        await consumer.close()
+    assert "not below the server's consumer timeout" in caplog.text
+    assert isinstance(joined, GroupJoined)
+    assert isinstance(dropped, GroupLeft)
+    assert (dropped.consumer_id, dropped.expired) == (consumer.consumer_id, True)
+    assert isinstance(rejoined, GroupJoined)
+    assert rejoined.consumer_id == consumer.consumer_id
