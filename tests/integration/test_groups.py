@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 
@@ -239,3 +240,49 @@ async def test_joining_for_a_missing_stream_fails(client: Client) -> None:
     with pytest.raises(errors.FailedPreconditionError, match="stream"):
         await consumer.start()
     await consumer.close()
+
+
+MEMBER_SCRIPT = """
+import asyncio, sys
+from liftbridge_client import Client, ConsumerOptions
+
+async def main(address, group, stream):
+    async with Client([address]) as client:
+        consumer = client.consumer(group, [stream], options=ConsumerOptions(fetch_interval=0.2))
+        await consumer.wait_assigned(lambda parts: len(parts) == 3, timeout=30)
+        print("assigned", flush=True)
+        async for _ in consumer:
+            pass
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def test_a_member_process_killed_loses_its_partitions_after_the_timeout(
+    node: SingleNode, client: Client, unique_stream: StreamName
+) -> None:
+    stream = unique_stream.name
+    await client.create_stream(unique_stream.subject, stream, partitions=PARTITIONS)
+    group = f"g-{stream}"
+    seen: Seen = defaultdict(list)
+    async with Member(client.consumer(group, [stream], options=FAST), seen) as survivor:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            MEMBER_SCRIPT,
+            node.address,
+            group,
+            stream,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        try:
+            assert process.stdout is not None
+            line = await asyncio.wait_for(process.stdout.readline(), timeout=60)
+            assert line.strip() == b"assigned"
+            await survivor.consumer.wait_assigned(lambda parts: len(parts) == 3, timeout=30)
+        finally:
+            process.kill()  # SIGKILL: no leave, no commit
+            await process.wait()
+        await survivor.consumer.wait_assigned(lambda parts: len(parts) == PARTITIONS, timeout=30)
+        await publish(client, stream, 2)
+        await wait_until(lambda: len(seen) == PARTITIONS * 2, timeout=20, what="every message")
