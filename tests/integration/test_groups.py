@@ -131,7 +131,8 @@ async def test_members_share_partitions_each_read_by_exactly_one(
         await wait_until(lambda: len(seen) == PARTITIONS * 5, timeout=20, what="every message")
         for (partition, _), who in seen.items():
             assert who == [owner[partition]]  # once, by the partition's owner
-        md = await client.fetch_metadata(groups=[group])
+        md = await client.fetch_metadata(groups=[group, "no-such-group"])
+        assert set(md.groups) == {group}  # unknown groups are left out
         info = md.groups[group]
         assert info.coordinator == "n1"
         assert info.epoch == running[0].consumer.epoch

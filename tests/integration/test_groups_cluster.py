@@ -75,7 +75,10 @@ async def publish_acked(
 
 
 async def test_coordinator_sigkill_recovers_with_nothing_lost(
-    cluster: Cluster, client: Client, unique_stream: StreamName
+    cluster: Cluster,
+    client: Client,
+    unique_stream: StreamName,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     stream = unique_stream.name
     await client.create_stream(
@@ -111,6 +114,8 @@ async def test_coordinator_sigkill_recovers_with_nothing_lost(
                 what="a new coordinator",
             )
             assert a.epoch > old.epoch
+            # The cluster moves a group only when its members report the coordinator.
+            assert "reporting it" in caplog.text
             after = [b"after-%03d" % i for i in range(60)]
             await publish_acked(client, stream, after, acked)
             await wait_until(lambda: acked <= seen, timeout=60, what="every acked message")
