@@ -287,3 +287,18 @@ async def test_a_member_process_killed_loses_its_partitions_after_the_timeout(
         await survivor.consumer.wait_assigned(lambda parts: len(parts) == PARTITIONS, timeout=30)
         await publish(client, stream, 2)
         await wait_until(lambda: len(seen) == PARTITIONS * 2, timeout=20, what="every message")
+
+
+async def test_closing_the_client_closes_its_consumers_and_leaves(
+    node: SingleNode, client: Client, unique_stream: StreamName
+) -> None:
+    stream = unique_stream.name
+    await client.create_stream(unique_stream.subject, stream)
+    group = f"g-{stream}"
+    async with Client(node.addresses, options=OPTIONS) as other:
+        consumer = other.consumer(group, [stream], options=FAST)
+        await consumer.wait_assigned(timeout=10)
+        assert group in (await client.fetch_metadata(groups=[group])).groups
+    assert consumer.closed
+    # The last member left, so the server deleted the group at once (no timeout).
+    assert group not in (await client.fetch_metadata(groups=[group])).groups
