@@ -74,6 +74,9 @@ class ConsumerOptions:
     - ``max_buffered``: messages read ahead of the application, over all partitions.
     - ``commit_on_close``: on a normal close, count the last message handed out as
       processed and commit; after an exception only what was finished is committed.
+    - ``cursor_id``: the cursor id positions are committed under. None (the default) is
+      `group_cursor_id` (``__group:<group_id>``, as go-liftbridge); every member of a
+      group must use the same.
     """
 
     consumer_id: str | None = None
@@ -82,8 +85,15 @@ class ConsumerOptions:
     fetch_interval: float | None = None
     max_buffered: int = 1024
     commit_on_close: bool = True
+    cursor_id: str | None = None
 
     def __post_init__(self) -> None:
+        if self.cursor_id is not None and (
+            not isinstance(self.cursor_id, str) or not self.cursor_id or "," in self.cursor_id
+        ):
+            raise errors.InvalidInputError(
+                f"cursor_id must be a non-empty string without ',' or None, got {self.cursor_id!r}"
+            )
         if self.consumer_id is not None and (
             not isinstance(self.consumer_id, str) or not self.consumer_id
         ):
@@ -213,7 +223,7 @@ class Consumer:
             raise errors.InvalidInputError(f"options must be ConsumerOptions, got {opts!r}")
         self._opts = opts
         self._consumer_id = opts.consumer_id or uuid.uuid4().hex
-        self._cursor_id = group_cursor_id(self._group_id)
+        self._cursor_id = opts.cursor_id or group_cursor_id(self._group_id)
         self._metadata = metadata
         self._pool = pool
         self._options = options

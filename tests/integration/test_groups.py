@@ -203,6 +203,7 @@ async def test_positions_are_committed_and_a_restart_resumes_after_them(
     for i in range(10):
         await client.publish(stream, b"%d" % i, partition=i % 2)
     manual = ConsumerOptions(commit_interval=None, fetch_interval=0.2, consumer_id="solo")
+    assert client.consumer(group, [stream], options=manual).cursor_id == group_cursor_id(group)
     async with client.consumer(group, [stream], options=manual) as consumer:
         got = [await consumer.next(timeout=10) for _ in range(6)]
         await consumer.commit()  # the sixth included
@@ -302,3 +303,15 @@ async def test_closing_the_client_closes_its_consumers_and_leaves(
     assert consumer.closed
     # The last member left, so the server deleted the group at once (no timeout).
     assert group not in (await client.fetch_metadata(groups=[group])).groups
+
+
+async def test_a_custom_cursor_id(client: Client, unique_stream: StreamName) -> None:
+    stream = unique_stream.name
+    await client.create_stream(unique_stream.subject, stream)
+    group = f"g-{stream}"
+    await client.publish(stream, b"one")
+    options = ConsumerOptions(cursor_id=group, fetch_interval=0.2)  # the group id itself
+    async with client.consumer(group, [stream], options=options) as consumer:
+        assert (await consumer.next(timeout=10)).value == b"one"
+    assert await client.fetch_cursor(group, stream) == 0
+    assert await client.fetch_cursor(group_cursor_id(group), stream) == -1

@@ -91,6 +91,8 @@ async def test_bad_group_arguments_are_refused(
         ({"max_buffered": 0}, "max_buffered"),
         ({"max_buffered": True}, "max_buffered"),
         ({"commit_on_close": 1}, "commit_on_close"),
+        ({"cursor_id": ""}, "cursor_id"),
+        ({"cursor_id": "a,b"}, "cursor_id"),
     ],
 )
 def test_bad_consumer_options_name_the_field(kwargs: dict[str, object], match: str) -> None:
