@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
@@ -21,7 +22,7 @@ import nats
 import nats.aio.client
 import nats.errors
 
-from liftbridge_client import _admin, _cursors, errors
+from liftbridge_client import _admin, _cursors, _validate, errors
 from liftbridge_client._correlation import PublishFuture
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
@@ -57,6 +58,21 @@ def _abort_nats_transport(nc: nats.aio.client.Client) -> None:
         raw.abort()
 
 
+def _check_brokers(brokers: object) -> list[str]:
+    """The seed addresses, each ``host:port``; at least one (rejected here, naming it)."""
+    try:
+        addresses: list[str] = list(brokers)  # type: ignore[call-overload]
+    except TypeError:
+        raise errors.InvalidInputError(
+            f"brokers must be a list of host:port strings, got {brokers!r}"
+        ) from None
+    if not addresses:
+        raise errors.InvalidInputError("brokers must name at least one host:port address")
+    for address in addresses:
+        _validate.broker_address(address)
+    return addresses
+
+
 class Client:
     """An asyncio Liftbridge client.
 
@@ -78,10 +94,15 @@ class Client:
     ) -> None:
         if isinstance(brokers, str):
             brokers = [brokers]
+        if options is not None and not isinstance(options, ClientOptions):
+            raise errors.InvalidInputError(f"options must be a ClientOptions, got {options!r}")
         self._options = options or ClientOptions()
+        brokers = _check_brokers(brokers)
         for address in brokers:
-            self._options.resolve(address)
-        self._nats_servers = list(nats_servers or ())
+            _validate.broker_address(self._options.resolve(address))
+        if isinstance(nats_servers, str):
+            nats_servers = [nats_servers]
+        self._nats_servers = [_validate.text("nats_servers entry", s) for s in nats_servers or ()]
         self._pool = BrokerPool(self._options)
         self._metadata = MetadataCache(self._pool, brokers, self._options)
         self._nats: nats.aio.client.Client | None = None
@@ -479,7 +500,7 @@ class Client:
         """Publisher counters: pending publishes, and acks that were dropped and why."""
         return self._require_open().stats()
 
-    async def flush(self, timeout: float | None = None) -> None:
+    async def flush(self, timeout: float | datetime.timedelta | None = None) -> None:
         """Wait until every publish sent so far is acked or failed."""
         await self._require_open().flush(timeout)
 
