@@ -27,7 +27,6 @@ __all__ = [
     "MAX_NAME_BYTES",
     "MAX_SECONDS",
     "MAX_SUBJECT_BYTES",
-    "RESERVED_STREAMS",
     "broker_address",
     "flag",
     "group_name",
@@ -53,9 +52,6 @@ MAX_NAME_BYTES: Final = 255
 # NATS protocol lines (SUB/PUB/MSG with subject, reply and queue) must stay below the
 # server's max_control_line (4 KiB by default).
 MAX_SUBJECT_BYTES: Final = 1024
-
-RESERVED_STREAMS: Final = frozenset({"__activity", "__cursors"})
-
 
 def _show(value: object) -> str:
     text = repr(value)
@@ -187,8 +183,8 @@ def stream_name(value: object, name: str = "name") -> str:
 
     Rules: 1 to 255 bytes of UTF-8; no whitespace or control characters (NUL included);
     no '/' or '\\'; no empty dot-separated token (no leading or trailing '.', no '..');
-    no token that is exactly '*' or '>'; not a reserved name (``__cursors``,
-    ``__activity``).
+    no token that is exactly '*' or '>'. (Reserved names, ``__cursors`` and
+    ``__activity``, are left to the server: it refuses them with INVALID_ARGUMENT.)
     """
     value = text(name, value)
     _check_chars(name, value)
@@ -208,8 +204,6 @@ def stream_name(value: object, name: str = "name") -> str:
             f"{name} must not have a token that is exactly '*' or '>' (it is a token of the "
             f"server's NATS subjects): {_show(value)}"
         )
-    if value in RESERVED_STREAMS:
-        raise InvalidInputError(f"{name} {value!r} is reserved by the server")
     return value
 
 

@@ -151,8 +151,6 @@ BAD_STREAM_NAMES = [
     ("*", "'*' or '>'"),
     ("a.>", "'*' or '>'"),
     ("a.*.b", "'*' or '>'"),
-    ("__cursors", "reserved"),
-    ("__activity", "reserved"),
     ("\ud800", "UTF-8"),
     (5, "string"),
 ]
