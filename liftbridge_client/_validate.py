@@ -53,6 +53,7 @@ MAX_NAME_BYTES: Final = 255
 # server's max_control_line (4 KiB by default).
 MAX_SUBJECT_BYTES: Final = 1024
 
+
 def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
