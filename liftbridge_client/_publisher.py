@@ -421,6 +421,7 @@ class Publisher:
                     assert item.payload is not None
                     self._nats_used = True
                     fut.owner = self._nats_pub  # lost with the NATS connection
+                    fut.expect = (item.stream, item.subject)  # what its ack must name
                     # nats-py swallows a CancelledError in a forced flush and returns
                     # normally: the loop condition re-checks _closed after this await.
                     await self._nats_pub.send(item.subject, item.payload)
@@ -657,6 +658,7 @@ class Publisher:
             pending=len(self._correlator),
             unknown_acks=self._correlator.unknown_acks,
             undecodable_acks=self._nats_pub.undecodable_acks if self._nats_pub else 0,
+            mismatched_acks=self._nats_pub.mismatched_acks if self._nats_pub else 0,
         )
 
 
