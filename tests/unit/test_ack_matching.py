@@ -9,6 +9,7 @@ import pytest
 from publish_fakes import Rig, make_rig
 
 from liftbridge_client import errors
+from liftbridge_client._correlation import AckFuture
 from liftbridge_client._proto import api_pb2
 
 
@@ -19,7 +20,7 @@ async def rig() -> AsyncIterator[Rig]:
     await r.close()
 
 
-async def sent(rig: Rig, cid: str, partition: int = 0) -> asyncio.Future[object]:
+async def sent(rig: Rig, cid: str, partition: int = 0) -> AckFuture:
     fut = rig.publisher.publish_nowait("s", b"v", correlation_id=cid, partition=partition)
     for _ in range(5):
         await asyncio.sleep(0)  # the sender writes it
