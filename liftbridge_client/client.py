@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,6 +25,7 @@ from liftbridge_client import _admin, _cursors, _validate, errors
 from liftbridge_client._correlation import PublishFuture
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._nats_connect import nats_security_args
 from liftbridge_client._publish_args import PublishOptions, SubjectOptions
 from liftbridge_client._publisher import Publisher
 from liftbridge_client._tasks import TaskSupervisor
@@ -169,9 +169,7 @@ class Client:
             "reconnected_cb": self._on_nats_reconnected,
             "closed_cb": self._on_nats_closed,
         }
-        auth = self._options.nats_auth
-        if auth is not None:
-            args.update({k: v for k, v in dataclasses.asdict(auth).items() if v is not None})
+        args.update(nats_security_args(self._options))
         return args
 
     # nats-py reports through callbacks; by default it prints tracebacks. Log instead, and

@@ -41,7 +41,8 @@ class Transport(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class TLSConfig:
-    """TLS for the gRPC connections. Paths are read when the client connects.
+    """TLS for the gRPC connections (``ClientOptions.tls``) or the NATS connection
+    (``ClientOptions.nats_tls``). Paths are read when the client connects.
 
     ``cert_file`` and ``key_file`` together present a client certificate
     (mutual TLS, needed for the server's authorization).
@@ -56,11 +57,7 @@ class TLSConfig:
         for name in ("ca_file", "cert_file", "key_file"):
             value = getattr(self, name)
             if value is not None:
-                if isinstance(value, str):
-                    value = Path(_validate.text(name, value))
-                if not isinstance(value, Path):
-                    raise InvalidInputError(f"{name} must be a path, got {value!r}")
-                object.__setattr__(self, name, value)
+                object.__setattr__(self, name, _path(name, value))
         if self.server_name is not None:
             _validate.text("server_name", self.server_name)
         if (self.cert_file is None) != (self.key_file is None):
@@ -76,16 +73,47 @@ class TLSConfig:
 
 @dataclass(frozen=True, slots=True)
 class NatsAuth:
-    """Credentials for the NATS connection. The password never appears in a repr."""
+    """Credentials for the NATS connection. No secret ever appears in a repr.
+
+    One way to authenticate: ``user`` and ``password`` (or a ``token``), an nkey
+    (``nkey_seed_file``: a file holding the user's seed, ``SU...``) or a NATS credentials
+    file (``creds_file``: a user JWT and its seed, as ``nsc`` writes them). Files are read
+    when the client connects; nkeys and credentials files need the ``nkeys`` package
+    (``pip install 'liftbridge-client[nkeys]'``).
+    """
 
     user: str | None = None
     password: str | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)
+    nkey_seed_file: Path | None = None
+    creds_file: Path | None = None
 
     def __post_init__(self) -> None:
         for name in ("user", "password", "token"):
             if (value := getattr(self, name)) is not None:
                 _validate.text(name, value, empty_ok=True)
+        for name in ("nkey_seed_file", "creds_file"):
+            if (value := getattr(self, name)) is not None:
+                object.__setattr__(self, name, _path(name, value))
+        ways = [
+            way
+            for way, given in (
+                ("user/password/token", {self.user, self.password, self.token} != {None}),
+                ("nkey_seed_file", self.nkey_seed_file is not None),
+                ("creds_file", self.creds_file is not None),
+            )
+            if given
+        ]
+        if len(ways) > 1:
+            raise InvalidInputError(f"NatsAuth takes one way to authenticate, got {ways}")
+
+
+def _path(name: str, value: object) -> Path:
+    if isinstance(value, str):
+        value = Path(_validate.text(name, value))
+    if not isinstance(value, Path):
+        raise InvalidInputError(f"{name} must be a path, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -151,6 +179,9 @@ class ClientOptions:
     # stopping connections and tasks may take whatever the servers do.
     drain_timeout: Seconds = Seconds(10.0)
     close_timeout: Seconds = Seconds(1.0)
+    # TLS for the NATS connection (CA, client certificate for servers that verify it,
+    # server_name): like ``tls`` for gRPC. None: what the NATS URL and server ask for.
+    nats_tls: TLSConfig | None = None
 
     def __post_init__(self) -> None:
         _validate.int_arg("max_inflight", self.max_inflight, 1, _validate.INT32_MAX)
@@ -159,6 +190,8 @@ class ClientOptions:
             raise InvalidInputError(f"retry must be a RetryPolicy, got {self.retry!r}")
         if self.tls is not None and not isinstance(self.tls, TLSConfig):
             raise InvalidInputError(f"tls must be a TLSConfig, got {self.tls!r}")
+        if self.nats_tls is not None and not isinstance(self.nats_tls, TLSConfig):
+            raise InvalidInputError(f"nats_tls must be a TLSConfig, got {self.nats_tls!r}")
         if self.nats_auth is not None and not isinstance(self.nats_auth, NatsAuth):
             raise InvalidInputError(f"nats_auth must be a NatsAuth, got {self.nats_auth!r}")
         if self.partitioner is not None and not callable(self.partitioner):

@@ -34,6 +34,7 @@ from liftbridge_client.testing._errors import (
     ServerStartError,
 )
 from liftbridge_client.testing._names import StreamName, StreamNames
+from liftbridge_client.testing._nkeys import NkeyUser, make_nkey_user
 from liftbridge_client.testing._probe import PROBE_STREAM_PREFIX
 from liftbridge_client.testing._process import free_ports
 from liftbridge_client.testing._provision import (
@@ -60,6 +61,7 @@ __all__ = [
     "HarnessError",
     "LiftbridgeNode",
     "NatsServer",
+    "NkeyUser",
     "NodeConfig",
     "ProvisionError",
     "ProvisionReport",
@@ -72,6 +74,7 @@ __all__ = [
     "TestPKI",
     "free_ports",
     "liftbridge_binary",
+    "make_nkey_user",
     "make_pki",
     "nats_server_binary",
     "provision",
