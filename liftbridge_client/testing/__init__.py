@@ -18,6 +18,7 @@ provisions or runs servers from the command line. See docs/testing.md.
 
 from __future__ import annotations
 
+from liftbridge_client.testing._authz import AuthzPolicy
 from liftbridge_client.testing._config import CLUSTER_SETTINGS, NodeConfig, Setting
 from liftbridge_client.testing._deployments import (
     ENV_ADDRS,
@@ -54,6 +55,7 @@ __all__ = [
     "ENV_NATS_URL",
     "LIFTBRIDGE_VERSION",
     "PROBE_STREAM_PREFIX",
+    "AuthzPolicy",
     "Cluster",
     "ConfigError",
     "Deployment",
