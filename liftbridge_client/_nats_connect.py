@@ -55,10 +55,13 @@ def _auth_args(auth: NatsAuth) -> dict[str, Any]:
 
 
 def nats_security_args(options: ClientOptions) -> dict[str, Any]:
-    """The nats-py ``connect`` arguments for ``options.nats_auth`` and ``options.nats_tls``."""
+    """The nats-py ``connect`` arguments for ``options.nats_auth``, ``nats_tls`` and
+    ``nats_inbox_prefix``."""
     args: dict[str, Any] = {}
     if options.nats_auth is not None:
         args.update(_auth_args(options.nats_auth))
+    if options.nats_inbox_prefix is not None:
+        args["inbox_prefix"] = options.nats_inbox_prefix
     tls = options.nats_tls
     if tls is not None:
         args["tls"] = ssl_context(tls)

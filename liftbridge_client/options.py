@@ -182,6 +182,10 @@ class ClientOptions:
     # TLS for the NATS connection (CA, client certificate for servers that verify it,
     # server_name): like ``tls`` for gRPC. None: what the NATS URL and server ask for.
     nats_tls: TLSConfig | None = None
+    # Subject prefix of the client's NATS ack inbox (nats-py's inbox_prefix; default
+    # "_INBOX"). A prefix per NATS user lets NATS permissions keep other users off the
+    # inbox (docs/security.md).
+    nats_inbox_prefix: str | None = None
 
     def __post_init__(self) -> None:
         _validate.int_arg("max_inflight", self.max_inflight, 1, _validate.INT32_MAX)
@@ -190,6 +194,8 @@ class ClientOptions:
             raise InvalidInputError(f"retry must be a RetryPolicy, got {self.retry!r}")
         if self.tls is not None and not isinstance(self.tls, TLSConfig):
             raise InvalidInputError(f"tls must be a TLSConfig, got {self.tls!r}")
+        if self.nats_inbox_prefix is not None:
+            _validate.publish_subject(self.nats_inbox_prefix, "nats_inbox_prefix")
         if self.nats_tls is not None and not isinstance(self.nats_tls, TLSConfig):
             raise InvalidInputError(f"nats_tls must be a TLSConfig, got {self.nats_tls!r}")
         if self.nats_auth is not None and not isinstance(self.nats_auth, NatsAuth):

@@ -96,3 +96,15 @@ async def test_forged_acks_are_counted_and_dropped_and_the_real_ack_resolves(
         assert client.stats().mismatched_acks == 3
     finally:
         await attacker.close()
+
+
+async def test_ack_inbox_under_a_custom_prefix(liftbridge_server: SingleNode) -> None:
+    """NATS permissions can then give each user its own inbox space (docs/security.md)."""
+    opts = ClientOptions(nats_inbox_prefix="_INBOX_forgetest")
+    async with Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=opts
+    ) as c:
+        tag = uuid.uuid4().hex[:10]
+        await c.create_stream(f"forge.prefix.{tag}", f"forge-prefix-{tag}")
+        ack = await c.publish(f"forge-prefix-{tag}", b"v", transport=Transport.NATS)
+        assert ack.ack_inbox.startswith("_INBOX_forgetest.")

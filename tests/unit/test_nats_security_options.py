@@ -53,3 +53,11 @@ def test_tls_args(tmp_path: Path) -> None:
     with pytest.raises(errors.InvalidInputError, match="nats_tls"):
         nats_security_args(ClientOptions(nats_tls=tls))
     assert str(bad) not in repr(tls).split("key_file=")[1]
+
+
+def test_inbox_prefix() -> None:
+    args = nats_security_args(ClientOptions(nats_inbox_prefix="_INBOX_orders"))
+    assert args == {"inbox_prefix": "_INBOX_orders"}
+    for bad in ("_INBOX.>", "a b", "", "a..b"):
+        with pytest.raises(errors.InvalidInputError, match="nats_inbox_prefix"):
+            ClientOptions(nats_inbox_prefix=bad)
