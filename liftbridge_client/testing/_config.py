@@ -161,13 +161,17 @@ def nats_embedded_config(
     *,
     tls: NatsServerTLS | None = None,
     nkeys: Sequence[str] = (),
+    users: Sequence[Mapping[str, object]] = (),
 ) -> str:
     """The NATS configuration for an embedded server: loopback only, on ``port``.
 
     Without it the embedded server binds 0.0.0.0:4222. ``credentials`` (user, password)
     makes NATS require them; ``nkeys`` (public user keys, ``U...``) are further users,
     authenticating with their seeds. ``tls`` makes NATS require TLS (and, with
-    ``verify``, a client certificate signed by ``ca_file``).
+    ``verify``, a client certificate signed by ``ca_file``). ``users`` are further entries
+    of the NATS ``authorization.users`` list, as mappings (e.g. ``{"user": "u",
+    "password": "p", "permissions": {"publish": {"allow": ["a.>"]}}}``), written as JSON,
+    which NATS configuration files accept.
     """
     text = f"listen: {LOOPBACK}:{port}\n"
     if tls is not None:
@@ -180,13 +184,14 @@ def nats_embedded_config(
             "  timeout: 5\n"
             "}\n"
         )
-    users: list[str] = []
+    entries: list[str] = []
     if credentials is not None:
         user, password = (json.dumps(v) for v in credentials)
-        users.append(f"{{user: {user}, password: {password}}}")
-    users += [f"{{nkey: {json.dumps(key)}}}" for key in nkeys]
-    if users:
-        text += "authorization {\n  users: [\n" + "".join(f"    {u}\n" for u in users)
+        entries.append(f"{{user: {user}, password: {password}}}")
+    entries += [f"{{nkey: {json.dumps(key)}}}" for key in nkeys]
+    entries += [json.dumps(dict(entry)) for entry in users]
+    if entries:
+        text += "authorization {\n  users: [\n" + "".join(f"    {u}\n" for u in entries)
         text += "  ]\n}\n"
     return text
 

@@ -153,6 +153,7 @@ class SingleNode(_LocalDeployment):
         nats_credentials: tuple[str, str] | None = None,
         nats_tls: ServerTLS | None = None,
         nats_nkeys: Sequence[str] = (),
+        nats_users: Sequence[Mapping[str, object]] = (),
     ) -> None:
         """Pick ports and write the configuration; :meth:`start` (or ``with``) runs it.
 
@@ -163,13 +164,15 @@ class SingleNode(_LocalDeployment):
         PKI's client certificate). ``nats_nkeys`` (public user keys, see
         :func:`make_nkey_user`) are NATS users that authenticate with their seeds; the
         node then gets a user and password of its own unless ``nats_credentials`` says.
+        ``nats_users`` are more NATS users, as entries of NATS's ``authorization.users``
+        (with ``permissions`` if wanted); the node again gets a user of its own.
         """
         root = self._setup_dir(base_dir, "liftbridge-single-")
         workdir = root / server_id
         workdir.mkdir(parents=True, exist_ok=True)
         port, self.nats_port = free_ports(2)
         nats_config = workdir / "nats.conf"
-        if nats_nkeys and nats_credentials is None:
+        if (nats_nkeys or nats_users) and nats_credentials is None:
             nats_credentials = ("liftbridge", uuid.uuid4().hex)
         server_tls = None
         if nats_tls is not None:
@@ -178,7 +181,13 @@ class SingleNode(_LocalDeployment):
                 pki.server_cert, pki.server_key, pki.ca_cert, verify=nats_tls.client_auth
             )
         nats_config.write_text(
-            nats_embedded_config(self.nats_port, nats_credentials, tls=server_tls, nkeys=nats_nkeys)
+            nats_embedded_config(
+                self.nats_port,
+                nats_credentials,
+                tls=server_tls,
+                nkeys=nats_nkeys,
+                users=nats_users,
+            )
         )
         auth: dict[str, Setting] = {}
         if nats_credentials is not None:
