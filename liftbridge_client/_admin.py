@@ -173,6 +173,8 @@ async def set_stream_readonly(
 
 
 async def fetch_metadata(metadata: MetadataCache, streams: Sequence[str]) -> Metadata:
+    for stream in streams:
+        _check_name("stream", stream)
     if not streams:
         return await metadata.refresh()
     return metadata_from_proto(await metadata.fetch(streams))

@@ -439,3 +439,9 @@ def test_subscribe_times_as_datetimes_and_timedeltas() -> None:
     refused(spec, start_time="2024-01-01", name="start_time")
     refused(spec, start_time=start, start_timestamp_ns=1, name="conflicting")
     refused(spec, start_time=stop, stop_time=start, name="before the start")
+
+
+@pytest.mark.parametrize("streams", [("\ud800",), ("ok", ""), ("ok", 5)])
+async def test_fetch_metadata_refuses_bad_stream_names(streams: tuple[Any, ...]) -> None:
+    with pytest.raises(errors.InvalidInputError, match="stream"):
+        await _admin.fetch_metadata(NO_METADATA, streams)
