@@ -35,7 +35,12 @@ from liftbridge_client.testing._errors import (
     ServerStartError,
 )
 from liftbridge_client.testing._names import StreamName, StreamNames
-from liftbridge_client.testing._nkeys import NkeyUser, make_nkey_user
+from liftbridge_client.testing._nkeys import (
+    NkeyUser,
+    OperatorSetup,
+    make_nkey_user,
+    make_operator_setup,
+)
 from liftbridge_client.testing._probe import PROBE_STREAM_PREFIX
 from liftbridge_client.testing._process import free_ports
 from liftbridge_client.testing._provision import (
@@ -65,6 +70,7 @@ __all__ = [
     "NatsServer",
     "NkeyUser",
     "NodeConfig",
+    "OperatorSetup",
     "ProvisionError",
     "ProvisionReport",
     "ServerStartError",
@@ -77,6 +83,7 @@ __all__ = [
     "free_ports",
     "liftbridge_binary",
     "make_nkey_user",
+    "make_operator_setup",
     "make_pki",
     "nats_server_binary",
     "provision",

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from liftbridge_client import (
+    AckPolicy,
     Client,
     ClientOptions,
     NatsAuth,
@@ -26,11 +27,13 @@ from liftbridge_client import (
     errors,
 )
 from liftbridge_client.testing import (
+    NatsServer,
     NkeyUser,
     ServerTLS,
     SingleNode,
     TestPKI,
     make_nkey_user,
+    make_operator_setup,
     make_pki,
 )
 
@@ -159,4 +162,44 @@ async def test_local_problems_are_typed_errors(secure_node: SingleNode, tmp_path
             secure_node.addresses,
             nats_servers=[secure_node.nats_url],
             options=ClientOptions(nats_tls=TLSConfig(ca_file=bad_ca)),
+        ).connect()
+
+
+@pytest.fixture(scope="module")
+def operator_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NatsServer, Path]]:
+    """A standalone nats-server in operator (JWT) mode and a user's credentials file."""
+    work = tmp_path_factory.mktemp("nats-operator")
+    setup = make_operator_setup(work / "keys", "orders")
+    server = NatsServer(work / "server", config=setup.server_config).start()
+    try:
+        yield server, setup.creds_file
+    finally:
+        server.stop()
+
+
+async def test_credentials_file(
+    liftbridge_server: SingleNode, operator_nats: tuple[NatsServer, Path], tmp_path: Path
+) -> None:
+    """NATS authenticates the client by its creds file (JWT + seed). A v1.9.0 node cannot
+    join an operator-mode NATS itself, so gRPC goes to the session's node and the NATS
+    publish (ack policy NONE: resolved once written) only proves the connection works."""
+    server, creds = operator_nats
+    opts = ClientOptions(nats_auth=NatsAuth(creds_file=creds), connect_timeout=3.0)
+    tag = uuid.uuid4().hex[:10]
+    async with Client(
+        liftbridge_server.addresses, nats_servers=[server.url], options=opts
+    ) as client:
+        await client.create_stream(f"natscreds.{tag}", f"natscreds-{tag}")
+        # Returns once nats-py wrote it: the connection is authenticated and usable.
+        await client.publish(
+            f"natscreds-{tag}", b"v", transport=Transport.NATS, ack_policy=AckPolicy.NONE
+        )
+        assert client.stats().pending == 0
+        await client.flush(timeout=5)
+    stranger = make_operator_setup(tmp_path / "other", "stranger").creds_file
+    with pytest.raises(errors.NoBrokerAvailableError, match="NATS"):
+        await Client(
+            liftbridge_server.addresses,
+            nats_servers=[server.url],
+            options=ClientOptions(nats_auth=NatsAuth(creds_file=stranger), connect_timeout=1.5),
         ).connect()
