@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import math
 import unicodedata
+import urllib.parse
 from typing import Final
 
 from liftbridge_client.errors import InvalidInputError
@@ -31,6 +32,7 @@ __all__ = [
     "flag",
     "group_name",
     "int_arg",
+    "nats_server_url",
     "publish_subject",
     "seconds",
     "stream_name",
@@ -285,3 +287,29 @@ def broker_address(value: object, name: str = "broker address") -> tuple[str, in
             f"{name} must be host:port with a port in 1..65535, got {_show(value)}"
         )
     return bare, int(port)
+
+
+_NATS_SCHEMES: Final = frozenset({"nats", "tls", "ws", "wss"})
+
+
+def nats_server_url(value: object, name: str = "NATS server URL") -> str:
+    """A NATS server URL (``nats://host:port``, ``tls://``, ``ws://``, ``wss://``, or a bare
+    ``host:port``) with a host and, if given, a port in 1..65535."""
+    value = text(name, value)
+    try:
+        parts = urllib.parse.urlsplit(value if "://" in value else f"nats://{value}")
+        port = parts.port
+    except ValueError:
+        parts, port = None, None
+    if (
+        parts is None
+        or parts.scheme not in _NATS_SCHEMES
+        or not parts.hostname
+        or port == 0
+        or _bad_char(value) is not None
+    ):
+        raise InvalidInputError(
+            f"{name} must be like nats://host:port (schemes nats, tls, ws, wss; port in "
+            f"1..65535), got {_show(value)}"
+        )
+    return value

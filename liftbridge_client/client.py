@@ -102,7 +102,9 @@ class Client:
             _validate.broker_address(self._options.resolve(address))
         if isinstance(nats_servers, str):
             nats_servers = [nats_servers]
-        self._nats_servers = [_validate.text("nats_servers entry", s) for s in nats_servers or ()]
+        self._nats_servers = [
+            _validate.nats_server_url(s, "nats_servers entry") for s in nats_servers or ()
+        ]
         self._pool = BrokerPool(self._options)
         self._metadata = MetadataCache(self._pool, brokers, self._options)
         self._nats: nats.aio.client.Client | None = None

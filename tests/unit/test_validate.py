@@ -445,3 +445,17 @@ def test_subscribe_times_as_datetimes_and_timedeltas() -> None:
 async def test_fetch_metadata_refuses_bad_stream_names(streams: tuple[Any, ...]) -> None:
     with pytest.raises(errors.InvalidInputError, match="stream"):
         await _admin.fetch_metadata(NO_METADATA, streams)
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "http://h:4222", "nats://:4222", "nats://h:99999", "nats://h:0", "a b:1", 5]
+)
+def test_nats_server_url_refuses(bad: object) -> None:
+    refused(_validate.nats_server_url, bad, name="NATS server URL")
+
+
+@pytest.mark.parametrize(
+    "good", ["nats://127.0.0.1:4222", "tls://h:1", "127.0.0.1:4222", "nats://u:p@h:4222", "h"]
+)
+def test_nats_server_url_accepts(good: str) -> None:
+    assert _validate.nats_server_url(good) == good
