@@ -459,3 +459,66 @@ def test_nats_server_url_refuses(bad: object) -> None:
 )
 def test_nats_server_url_accepts(good: str) -> None:
     assert _validate.nats_server_url(good) == good
+
+
+# Ports of the servers' own checks (nats-server's isValidSubject with its rune checks,
+# isValidLiteralSubject, and Liftbridge v1.9.0's CreateStream isValidSubject), to check the
+# client's rules against: anything the client accepts must pass them.
+def nats_valid_subject(subject: str) -> bool:
+    if not subject or "\x00" in subject:
+        return False
+    after_fwc = False
+    for token in subject.split("."):
+        if not token or after_fwc:
+            return False
+        if len(token) > 1:
+            if any(c in token for c in "\t\n\f\r "):
+                return False
+            continue
+        if token == ">":
+            after_fwc = True
+        elif token in " \t\n\r\f":
+            return False
+    return True
+
+
+def nats_valid_literal(subject: str) -> bool:
+    return nats_valid_subject(subject) and not {"*", ">"} & set(subject.split("."))
+
+
+def liftbridge_valid_subject(subject: str) -> bool:
+    return bool(subject) and not any(c in subject for c in " \t\r\n") and all(subject.split("."))
+
+
+_SUBJECTISH = st.text(st.sampled_from("ab.*> \t\x00é/") | st.characters(), max_size=12)
+
+
+@given(_SUBJECTISH, st.integers(min_value=1, max_value=3))
+def test_accepted_subjects_pass_the_servers_checks(raw: str, partitions: int) -> None:
+    try:
+        subject = _validate.stream_subject(raw, partitions=partitions)
+    except errors.InvalidInputError:
+        return
+    assert liftbridge_valid_subject(subject)
+    assert nats_valid_subject(subject)  # partition 0 subscribes to it
+    for n in range(1, partitions):
+        assert nats_valid_subject(f"{subject}.{n}")
+
+
+@given(_SUBJECTISH)
+def test_accepted_publish_subjects_are_nats_literals(raw: str) -> None:
+    try:
+        subject = _validate.publish_subject(raw)
+    except errors.InvalidInputError:
+        return
+    assert nats_valid_literal(subject)
+
+
+@given(_SUBJECTISH)
+def test_accepted_names_make_valid_internal_subjects(raw: str) -> None:
+    try:
+        name = _validate.stream_name(raw)
+    except errors.InvalidInputError:
+        return
+    for suffix in ("replicate", "offset"):
+        assert nats_valid_literal(f"lbtest-ns.{name}.0.{suffix}")
