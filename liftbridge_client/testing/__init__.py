@@ -1,7 +1,8 @@
 """Real Liftbridge and NATS servers for tests, demos and benchmarks.
 
 Provisioning (:func:`liftbridge_binary`, :func:`nats_server_binary`) builds the pinned
-Liftbridge release (:data:`LIFTBRIDGE_VERSION`) once into a per-version cache. Deployments
+Liftbridge release (:data:`LIFTBRIDGE_VERSION`) once into a per-version cache; the other
+:data:`KNOWN_VERSIONS` (v1.7.1, and master from a source snapshot) on demand. Deployments
 start servers on 127.0.0.1 only, each in its own temporary directory with its log:
 
 - :class:`SingleNode`: one node with embedded NATS.
@@ -32,6 +33,7 @@ from liftbridge_client.testing._errors import (
     HarnessError,
     ProvisionError,
     ServerStartError,
+    SnapshotMissingError,
 )
 from liftbridge_client.testing._names import StreamName, StreamNames
 from liftbridge_client.testing._probe import PROBE_STREAM_PREFIX
@@ -45,13 +47,21 @@ from liftbridge_client.testing._provision import (
 )
 from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
 from liftbridge_client.testing._tls import ServerTLS, TestPKI, make_pki
+from liftbridge_client.testing._versions import (
+    KNOWN_VERSIONS,
+    MASTER_VERSION,
+    ServerVersion,
+    server_version,
+)
 from liftbridge_client.testing._wait import wait_until
 
 __all__ = [
     "CLUSTER_SETTINGS",
     "ENV_ADDRS",
     "ENV_NATS_URL",
+    "KNOWN_VERSIONS",
     "LIFTBRIDGE_VERSION",
+    "MASTER_VERSION",
     "PROBE_STREAM_PREFIX",
     "Cluster",
     "ConfigError",
@@ -65,8 +75,10 @@ __all__ = [
     "ProvisionReport",
     "ServerStartError",
     "ServerTLS",
+    "ServerVersion",
     "Setting",
     "SingleNode",
+    "SnapshotMissingError",
     "StreamName",
     "StreamNames",
     "TestPKI",
@@ -75,5 +87,6 @@ __all__ = [
     "make_pki",
     "nats_server_binary",
     "provision",
+    "server_version",
     "wait_until",
 ]
