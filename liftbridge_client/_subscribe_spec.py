@@ -297,6 +297,7 @@ STREAM_IS_EMPTY = "Stream is empty"
 STOP_BEFORE_START = "Stop offset is before start offset"
 LOG_CLOSED = "commit log was closed"
 SEGMENT_CLOSED = "segment has been closed"  # INTERNAL when subscribing to a paused partition
+SEGMENT_NOT_FOUND = "segment not found"  # INTERNAL: a reverse read of an empty partition
 
 
 def _end(kind: type[_E], text: str, cause: errors.LiftbridgeError) -> _E:
@@ -367,6 +368,15 @@ def classify(exc: errors.LiftbridgeError, spec: SubscribeSpec, phase: Phase) -> 
                 "to resume it",
                 exc,
             ),
+        )
+    if (
+        isinstance(exc, errors.InternalServerError)
+        and spec.reverse
+        and SEGMENT_NOT_FOUND in details
+    ):
+        # Master fails a reverse read of an empty partition instead of ending it.
+        return Verdict(
+            Action.END, _end(errors.StopPositionReached, f"{where}: the partition is empty", exc)
         )
     if isinstance(exc, errors.UnknownServerError) and spec.reverse and details == "EOF":
         # Newer servers end a reverse read at the oldest message with a bare EOF.

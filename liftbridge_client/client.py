@@ -23,6 +23,7 @@ import nats.errors
 
 from liftbridge_client import _admin, _cursors, errors
 from liftbridge_client._correlation import PublishFuture
+from liftbridge_client._feature_probe import FeatureDetector
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._publish_args import PublishOptions, SubjectOptions
@@ -84,6 +85,7 @@ class Client:
         self._nats_servers = list(nats_servers or ())
         self._pool = BrokerPool(self._options)
         self._metadata = MetadataCache(self._pool, brokers, self._options)
+        self._features = FeatureDetector(self._metadata, self._pool, self._options)
         self._nats: nats.aio.client.Client | None = None
         self._publisher: Publisher | None = None
         self._subscriptions: set[Subscription] = set()
@@ -101,6 +103,13 @@ class Client:
     @property
     def options(self) -> ClientOptions:
         return self._options
+
+    @property
+    def features(self) -> FeatureDetector:
+        """What the brokers support (docs/compatibility.md): probed once per broker, on
+        first need. ``await client.features.require("consumer_groups")`` raises
+        `FeatureNotSupportedError` naming the feature and the broker that lacks it."""
+        return self._features
 
     # ------------------------------------------------------------ lifecycle
 
@@ -504,6 +513,7 @@ class Client:
             stream,
             partition,
             on_close=self._subscriptions.discard,
+            features=self._features,
             **kw,
         )
         self._subscriptions.add(sub)

@@ -16,6 +16,7 @@ from typing import TypedDict
 
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.errors import InvalidInputError
+from liftbridge_client.features import parse_version
 from liftbridge_client.partitioning import KeyPartitioner, Partitioner
 
 __all__ = [
@@ -141,6 +142,12 @@ class ClientOptions:
     # stopping connections and tasks may take whatever the servers do.
     drain_timeout: float = 10.0
     close_timeout: float = 1.0
+    # Server features (docs/compatibility.md), after librdkafka's api.version.request and
+    # broker.version.fallback: with probe_features each broker is probed once, on first
+    # need; what probing cannot observe, and everything when probe_features is False, is
+    # decided as if the server were server_version_fallback ('v1.9.0', '1.7', 'master').
+    probe_features: bool = True
+    server_version_fallback: str = "v1.7.1"
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -161,6 +168,9 @@ class ClientOptions:
             raise InvalidInputError(f"max_inflight must be an int >= 1, got {self.max_inflight!r}")
         if self.partitioner is not None and not callable(self.partitioner):
             raise InvalidInputError(f"partitioner must be callable, got {self.partitioner!r}")
+        if not isinstance(self.probe_features, bool):
+            raise InvalidInputError(f"probe_features must be a bool, got {self.probe_features!r}")
+        parse_version(self.server_version_fallback, name="server_version_fallback")
         if self.transport is not None and not isinstance(self.transport, Transport):
             raise InvalidInputError(f"transport must be a Transport, got {self.transport!r}")
         overrides = dict(self.address_overrides)
