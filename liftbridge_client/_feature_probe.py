@@ -66,6 +66,8 @@ _PROBES: Mapping[str, Callable[[], ProtoMessage]] = {
 }
 assert set(_PROBES) == set(PROBED_RPCS), "every probed RPC needs a harmless request"
 
+_ASSUMED = "(any broker)"  # the cache key of decisions made without probing
+
 # Codes that say nothing about the RPC, only about reaching the broker.
 _INCONCLUSIVE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
@@ -104,7 +106,7 @@ class FeatureDetector:
 
     def cached(self) -> dict[str, BrokerFeatures]:
         """What is known so far, by broker address (no IO)."""
-        return dict(self._decided)
+        return {a: f for a, f in self._decided.items() if a != _ASSUMED}
 
     def invalidate(self, broker: str | None = None) -> None:
         """Forget one broker (or all): the next use probes again (after an upgrade)."""
@@ -129,9 +131,29 @@ class FeatureDetector:
             return known
 
     async def cluster(self, brokers: Sequence[str] | None = None) -> ClusterFeatures:
-        """The intersection over ``brokers`` (default: every broker in the metadata)."""
-        addresses = list(brokers) if brokers is not None else await self._all_brokers()
-        found = await asyncio.gather(*(self.broker(a) for a in addresses))
+        """The intersection over ``brokers`` (default: every broker in the metadata).
+
+        By default a broker that cannot be reached is left out (it serves nothing now);
+        one named in ``brokers`` must answer.
+        """
+        if not self._options.probe_features:
+            return intersect([self._assumed()])
+        if brokers is not None:
+            return intersect(await asyncio.gather(*(self.broker(a) for a in brokers)))
+        addresses = await self._all_brokers()
+        results = await asyncio.gather(*(self.broker(a) for a in addresses), return_exceptions=True)
+        found: list[BrokerFeatures] = []
+        for address, result in zip(addresses, results, strict=True):
+            if isinstance(result, errors.LiftbridgeError):
+                log.debug("features: broker %s left out (unreachable: %s)", address, result)
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                found.append(result)
+        if addresses and not found:
+            raise errors.NoBrokerAvailableError(
+                f"feature detection: no broker reachable among {addresses}"
+            )
         return intersect(found)
 
     async def supported(self, feature: str, *, brokers: Sequence[str] | None = None) -> bool:
@@ -146,6 +168,9 @@ class FeatureDetector:
         not probed yet (reverse subscribe needs a partition) counts as lacking.
         """
         _known(feature)
+        if not self._options.probe_features:
+            self.check(feature)
+            return
         cluster = await self.cluster(brokers)
         for found in cluster.brokers:
             decision = found.decisions[feature]
@@ -158,6 +183,41 @@ class FeatureDetector:
                 )
         if not cluster.brokers:
             raise errors.NoBrokerAvailableError(f"{feature}: no broker to ask")
+
+    def check(self, feature: str) -> None:
+        """Refuse a call whose feature a broker is already known to lack (no IO).
+
+        With probing off every broker is taken to be the fallback version. With probing on,
+        only brokers already probed count: implied features (request fields) cannot be
+        observed, so a call is never delayed to probe for them.
+        """
+        if not self._options.probe_features:
+            found = self._assumed()
+            if not found.supported(feature):
+                raise errors.FeatureNotSupportedError(
+                    f"{feature} is not supported by servers of "
+                    f"server_version_fallback={self._options.server_version_fallback!r} "
+                    f"({found.decisions[feature].reason}; feature probing is off)",
+                    feature=feature,
+                    broker=found.broker,
+                )
+            return
+        for found in self._decided.values():
+            decision = found.decisions[feature]
+            if decision.state is State.UNSUPPORTED:
+                raise errors.FeatureNotSupportedError(
+                    f"{feature} is not supported by broker {found.broker}: {decision.reason}",
+                    feature=feature,
+                    broker=found.broker,
+                )
+
+    def _assumed(self) -> BrokerFeatures:
+        found = self._decided.get(_ASSUMED)
+        if found is None:
+            found = self._decided[_ASSUMED] = decide(
+                _ASSUMED, Observation(), fallback=self._fallback, probed=False
+            )
+        return found
 
     # ------------------------------------------------------------ reverse subscribe
 

@@ -167,7 +167,7 @@ FEATURE_MAP: Final[tuple[FeatureSpec, ...]] = (
         "publish_async",
         "the pipelined PublishAsync gRPC stream (Transport.GRPC)",
         (_field("PublishAsync", V1_2),),  # a stream RPC: implied, not probed
-        "Transport.NATS (enveloped publishes over NATS) when the client has NATS",
+        "not checked per publish (the hot path); Transport.NATS publishes without it",
     ),
     FeatureSpec(
         "readonly_streams",
@@ -358,7 +358,9 @@ def decide(
             log.debug("broker %s: feature %s undecided until probed", broker, spec.name)
         else:
             log.debug("broker %s: %s feature %s", broker, verb, spec.name)
-        decisions[spec.name] = Decision(spec.name, state, "; ".join(reasons))
+        # Say why in terms of the dependencies that decided it.
+        why = [r for s, r in zip(states, reasons, strict=True) if s is state] or reasons
+        decisions[spec.name] = Decision(spec.name, state, "; ".join(why))
     return BrokerFeatures(broker, MappingProxyType(decisions), at_least, below, probed)
 
 

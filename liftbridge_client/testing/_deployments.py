@@ -264,7 +264,9 @@ class Cluster(_LocalDeployment):
         root = self._setup_dir(base_dir, "liftbridge-cluster-")
         binaries = {v: binary or liftbridge_binary(v) for v in dict.fromkeys(self.versions)}
         self.namespace = _namespace()
-        self.nats = NatsServer(root / "nats")
+        # All ports at once: picked separately, NATS and a node could get the same one.
+        nats_port, *ports = free_ports(size + 1)
+        self.nats = NatsServer(root / "nats", port=nats_port)
         ids = tuple(f"n{index}" for index in range(1, size + 1))
         extra = {**CLUSTER_SETTINGS, **(settings or {})}
         self._nodes = [
@@ -282,7 +284,7 @@ class Cluster(_LocalDeployment):
                 binary=binaries[version],
                 version=version,
             )
-            for server_id, port, version in zip(ids, free_ports(size), self.versions, strict=True)
+            for server_id, port, version in zip(ids, ports, self.versions, strict=True)
         ]
         # Nodes stop before the NATS server they talk through.
         self._arm_finalizer([[node.process for node in self._nodes], [self.nats.process]])
