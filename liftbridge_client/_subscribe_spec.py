@@ -50,7 +50,7 @@ class SubscribeArgs(TypedDict, total=False):
     stop_timestamp_ns: int  # implies StopPosition.TIMESTAMP (Unix ns)
     read_isr_replica: bool  # read from a random in-sync replica, not only the leader
     resume: bool  # resume the partition if it is paused
-    reverse: bool  # newest first; servers after v1.9.0 only (v1.9.0 reads forward)
+    reverse: bool  # newest first (emulated on servers that ignore it, e.g. v1.9.0)
 
 
 _KNOWN_ARGS = frozenset(SubscribeArgs.__annotations__)

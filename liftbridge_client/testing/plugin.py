@@ -296,8 +296,7 @@ def unique_stream(stream_names: StreamNames) -> StreamName:
 def _liftbridge_health(request: pytest.FixtureRequest) -> Iterator[None]:
     """After a test that used local servers: restart what is down, report crashes."""
     yield
-    for fixture in _DEPLOYMENT_FIXTURES:
-        deployment = (getattr(request.node, "funcargs", None) or {}).get(fixture)
+    for deployment in _used_deployments(getattr(request.node, "funcargs", None) or {}):
         if isinstance(deployment, SingleNode | Cluster):
             crashed = deployment.unexpected_exits()
             logs = deployment.log_tails(LOG_TAIL_LINES) if crashed else {}
@@ -308,6 +307,15 @@ def _liftbridge_health(request: pytest.FixtureRequest) -> Iterator[None]:
                     "(restarted since).\n" + _format_logs(logs),
                     pytrace=False,
                 )
+
+
+def _used_deployments(funcargs: dict[str, object]) -> list[object]:
+    """The deployments of the plugin's fixtures a test used, versioned ones included."""
+    used = [funcargs.get(fixture) for fixture in _DEPLOYMENT_FIXTURES]
+    versioned = funcargs.get("liftbridge_versions")
+    if isinstance(versioned, VersionedDeployments):
+        used += versioned.deployments()
+    return [d for d in used if d is not None]
 
 
 def _format_logs(logs: dict[str, str]) -> str:
@@ -321,9 +329,7 @@ def pytest_runtest_makereport(
     """Attach the tail of each server log to the report of a failed test."""
     report = yield
     if report.failed and report.when in {"setup", "call"}:
-        funcargs = getattr(item, "funcargs", None) or {}
-        for fixture in _DEPLOYMENT_FIXTURES:
-            deployment = funcargs.get(fixture)
+        for deployment in _used_deployments(getattr(item, "funcargs", None) or {}):
             if isinstance(deployment, Deployment):
                 for name, text in deployment.log_tails(LOG_TAIL_LINES).items():
                     report.sections.append((f"{name} log (last {LOG_TAIL_LINES} lines)", text))
