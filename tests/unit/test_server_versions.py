@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -160,3 +163,74 @@ def test_master_build_unpacks_the_snapshot_and_stamps_the_cache(
     assert goflags == "-mod=mod"
     assert not _provision.liftbridge_needs_build("master")  # the stamp is trusted
     assert _provision.binary_version(binary) is None  # master reports "dev"
+
+
+_PLUGIN_TESTS = """
+import pytest
+
+
+@pytest.mark.liftbridge_version("master")
+def test_needs_master(liftbridge_versions):
+    liftbridge_versions.single("master")
+
+
+@pytest.mark.server_versions("v1.7.1")
+def test_only_on_v1_7_1():
+    pass
+
+
+def test_plain():
+    pass
+"""
+
+
+def _run_plugin(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_plugin_versions.py").write_text(_PLUGIN_TESTS)
+    environ = {k: v for k, v in os.environ.items() if k not in {"CI", "LIFTBRIDGE_SERVER_VERSION"}}
+    environ.update(
+        LIFTBRIDGE_CLIENT_CACHE=str(tmp_path / "cache"),
+        LIFTBRIDGE_MASTER_SNAPSHOT=str(tmp_path / "absent.tar.gz"),
+        **env,
+    )
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "liftbridge_client.testing.plugin",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_plugin_deselects_master_tests_without_the_snapshot_and_says_so(tmp_path: Path) -> None:
+    run = _run_plugin(tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed, 2 deselected" in run.stdout
+    assert "test_needs_master: no source snapshot for master-50ac358b41eb" in run.stdout
+
+
+def test_plugin_fails_master_tests_without_the_snapshot_in_ci(tmp_path: Path) -> None:
+    run = _run_plugin(tmp_path, CI="true")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "SnapshotMissingError" in run.stdout
+    assert "absent.tar.gz is missing" in run.stdout
+    assert "1 failed, 1 passed, 1 deselected" in run.stdout
+
+
+def test_plugin_selects_tests_by_the_default_server_version(tmp_path: Path) -> None:
+    run = _run_plugin(tmp_path, LIFTBRIDGE_SERVER_VERSION="v1.7.1")
+    assert "2 passed, 1 deselected" in run.stdout, run.stdout
+    bad = _run_plugin(tmp_path, LIFTBRIDGE_SERVER_VERSION="v0.1")
+    assert bad.returncode != 0
+    assert "unknown Liftbridge server version 'v0.1'" in bad.stdout + bad.stderr
