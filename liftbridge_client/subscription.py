@@ -367,8 +367,9 @@ class Subscription:
         if self._call is not None or self._closed or self._finished:
             return
         if not self._reverse_decided:
+            handled = await self._start_reverse()  # a failure leaves it undecided
             self._reverse_decided = True
-            if await self._start_reverse():
+            if handled:
                 return
         phase = Phase.RESUBSCRIBING if self._established else Phase.OPENING
         resume_at: int | None = None

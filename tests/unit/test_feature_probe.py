@@ -271,3 +271,23 @@ async def test_reverse_on_an_empty_partition_ends_without_subscribing(
         assert isinstance(sub.end_reason, errors.StopPositionReached)
         assert "empty" in str(sub.end_reason)
         assert fake.subscribe_calls == []
+
+
+async def test_a_failure_while_choosing_the_reverse_path_is_retried_not_skipped(
+    high_watermark: list[int],
+) -> None:
+    high_watermark[0] = 0  # one message: too short to probe, so emulated
+    async with FakeCluster(("a",)) as fake:
+        fake.add_stream("s", "s", ["a"])
+        speaks(fake, "v1.9.0")
+        fake.fail("FetchPartitionMetadata", grpc.StatusCode.NOT_FOUND, "No such partition")
+        fake.script("a", EMPTY, msg(0), Hang())  # the oldest offset
+        fake.script("a", EMPTY, msg(0), stop_reached())  # the only window
+        pool = fake.pool(OPTIONS)
+        metadata = MetadataCache(pool, [fake.address("a")], OPTIONS)
+        sub = Subscription(metadata, pool, OPTIONS, "s", 0, features=detector(fake), reverse=True)
+        with pytest.raises(errors.NotFoundError):
+            await sub.__aenter__()
+        async with asyncio.timeout(10), sub:  # decided again, not sent forward
+            assert [m.offset async for m in sub] == [0]
+        assert [c.request.reverse for _, c in fake.subscribe_calls if c.request] == [False, False]
