@@ -126,6 +126,8 @@ async def test_reverse_reads_newest_first_and_ends_cleanly_on_every_version(
     assert offsets(await drain(client, full.name, start_offset=100)) == list(range(7, -1, -1))
     assert offsets(await drain(client, full.name, start=StartPosition.EARLIEST)) == [0]
     assert offsets(await drain(client, full.name)) == list(range(7, -1, -1))  # NEW_ONLY
+    stamp = got[7 - 5].timestamp_ns  # the first message at or after it is offset 5
+    assert offsets(await drain(client, full.name, start_timestamp_ns=stamp)) == [5, 4, 3, 2, 1, 0]
 
     address = client.options.resolve((await client.fetch_metadata()).brokers[0].address)
     native = client.features.cached()[address].state("reverse_subscribe")
