@@ -141,6 +141,9 @@ class FeatureDetector:
         if brokers is not None:
             return intersect(await asyncio.gather(*(self.broker(a) for a in brokers)))
         addresses = await self._all_brokers()
+        for departed in set(self._decided) - set(addresses) - {_ASSUMED}:
+            # Gone from the cluster: if it comes back (upgraded, say) it is probed again.
+            self.invalidate(departed)
         results = await asyncio.gather(*(self.broker(a) for a in addresses), return_exceptions=True)
         found: list[BrokerFeatures] = []
         for address, result in zip(addresses, results, strict=True):

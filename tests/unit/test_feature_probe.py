@@ -291,3 +291,29 @@ async def test_a_failure_while_choosing_the_reverse_path_is_retried_not_skipped(
         async with asyncio.timeout(10), sub:  # decided again, not sent forward
             assert [m.offset async for m in sub] == [0]
         assert [c.request.reverse for _, c in fake.subscribe_calls if c.request] == [False, False]
+
+
+def test_master_failing_a_reverse_read_of_an_empty_partition_is_its_end() -> None:
+    from liftbridge_client._subscribe_spec import Action, Phase, SubscribeSpec, classify
+
+    spec = SubscribeSpec.build("s", 0, {"reverse": True}, now_ns=0)
+    details = "Failed to create stream reader: segment not found"
+    exc = errors.InternalServerError(f"INTERNAL: {details}", details=details)
+    verdict = classify(exc, spec, Phase.OPENING)
+    assert verdict.action is Action.END
+    assert isinstance(verdict.error, errors.StopPositionReached)
+    forward = SubscribeSpec.build("s", 0, {}, now_ns=0)
+    assert classify(exc, forward, Phase.OPENING).action is Action.FAIL  # only for reverse
+
+
+async def test_a_broker_that_left_the_metadata_is_forgotten(fake: FakeCluster) -> None:
+    speaks(fake, "v1.9.0")
+    pool = fake.pool(OPTIONS)
+    metadata = MetadataCache(pool, [fake.address("a")], OPTIONS)
+    features = FeatureDetector(metadata, pool, OPTIONS)
+    await features.cluster()
+    assert set(features.cached()) == {fake.address("a"), fake.address("b")}
+    fake.hidden.add("b")
+    await metadata.refresh()
+    assert [b.broker for b in (await features.cluster()).brokers] == [fake.address("a")]
+    assert set(features.cached()) == {fake.address("a")}  # probed again if it comes back
