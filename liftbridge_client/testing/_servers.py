@@ -240,6 +240,20 @@ class LiftbridgeNode(_Server):
         self.stop()
         return self.start(wait=wait, timeout=timeout)
 
+    def switch_version(self, version: str, *, binary: Path | None = None) -> None:
+        """Run ``version`` from the next start on, with the same id, ports and data (an
+        upgrade or downgrade in place). The node must be stopped; its config is rewritten
+        (telemetry off for builds that need it, the key dropped for releases)."""
+        if self.running:
+            raise ConfigError(f"stop {self.server_id} before switching it to {version}")
+        self.version = server_version(version).name
+        self.config = dataclasses.replace(
+            self.config, telemetry_off=needs_telemetry_off(self.version)
+        )
+        self.config_path.write_text(self.config.render())
+        self.binary = binary or liftbridge_binary(self.version)
+        self.process.argv = [str(self.binary), "-c", str(self.config_path)]
+
     def wait_ready(self, timeout: float = _NODE_START_TIMEOUT) -> None:
         """Block until a probe stream can be created through this node.
 

@@ -2,7 +2,7 @@
 
 Single nodes of v1.9.0, v1.7.1 and master (50ac358b41eb), and two 3-node clusters of mixed
 versions (v1.9.0 + master, v1.7.1 + v1.9.0, as in rolling upgrades), all started once per
-session by the ``liftbridge_versions`` fixture.
+session by the ``liftbridge_versions`` fixture; and one node upgraded in place.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -26,7 +27,7 @@ from liftbridge_client import (
 )
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
 from liftbridge_client.features import FEATURES, State
-from liftbridge_client.testing import StreamName, StreamNames
+from liftbridge_client.testing import Cluster, StreamName, StreamNames
 from liftbridge_client.testing.plugin import VersionedDeployments
 
 pytestmark = pytest.mark.integration
@@ -241,3 +242,35 @@ async def test_mixed_v1_7_1_and_v1_9_0_cluster_intersects_consumer_groups(
         newer = [a for a in cluster.addresses if a != old]
         await client.features.require("consumer_groups", brokers=newer)
         assert await client.features.supported("consumer_groups", brokers=newer)
+
+
+@pytest.mark.cluster
+@pytest.mark.liftbridge_version("master")
+async def test_rolling_upgrade_of_one_node_to_master(
+    tmp_path: Path, stream_names: StreamNames
+) -> None:
+    """A node upgraded in place keeps its data; the client sees the new version once told
+    to forget what it knew (or once the broker leaves and rejoins the metadata)."""
+    with Cluster(3, base_dir=tmp_path, versions="v1.9.0") as cluster:
+        node = cluster.node("n3")
+        async with Client(cluster.addresses, options=OPTIONS) as client:
+            streams = await stream_led_by_each_broker(client, stream_names, cluster.addresses)
+            stream = streams[node.address]
+            await publish_values(client, stream, 3)
+            assert offsets(await drain(client, stream, start=StartPosition.LATEST)) == [2, 1, 0]
+            before = client.features.cached()[node.address]
+            assert before.state("reverse_subscribe") is State.UNSUPPORTED
+
+            await asyncio.to_thread(node.stop)
+            node.switch_version("master")
+            await asyncio.to_thread(node.start, wait=False)
+            await asyncio.to_thread(cluster.wait_ready)
+            assert "Liftbridge Version:        dev" in node.logs()
+
+            # Still known as v1.9.0: emulated, which gives the same answer.
+            assert offsets(await drain(client, stream, start=StartPosition.LATEST)) == [2, 1, 0]
+            assert client.features.cached()[node.address] is before
+            client.features.invalidate(node.address)
+            assert offsets(await drain(client, stream, start=StartPosition.LATEST)) == [2, 1, 0]
+            after = client.features.cached()[node.address]
+            assert after.state("reverse_subscribe") is State.SUPPORTED

@@ -234,3 +234,14 @@ def test_plugin_selects_tests_by_the_default_server_version(tmp_path: Path) -> N
     bad = _run_plugin(tmp_path, LIFTBRIDGE_SERVER_VERSION="v0.1")
     assert bad.returncode != 0
     assert "unknown Liftbridge server version 'v0.1'" in bad.stdout + bad.stderr
+
+
+def test_switching_a_node_version_rewrites_its_telemetry_setting(tmp_path: Path) -> None:
+    node = LiftbridgeNode(node_config(tmp_path), tmp_path / "n", binary=FAKE_BINARY)
+    assert TELEMETRY_OFF_LINE not in node.config_path.read_text()
+    node.switch_version("master", binary=FAKE_BINARY)
+    assert node.version == MASTER_VERSION
+    assert TELEMETRY_OFF_LINE in node.config_path.read_text().splitlines()
+    assert node.process.argv == [str(FAKE_BINARY), "-c", str(node.config_path)]
+    node.switch_version("v1.9.0", binary=FAKE_BINARY)  # a downgrade drops the key again
+    assert "telemetry" not in node.config_path.read_text()
