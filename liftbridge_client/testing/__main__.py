@@ -31,21 +31,21 @@ def _provision(args: argparse.Namespace) -> int:
     else:
         versions = args.server_version or [LIFTBRIDGE_VERSION]
     started = time.monotonic()
-    status = 0
+    reports = []
     for version in versions:
         try:
-            report = provision(version)
+            reports.append(provision(version))
         except SnapshotMissingError as exc:
             if not args.all or os.environ.get("CI"):
                 raise
             print(f"warning: {exc}; tests of {version} will be deselected", file=sys.stderr)
-            continue
+    for report in reports:
         print(f"liftbridge   {report.liftbridge_version:<20} {report.liftbridge}")
-        nats = f"{report.nats_server_version:<20} {report.nats_server}"
-    print(f"nats-server  {nats}")
-    print(f"go           {report.go_version or 'not found'}")
+    last = reports[-1]
+    print(f"nats-server  {last.nats_server_version:<20} {last.nats_server}")
+    print(f"go           {last.go_version or 'not found'}")
     print(f"took {time.monotonic() - started:.2f} s")
-    return status
+    return 0
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -54,7 +54,10 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    deployment: SingleNode | Cluster = Cluster(3) if args.cluster else SingleNode()
+    version = args.server_version or LIFTBRIDGE_VERSION
+    deployment: SingleNode | Cluster = (
+        Cluster(3, versions=version) if args.cluster else SingleNode(version=version)
+    )
     # SIGINT may be ignored when started in the background; SIGTERM comes from process
     # managers. Both stop the servers like Ctrl-C.
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -101,6 +104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     prov.set_defaults(func=_provision)
     run = commands.add_parser("run", help="run servers until Ctrl-C")
     run.add_argument("--cluster", action="store_true", help="3 nodes on one NATS server")
+    run.add_argument(
+        "--server-version",
+        metavar="VERSION",
+        help=f"v1.9.0, v1.7.1 or master (default {LIFTBRIDGE_VERSION})",
+    )
     run.set_defaults(func=_run)
     args = parser.parse_args(argv)
     logging.basicConfig(
