@@ -175,10 +175,10 @@ async def set_stream_readonly(
 async def fetch_metadata(
     metadata: MetadataCache, streams: Sequence[str], groups: Sequence[str] = ()
 ) -> Metadata:
-    for stream in streams:
-        _check_name("stream", stream)
     if isinstance(groups, str):
         raise errors.InvalidInputError(f"groups must be a sequence of ids, got {groups!r}")
+    for stream in streams:
+        _check_name("stream", stream)
     for group in groups:
         _check_name("groups", group)
     if not streams and not groups:

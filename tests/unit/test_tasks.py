@@ -40,6 +40,8 @@ async def test_an_exception_ends_only_its_own_task(caplog: pytest.LogCaptureFixt
 async def test_a_stray_cancelled_error_ends_only_its_own_task(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level("DEBUG", logger="liftbridge_client._tasks")
+
     # grpc.aio raises CancelledError from a call cancelled by another task.
     async def stray() -> None:
         await asyncio.sleep(0)
