@@ -182,8 +182,10 @@ async def round_trip(node: SingleNode, name: str, subject: str) -> None:
     ) as c:
         await c.create_stream(subject, name)
         # A subject with a wildcard token cannot be published to; publish on a literal one.
-        pub_subject = subject.replace("*", "w") if "*" in subject.split(".") else subject
-        literal = "*" not in subject.split(".")
+        # Only a whole '*' token is a wildcard: "0*" is a literal token (as in NATS).
+        tokens = subject.split(".")
+        pub_subject = ".".join("w" if t == "*" else t for t in tokens)
+        literal = "*" not in tokens
         acks = [await c.publish(name, b"grpc", transport=Transport.GRPC, key=b"k")]
         if literal:
             acks.append(await c.publish(name, b"nats", transport=Transport.NATS))
