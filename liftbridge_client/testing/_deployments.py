@@ -150,8 +150,12 @@ class SingleNode(_LocalDeployment):
         server_id: str = "n1",
         tls: ServerTLS | None = None,
         nats_credentials: tuple[str, str] | None = None,
+        port: int | None = None,
+        nats_port: int | None = None,
     ) -> None:
         """Pick ports and write the configuration; :meth:`start` (or ``with``) runs it.
+
+        ``port`` (gRPC) and ``nats_port`` fix the ports; None (or 0) picks free ones.
 
         ``tls`` serves the gRPC API over TLS (see :func:`make_pki`); NATS stays plaintext.
         ``nats_credentials`` (user, password) makes the embedded NATS require them (the
@@ -160,7 +164,9 @@ class SingleNode(_LocalDeployment):
         root = self._setup_dir(base_dir, "liftbridge-single-")
         workdir = root / server_id
         workdir.mkdir(parents=True, exist_ok=True)
-        port, self.nats_port = free_ports(2)
+        free_port, free_nats_port = free_ports(2)
+        port = port or free_port
+        self.nats_port = nats_port or free_nats_port
         nats_config = workdir / "nats.conf"
         nats_config.write_text(nats_embedded_config(self.nats_port, nats_credentials))
         auth: dict[str, Setting] = {}
