@@ -121,7 +121,8 @@ def settings_of(ctx: click.Context) -> ConnectionSettings:
 
 def fail(message: str, status: ExitStatus = ExitStatus.ERROR) -> None:
     """Print ``error: message`` on stderr and exit with ``status``."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    # soft_wrap: one line whatever the width (scripts read it).
+    err_console.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
     raise SystemExit(int(status))
 
 

@@ -51,10 +51,15 @@ def print_table(
 
 
 def iso(ns: int) -> str | None:
-    """ISO 8601 UTC of Unix nanoseconds (None for 0: never)."""
+    """ISO 8601 UTC of Unix nanoseconds, floored to microseconds (None for 0: never).
+
+    Floored, so that ``subscribe --time`` given this text starts at that message.
+    """
     if not ns:
         return None
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC).isoformat().replace("+00:00", "Z")
+    seconds = datetime.fromtimestamp(ns // 1_000_000_000, tz=UTC)
+    moment = seconds.replace(microsecond=ns // 1000 % 1_000_000)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _bytes_fields(name: str, data: bytes) -> dict[str, str | None]:

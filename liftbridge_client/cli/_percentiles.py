@@ -16,7 +16,8 @@ def percentile(ordered: Sequence[float], p: float) -> float:
         raise ValueError("no samples")
     if not 0 < p <= 100:
         raise ValueError(f"percentile must be in (0, 100], got {p}")
-    rank = math.ceil(p / 100 * len(ordered))
+    # Rounded first: 99.9 / 100 * 1000 is 999.0000000000001 in floats, not rank 1000.
+    rank = math.ceil(round(p * len(ordered) / 100, 9))
     return ordered[rank - 1]
 
 
