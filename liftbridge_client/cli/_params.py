@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import re
 from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import click
@@ -53,10 +54,14 @@ def parse_time_ns(text: str) -> int:
     """Unix nanoseconds from ISO 8601 (no offset means UTC) or ``@<unix seconds>``."""
     text = text.strip()
     if text.startswith("@"):
+        # Decimal, not float: a float has no nanoseconds left at today's Unix times.
         try:
-            return round(float(text[1:]) * 1e9)
-        except ValueError:
-            raise ValueError(f"not a unix time: {text!r} (example: @1700000000.5)") from None
+            seconds = Decimal(text[1:])
+        except InvalidOperation:
+            seconds = Decimal("NaN")
+        if not seconds.is_finite():
+            raise ValueError(f"not a unix time: {text!r} (example: @1700000000.5)")
+        return int(seconds * 1_000_000_000)
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:

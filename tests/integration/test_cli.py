@@ -151,7 +151,8 @@ def test_subscribe_stop_positions_and_formats(cli: Cli, unique_stream: StreamNam
     # By time: from the first keyed message's timestamp (a later process published it).
     since_keyed = cli("subscribe", name, "--time", keyed[0]["timestamp"]).stdout
     assert since_keyed.splitlines() == ["hello", "world"]
-    at_unix = f"@{keyed[1]['timestamp_ns'] / 1e9:.6f}"
+    ns = keyed[1]["timestamp_ns"]
+    at_unix = f"@{ns // 10**9}.{ns % 10**9:09d}"
     assert cli("subscribe", name, "--time", at_unix).stdout.splitlines() == ["world"]
     # Ten minutes back covers all of them.
     assert len(cli("subscribe", name, "--since", "10m").stdout.splitlines()) == 22

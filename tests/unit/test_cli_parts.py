@@ -39,7 +39,8 @@ def test_times() -> None:
     assert parse_time_ns("1970-01-01T01:00:01+01:00") == 1_000_000_000
     assert parse_time_ns("1970-01-01T00:00:00.000002Z") == 2000
     assert parse_time_ns("@1.5") == 1_500_000_000
-    for bad in ("yesterday", "@soon"):
+    assert parse_time_ns("@1795438263.682048999") == 1_795_438_263_682_048_999
+    for bad in ("yesterday", "@soon", "@inf", "@"):
         with pytest.raises(ValueError, match="time"):
             parse_time_ns(bad)
 
