@@ -72,7 +72,7 @@ def _bytes_fields(name: str, data: bytes) -> dict[str, str | None]:
 def message_dict(msg: Message) -> dict[str, Any]:
     """A message as JSON: bytes as UTF-8 text, or ``<field>_base64`` when not UTF-8."""
     headers: dict[str, Any] = {}
-    for name, value in msg.headers.items():
+    for name, value in sorted(msg.headers.items()):  # stable output: the server's order varies
         text, b64 = decode_bytes(value)
         headers[name] = text if b64 is None else {"base64": b64}
     return {

@@ -313,3 +313,56 @@ def test_subscribe_follow_in_a_terminal(
     # The terminal echoes the Ctrl-C as ^C before the command's own word.
     lines = [line.removeprefix("^C") for line in screen.splitlines() if line.strip()]
     assert lines == ["0: before", "1: after-1", "2: after-2", "interrupted", "EXIT=130"]
+
+
+DOCS_CLI = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+
+
+def console_examples(path: Path) -> list[tuple[str, list[str]]]:
+    """``(command, expected stdout lines)`` of console blocks marked ``docs-test: console``."""
+    examples: list[tuple[str, list[str]]] = []
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() != "<!-- docs-test: console -->":
+            continue
+        assert lines[i + 1] == "```console", f"{path}:{i + 2}: a console block must follow"
+        for body in lines[i + 2 :]:
+            if body.startswith("```"):
+                break
+            if body.startswith("$ "):
+                examples.append((body[2:], []))
+            else:
+                examples[-1][1].append(body)
+    return examples
+
+
+def _matches(expected: str, actual: str) -> bool:
+    """``...`` in the docs stands for anything (values that change at every run)."""
+    pattern = ".*".join(re.escape(part) for part in expected.split("..."))
+    return re.fullmatch(pattern, actual) is not None
+
+
+def test_docs_cli_examples_run_as_shown(liftbridge_server: Deployment) -> None:
+    examples = console_examples(DOCS_CLI)
+    assert len(examples) >= 10
+    env = dict(
+        os.environ,
+        PATH=f"{LIFTBRIDGE.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        LIFTBRIDGE_ADDRS=",".join(liftbridge_server.addresses),
+    )
+    env.pop("LIFTBRIDGE_NATS_URL", None)
+    subprocess.run(["liftbridge", "streams", "delete", "greetings"], env=env, check=False)
+    for command, expected in examples:
+        result = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", command],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+        assert result.returncode == 0, f"$ {command}\n{result.stderr}"
+        actual = result.stdout.splitlines()
+        assert len(actual) == len(expected), f"$ {command}\n{result.stdout}"
+        for want, got in zip(expected, actual, strict=True):
+            assert _matches(want, got), f"$ {command}\nexpected: {want}\nprinted:  {got}"
