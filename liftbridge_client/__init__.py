@@ -30,6 +30,7 @@ from liftbridge_client.options import (
     RetryPolicy,
     StreamConfig,
     TLSConfig,
+    TracingOptions,
     Transport,
 )
 from liftbridge_client.partitioning import KeyPartitioner, Partitioner, RoundRobinPartitioner
@@ -60,6 +61,7 @@ __all__ = [
     "StreamInfo",
     "Subscription",
     "TLSConfig",
+    "TracingOptions",
     "Transport",
     "__version__",
 ]

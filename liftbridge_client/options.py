@@ -25,6 +25,7 @@ __all__ = [
     "StreamConfig",
     "StreamSettings",
     "TLSConfig",
+    "TracingOptions",
     "Transport",
 ]
 
@@ -101,6 +102,26 @@ class RetryPolicy:
         return min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
 
 
+@dataclass(frozen=True, slots=True)
+class TracingOptions:
+    """OpenTelemetry trace propagation (install the ``[otel]`` extra), off unless set.
+
+    With ``ClientOptions(tracing=TracingOptions())`` each publish runs in a PRODUCER
+    span ``send <stream>`` and carries its context in the message headers
+    (``traceparent``, W3C Trace Context, through the propagator); each message a
+    subscription yields gets a CONSUMER span ``receive <stream>``, child of the
+    producer's context (``receive_spans=False`` turns those off). Attributes follow
+    the OpenTelemetry semantic conventions for messaging. `liftbridge_client.tracing`
+    extracts the context (or a span link) of any message.
+
+    ``tracer_provider`` and ``propagator`` default to OpenTelemetry's global ones.
+    """
+
+    tracer_provider: object | None = None  # an opentelemetry.trace.TracerProvider
+    propagator: object | None = None  # an opentelemetry TextMapPropagator
+    receive_spans: bool = True
+
+
 KEEPALIVE_DEFAULT = 330.0
 
 
@@ -141,6 +162,9 @@ class ClientOptions:
     # stopping connections and tasks may take whatever the servers do.
     drain_timeout: float = 10.0
     close_timeout: float = 1.0
+    # OpenTelemetry trace propagation through message headers (the [otel] extra); None: off,
+    # and then publishing and subscribing do no tracing work at all.
+    tracing: TracingOptions | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -161,6 +185,8 @@ class ClientOptions:
             raise InvalidInputError(f"max_inflight must be an int >= 1, got {self.max_inflight!r}")
         if self.partitioner is not None and not callable(self.partitioner):
             raise InvalidInputError(f"partitioner must be callable, got {self.partitioner!r}")
+        if self.tracing is not None and not isinstance(self.tracing, TracingOptions):
+            raise InvalidInputError(f"tracing must be a TracingOptions, got {self.tracing!r}")
         if self.transport is not None and not isinstance(self.transport, Transport):
             raise InvalidInputError(f"transport must be a Transport, got {self.transport!r}")
         overrides = dict(self.address_overrides)
