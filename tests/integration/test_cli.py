@@ -22,7 +22,15 @@ from typing import Any
 
 import pytest
 
-from liftbridge_client.testing import Deployment, StreamName, StreamNames, free_ports
+from liftbridge_client.testing import (
+    Deployment,
+    ServerTLS,
+    SingleNode,
+    StreamName,
+    StreamNames,
+    free_ports,
+    make_pki,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -366,3 +374,36 @@ def test_docs_cli_examples_run_as_shown(liftbridge_server: Deployment) -> None:
         assert len(actual) == len(expected), f"$ {command}\n{result.stdout}"
         for want, got in zip(expected, actual, strict=True):
             assert _matches(want, got), f"$ {command}\nexpected: {want}\nprinted:  {got}"
+
+
+def test_tls_files_and_nats_credentials_from_flags_and_environment(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    user, password = "cliuser", "cli-s3cret"
+    tls = ServerTLS(pki, client_auth=True)
+    with SingleNode(base_dir=tmp_path / "node", tls=tls, nats_credentials=(user, password)) as node:
+        name, subject = StreamNames("cli-tls")()
+        flags = ["--tls-ca", str(pki.ca_cert), "--tls-cert", str(pki.client_cert)]
+        flags += ["--tls-key", str(pki.client_key), "--timeout", "3"]
+        env = {"LIFTBRIDGE_NATS_USER": user, "LIFTBRIDGE_NATS_PASSWORD": password}
+        created = run_cli(node, *flags, "streams", "create", name, "-s", subject, env=env)
+        assert created.returncode == 0, created.stderr
+        published = run_cli(node, *flags, "publish", name, "secret", "-t", "nats", env=env)
+        assert published.returncode == 0, published.stderr
+        # The same files from the environment.
+        env_tls = {
+            "LIFTBRIDGE_TLS_CA": str(pki.ca_cert),
+            "LIFTBRIDGE_TLS_CERT": str(pki.client_cert),
+            "LIFTBRIDGE_TLS_KEY": str(pki.client_key),
+            **env,
+        }
+        read = run_cli(node, "subscribe", name, env=env_tls)
+        assert (read.returncode, read.stdout) == (0, "secret\n"), read.stderr
+        # No client certificate: the server refuses the handshake.
+        no_cert = run_cli(node, "--tls-ca", str(pki.ca_cert), "--timeout", "2", "metadata")
+        assert no_cert.returncode == 3, no_cert.stderr
+        # A wrong NATS password: unreachable, and the password is never printed.
+        wrong = {**env, "LIFTBRIDGE_NATS_PASSWORD": "wrong-pass"}
+        refused = run_cli(node, *flags, "publish", name, "x", env=wrong)
+        assert refused.returncode == 3, refused.stderr
+        assert "Authorization Violation" in refused.stderr
+        assert "wrong-pass" not in refused.stderr
