@@ -37,3 +37,33 @@ def test_docs_site_builds_strict_with_the_api_reference(tmp_path: Path) -> None:
     benchmarks = (site / "benchmarks" / "index.html").read_text()
     assert 'src="../benchmarks.png"' in benchmarks
     assert (site / "benchmarks.png").stat().st_size > 10_000
+
+
+def test_rest_docstrings_become_markdown() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from griffe_docstrings import markdown_docstring
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    text = (
+        "Uses :class:`~pkg.mod.Thing` and :func:`pkg.run`, for example::\n"
+        "\n"
+        "    async with x:\n"
+        "        pass\n"
+        "\n"
+        "Then more text. A line with :: inside stays."
+    )
+    assert markdown_docstring(text) == (
+        "Uses `Thing` and `pkg.run`, for example:\n"
+        "\n"
+        "```python\n"
+        "async with x:\n"
+        "    pass\n"
+        "```\n"
+        "\n"
+        "Then more text. A line with :: inside stays."
+    )
+    # Not Python (the tree in errors.py): a text block.
+    assert markdown_docstring("The tree::\n\n    A\n    └── B\n") == (
+        "The tree:\n\n```text\nA\n└── B\n```\n"
+    )
