@@ -38,13 +38,13 @@ def list_streams(ctx: click.Context, as_json: bool) -> None:
             return
         print_table(
             None,
-            ["stream", "subject", "partitions", "messages", "created"],
+            ["stream", "subject", "partitions", "newest offsets", "created"],
             (
                 (
                     s.name,
                     s.subject,
                     len(s.partitions),
-                    sum(p.newest_offset + 1 for p in views[s.name].values()),
+                    ",".join(str(p.newest_offset) for _, p in sorted(views[s.name].items())),
                     iso(s.creation_timestamp_ns),
                 )
                 for s in ordered

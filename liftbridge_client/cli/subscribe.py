@@ -88,7 +88,7 @@ def _stop_args(follow: bool, stop_offset: int | None, stop_at: int | None) -> Su
 @click.option("-p", "--partition", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--earliest", is_flag=True, help="Start at the oldest message (the default).")
 @click.option("--latest", is_flag=True, help="Start at the newest message.")
-@click.option("--new-only", is_flag=True, help="Start after the newest message.")
+@click.option("--new-only", is_flag=True, help="Start after the newest message (with --follow).")
 @click.option("--offset", type=click.IntRange(min=0), help="Start at this offset.")
 @click.option("--time", "at", type=TIME, help="Start at this time (ISO 8601, UTC by default).")
 @click.option("--since", type=DURATION, help="Start this long ago (e.g. 10m).")
