@@ -167,10 +167,16 @@ async def set_stream_readonly(
     )
 
 
-async def fetch_metadata(metadata: MetadataCache, streams: Sequence[str]) -> Metadata:
-    if not streams:
+async def fetch_metadata(
+    metadata: MetadataCache, streams: Sequence[str], groups: Sequence[str] = ()
+) -> Metadata:
+    if isinstance(groups, str):
+        raise errors.InvalidInputError(f"groups must be a sequence of ids, got {groups!r}")
+    for group in groups:
+        _check_name("groups", group)
+    if not streams and not groups:
         return await metadata.refresh()
-    return metadata_from_proto(await metadata.fetch(streams))
+    return metadata_from_proto(await metadata.fetch(streams, groups))
 
 
 async def fetch_partition_metadata(

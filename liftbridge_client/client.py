@@ -28,6 +28,8 @@ from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._publish_args import PublishOptions, SubjectOptions
 from liftbridge_client._publisher import Publisher
 from liftbridge_client._tasks import TaskSupervisor
+from liftbridge_client.activity import ACTIVITY_STREAM, ActivityStream
+from liftbridge_client.groups import Consumer, ConsumerOptions
 from liftbridge_client.models import Ack, AckPolicy, Metadata, PartitionInfo, PublishStats
 from liftbridge_client.options import ClientOptions, StreamConfig, StreamSettings
 from liftbridge_client.subscription import SubscribeArgs, Subscription
@@ -103,6 +105,7 @@ class Client:
         self._nats: nats.aio.client.Client | None = None
         self._publisher: Publisher | None = None
         self._subscriptions: set[Subscription] = set()
+        self._consumers: set[Consumer] = set()
         self._nats_error: Exception | None = None
         self._nats_errors: dict[str, None] = {}  # distinct texts while connecting, in order
         self._tasks = TaskSupervisor()
@@ -248,6 +251,8 @@ class Client:
                 failures.append((what, exc))
 
         await step("stopping the metadata refresher", self._metadata.stop)
+        for consumer in list(self._consumers):
+            await step("closing a group consumer", consumer.close)
         for sub in list(self._subscriptions):
             await step("closing a subscription", sub.close)
         if self._publisher is not None:
@@ -338,10 +343,14 @@ class Client:
         self._require_open()
         await _admin.set_stream_readonly(self._metadata, self._options, name, partitions, readonly)
 
-    async def fetch_metadata(self, *streams: str) -> Metadata:
-        """Cluster metadata for the given streams (all streams if none given)."""
+    async def fetch_metadata(self, *streams: str, groups: Sequence[str] = ()) -> Metadata:
+        """Cluster metadata for the given streams (all streams if none given).
+
+        ``groups`` are consumer group ids whose coordinator and epoch to include in
+        ``Metadata.groups`` (groups the server does not know are left out).
+        """
         self._require_open()
-        return await _admin.fetch_metadata(self._metadata, streams)
+        return await _admin.fetch_metadata(self._metadata, streams, groups)
 
     async def fetch_partition_metadata(self, stream: str, partition: int = 0) -> PartitionInfo:
         """Offsets and state of one partition, asked of its leader."""
@@ -555,3 +564,44 @@ class Client:
         return await _cursors.fetch_cursor(
             self._metadata, self._options, cursor_id, stream, partition
         )
+
+    # ------------------------------------------------------------ consumer groups
+
+    def consumer(
+        self,
+        group_id: str,
+        streams: Sequence[str],
+        *,
+        options: ConsumerOptions | None = None,
+    ) -> Consumer:
+        """A member of consumer group ``group_id`` reading ``streams``: ``async with`` it
+        (joins the group) and ``async for`` over it. See `Consumer` and
+        docs/consumer-groups.md. Needs cursors enabled on the server, and a server with
+        consumer groups (else `FeatureNotSupportedError` when it joins)."""
+        self._require_open()
+        consumer = Consumer(
+            self._metadata,
+            self._pool,
+            self._options,
+            self.subscribe,
+            group_id,
+            streams,
+            options,
+            on_close=self._consumers.discard,
+        )
+        self._consumers.add(consumer)
+        return consumer
+
+    # ------------------------------------------------------------ activity stream
+
+    def activity(self, **kw: Unpack[SubscribeArgs]) -> ActivityStream:
+        """The server's activity stream as typed events (see `ActivityStream`).
+
+        Takes the `subscribe` options: the default starts with new events only;
+        ``start=StartPosition.EARLIEST`` reads from the first, and
+        ``start_offset=event.offset + 1`` resumes after an event already handled.
+        The server must run with ``activity.stream.enabled: true``, else
+        `FeatureNotSupportedError`.
+        """
+        self._require_open()
+        return ActivityStream(self._metadata, self.subscribe(ACTIVITY_STREAM, 0, **kw))

@@ -18,7 +18,13 @@ provisions or runs servers from the command line. See docs/testing.md.
 
 from __future__ import annotations
 
-from liftbridge_client.testing._config import CLUSTER_SETTINGS, NodeConfig, Setting
+from liftbridge_client.testing._config import (
+    ACTIVITY_STREAM_SETTINGS,
+    CLUSTER_SETTINGS,
+    GROUP_SETTINGS,
+    NodeConfig,
+    Setting,
+)
 from liftbridge_client.testing._deployments import (
     ENV_ADDRS,
     ENV_NATS_URL,
@@ -48,9 +54,11 @@ from liftbridge_client.testing._tls import ServerTLS, TestPKI, make_pki
 from liftbridge_client.testing._wait import wait_until
 
 __all__ = [
+    "ACTIVITY_STREAM_SETTINGS",
     "CLUSTER_SETTINGS",
     "ENV_ADDRS",
     "ENV_NATS_URL",
+    "GROUP_SETTINGS",
     "LIFTBRIDGE_VERSION",
     "PROBE_STREAM_PREFIX",
     "Cluster",

@@ -21,7 +21,9 @@ from types import MappingProxyType
 from liftbridge_client.testing._errors import ConfigError
 
 __all__ = [
+    "ACTIVITY_STREAM_SETTINGS",
     "CLUSTER_SETTINGS",
+    "GROUP_SETTINGS",
     "LOOPBACK",
     "NodeConfig",
     "Setting",
@@ -59,6 +61,21 @@ CLUSTER_SETTINGS: Mapping[str, Setting] = MappingProxyType(
 The metadata Raft group's own timeouts are not configurable in v1.9.0 (hashicorp/raft
 defaults: about 1 s to elect a new metadata leader).
 """
+
+GROUP_SETTINGS: Mapping[str, Setting] = MappingProxyType(
+    {
+        # Consumer groups notice a silent member or coordinator in seconds, not the default
+        # 15 s each. Members heartbeat every 0.4 x the consumer timeout.
+        "groups.consumer.timeout": "3s",
+        "groups.coordinator.timeout": "3s",
+    }
+)
+"""Settings for group tests (v1.8.0+ keys): fast expiry of members and coordinators."""
+
+ACTIVITY_STREAM_SETTINGS: Mapping[str, Setting] = MappingProxyType(
+    {"activity.stream.enabled": True}
+)
+"""Settings that make the server publish its activity stream (``__activity``)."""
 
 # Keys the harness owns: passing them in ``extra`` would silently fight the typed fields.
 _OWNED_KEYS = frozenset(

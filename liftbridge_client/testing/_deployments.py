@@ -46,7 +46,7 @@ __all__ = [
 ENV_ADDRS = "LIFTBRIDGE_ADDRS"
 ENV_NATS_URL = "LIFTBRIDGE_NATS_URL"
 
-_log = logging.getLogger("liftbridge_client.testing")
+_log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -326,7 +326,8 @@ class Cluster(_LocalDeployment):
         """Block until the whole cluster works.
 
         Every node must be running and able to create a stream; a stream replicated on every
-        node must be creatable; and every node's FetchMetadata must list every broker.
+        node must be creatable and known to every node (so restarted nodes have recovered);
+        and every node's FetchMetadata must list every broker.
         """
         deadline = time.monotonic() + timeout
         for node in self._nodes:
@@ -338,6 +339,7 @@ class Cluster(_LocalDeployment):
             replication_factor=len(self._nodes),
             timeout=max(1.0, deadline - time.monotonic()),
             check_alive=self._check_all_alive,
+            applied_on=[node.address for node in self._nodes],
         )
         expected = set(self.server_ids)
         for node in self._nodes:
