@@ -67,3 +67,18 @@ def test_rest_docstrings_become_markdown() -> None:
     assert markdown_docstring("The tree::\n\n    A\n    └── B\n") == (
         "The tree:\n\n```text\nA\n└── B\n```\n"
     )
+
+
+def test_broken_links_are_found_and_repository_files_are_not_broken(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from mkdocs_hooks import broken_links
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    docs = ROOT / "docs"
+    text = (
+        "[a](quickstart.md) [b](../examples/quickstart.py) [c](missing.md#x) "
+        "[d](https://example.invalid/x) [e](#local) [f](reference/client.md#top)\n"
+        "```console\n[g](inside-code.md)\n```\n[h](../nope/file.py)"
+    )
+    assert broken_links(text, docs) == ["missing.md#x", "../nope/file.py"]
