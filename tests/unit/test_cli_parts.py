@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -130,3 +134,25 @@ def test_usage_errors_exit_2() -> None:
     assert sorted(cli.commands) == [
         "bench", "cursors", "metadata", "publish", "server", "streams", "subscribe",
     ]  # fmt: skip
+
+
+def test_the_documented_exit_statuses_are_the_real_ones() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    table = text[text.index("| Status | Meaning |") :].split("\n\n")[0]
+    documented = sorted(int(m) for m in re.findall(r"^\| (\d+) \|", table, re.MULTILINE))
+    assert documented == sorted(int(s) for s in ExitStatus)
+    epilog = cli.epilog or ""
+    assert all(f"{int(s)} " in epilog for s in ExitStatus)
+
+
+def test_without_the_cli_extra_the_command_says_what_to_install() -> None:
+    code = (
+        "import sys; sys.modules['click'] = None\n"
+        "from liftbridge_client.cli import main\n"
+        "main(['--help'])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert result.returncode == 1
+    assert "needs the [cli] extra" in result.stderr
