@@ -39,10 +39,13 @@ _PARTITIONERS: dict[str, Partitioner | None] = {
 
 
 class _RateColumn(ProgressColumn):
-    """Messages per second, from rich's own speed estimate."""
+    """Messages per second: rich's recent estimate, else the average (setting the total
+    at the end resets rich's samples)."""
 
     def render(self, task: Task) -> Text:
         speed = task.finished_speed or task.speed
+        if speed is None and task.elapsed:
+            speed = task.completed / task.elapsed
         return Text("" if speed is None else f"{speed:,.0f} msg/s", style="progress.data.speed")
 
 

@@ -407,3 +407,24 @@ def test_tls_files_and_nats_credentials_from_flags_and_environment(tmp_path: Pat
         assert refused.returncode == 3, refused.stderr
         assert "Authorization Violation" in refused.stderr
         assert "wrong-pass" not in refused.stderr
+
+
+def test_publish_shows_a_progress_bar_with_the_rate_in_a_terminal(
+    cli: Cli, liftbridge_server: Deployment, unique_stream: StreamName, tmux: list[str]
+) -> None:
+    name, subject = unique_stream
+    cli("streams", "create", name, "--subject", subject)
+    command = (
+        f"seq 1 5000 | LIFTBRIDGE_ADDRS={','.join(liftbridge_server.addresses)} "
+        f"{LIFTBRIDGE} publish {name}; echo EXIT=$?; sleep 600"
+    )
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-s", "follow", "-x", "150", "-y", "10", command],
+        check=True,
+    )
+    screen = _wait_screen(tmux, lambda s: "EXIT=" in s, "the end of the publish")
+    assert "EXIT=0" in screen
+    bar = next(line for line in screen.splitlines() if line.startswith("publishing"))
+    assert "5000/5000" in bar
+    assert re.search(r"[\d,]+ msg/s", bar), bar
+    assert f"published 5000 messages to {name}" in screen
