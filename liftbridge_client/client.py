@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import datetime
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
@@ -21,10 +21,11 @@ import nats
 import nats.aio.client
 import nats.errors
 
-from liftbridge_client import _admin, _cursors, errors
+from liftbridge_client import _admin, _cursors, _validate, errors
 from liftbridge_client._correlation import PublishFuture
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._nats_connect import nats_security_args
 from liftbridge_client._publish_args import PublishOptions, SubjectOptions
 from liftbridge_client._publisher import Publisher
 from liftbridge_client._tasks import TaskSupervisor
@@ -75,6 +76,21 @@ def _tracer(options: ClientOptions) -> Tracer | None:
     return Tracer(options.tracing)
 
 
+def _check_brokers(brokers: object) -> list[str]:
+    """The seed addresses, each ``host:port``; at least one (rejected here, naming it)."""
+    try:
+        addresses: list[str] = list(brokers)  # type: ignore[call-overload]
+    except TypeError:
+        raise errors.InvalidInputError(
+            f"brokers must be a list of host:port strings, got {brokers!r}"
+        ) from None
+    if not addresses:
+        raise errors.InvalidInputError("brokers must name at least one host:port address")
+    for address in addresses:
+        _validate.broker_address(address)
+    return addresses
+
+
 class Client:
     """An asyncio Liftbridge client.
 
@@ -96,10 +112,17 @@ class Client:
     ) -> None:
         if isinstance(brokers, str):
             brokers = [brokers]
+        if options is not None and not isinstance(options, ClientOptions):
+            raise errors.InvalidInputError(f"options must be a ClientOptions, got {options!r}")
         self._options = options or ClientOptions()
+        brokers = _check_brokers(brokers)
         for address in brokers:
-            self._options.resolve(address)
-        self._nats_servers = list(nats_servers or ())
+            _validate.broker_address(self._options.resolve(address))
+        if isinstance(nats_servers, str):
+            nats_servers = [nats_servers]
+        self._nats_servers = [
+            _validate.nats_server_url(s, "nats_servers entry") for s in nats_servers or ()
+        ]
         self._pool = BrokerPool(self._options)
         self._metadata = MetadataCache(self._pool, brokers, self._options)
         self._nats: nats.aio.client.Client | None = None
@@ -168,9 +191,7 @@ class Client:
             "reconnected_cb": self._on_nats_reconnected,
             "closed_cb": self._on_nats_closed,
         }
-        auth = self._options.nats_auth
-        if auth is not None:
-            args.update({k: v for k, v in dataclasses.asdict(auth).items() if v is not None})
+        args.update(nats_security_args(self._options))
         return args
 
     # nats-py reports through callbacks; by default it prints tracebacks. Log instead, and
@@ -515,7 +536,7 @@ class Client:
         """Publisher counters: pending publishes, and acks that were dropped and why."""
         return self._require_open().stats()
 
-    async def flush(self, timeout: float | None = None) -> None:
+    async def flush(self, timeout: float | datetime.timedelta | None = None) -> None:
         """Wait until every publish sent so far is acked or failed."""
         await self._require_open().flush(timeout)
 

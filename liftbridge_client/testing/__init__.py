@@ -18,6 +18,7 @@ provisions or runs servers from the command line. See docs/testing.md.
 
 from __future__ import annotations
 
+from liftbridge_client.testing._authz import AuthzPolicy
 from liftbridge_client.testing._config import (
     ACTIVITY_STREAM_SETTINGS,
     CLUSTER_SETTINGS,
@@ -40,6 +41,12 @@ from liftbridge_client.testing._errors import (
     ServerStartError,
 )
 from liftbridge_client.testing._names import StreamName, StreamNames
+from liftbridge_client.testing._nkeys import (
+    NkeyUser,
+    OperatorSetup,
+    make_nkey_user,
+    make_operator_setup,
+)
 from liftbridge_client.testing._probe import PROBE_STREAM_PREFIX
 from liftbridge_client.testing._process import free_ports
 from liftbridge_client.testing._provision import (
@@ -61,6 +68,7 @@ __all__ = [
     "GROUP_SETTINGS",
     "LIFTBRIDGE_VERSION",
     "PROBE_STREAM_PREFIX",
+    "AuthzPolicy",
     "Cluster",
     "ConfigError",
     "Deployment",
@@ -68,7 +76,9 @@ __all__ = [
     "HarnessError",
     "LiftbridgeNode",
     "NatsServer",
+    "NkeyUser",
     "NodeConfig",
+    "OperatorSetup",
     "ProvisionError",
     "ProvisionReport",
     "ServerStartError",
@@ -80,6 +90,8 @@ __all__ = [
     "TestPKI",
     "free_ports",
     "liftbridge_binary",
+    "make_nkey_user",
+    "make_operator_setup",
     "make_pki",
     "nats_server_binary",
     "provision",
