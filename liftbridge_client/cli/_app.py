@@ -28,6 +28,8 @@ __all__ = ["cli", "fail", "run", "run_plain", "settings_of"]
 
 _T = TypeVar("_T")
 
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+
 EXIT_CODES_HELP = """\b
 Exit status:
   0 ok, 1 other error, 2 bad usage or input, 3 unreachable (no broker/NATS,
@@ -59,19 +61,19 @@ Exit status:
 )
 @click.option(
     "--tls-ca",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=_FILE,
     envvar="LIFTBRIDGE_TLS_CA",
     help="CA bundle to verify the brokers (gRPC TLS). Env: LIFTBRIDGE_TLS_CA.",
 )
 @click.option(
     "--tls-cert",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=_FILE,
     envvar="LIFTBRIDGE_TLS_CERT",
     help="Client certificate (mutual TLS). Env: LIFTBRIDGE_TLS_CERT.",
 )
 @click.option(
     "--tls-key",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=_FILE,
     envvar="LIFTBRIDGE_TLS_KEY",
     help="Client certificate's key. Env: LIFTBRIDGE_TLS_KEY.",
 )
@@ -90,6 +92,41 @@ Exit status:
     "--nats-token",
     envvar="LIFTBRIDGE_NATS_TOKEN",
     help="Prefer the environment variable LIFTBRIDGE_NATS_TOKEN.",
+)
+@click.option(
+    "--nats-nkey-seed-file",
+    type=_FILE,
+    envvar="LIFTBRIDGE_NATS_NKEY_SEED_FILE",
+    help="File with the NATS user's nkey seed. Env: LIFTBRIDGE_NATS_NKEY_SEED_FILE.",
+)
+@click.option(
+    "--nats-creds",
+    type=_FILE,
+    envvar="LIFTBRIDGE_NATS_CREDS",
+    help="NATS credentials file (JWT and seed). Env: LIFTBRIDGE_NATS_CREDS.",
+)
+@click.option(
+    "--nats-tls-ca",
+    type=_FILE,
+    envvar="LIFTBRIDGE_NATS_TLS_CA",
+    help="CA bundle to verify the NATS server. Env: LIFTBRIDGE_NATS_TLS_CA.",
+)
+@click.option(
+    "--nats-tls-cert",
+    type=_FILE,
+    envvar="LIFTBRIDGE_NATS_TLS_CERT",
+    help="Client certificate for NATS. Env: LIFTBRIDGE_NATS_TLS_CERT.",
+)
+@click.option(
+    "--nats-tls-key",
+    type=_FILE,
+    envvar="LIFTBRIDGE_NATS_TLS_KEY",
+    help="Its key. Env: LIFTBRIDGE_NATS_TLS_KEY.",
+)
+@click.option(
+    "--nats-inbox-prefix",
+    envvar="LIFTBRIDGE_NATS_INBOX_PREFIX",
+    help="Subject prefix of the ack inbox. Env: LIFTBRIDGE_NATS_INBOX_PREFIX.",
 )
 @click.option(
     "--timeout",

@@ -29,6 +29,12 @@ class ConnectionSettings:
     nats_user: str | None = None
     nats_password: str | None = field(default=None, repr=False)
     nats_token: str | None = field(default=None, repr=False)
+    nats_nkey_seed_file: Path | None = None
+    nats_creds: Path | None = None
+    nats_tls_ca: Path | None = None
+    nats_tls_cert: Path | None = None
+    nats_tls_key: Path | None = None
+    nats_inbox_prefix: str | None = None
     timeout: float = 5.0
     debug: bool = False
 
@@ -42,13 +48,27 @@ class ConnectionSettings:
                 server_name=self.tls_server_name,
             )
         auth = None
-        if self.nats_user or self.nats_password or self.nats_token:
-            auth = NatsAuth(user=self.nats_user, password=self.nats_password, token=self.nats_token)
+        secrets = (self.nats_user, self.nats_password, self.nats_token)
+        if any(secrets) or self.nats_nkey_seed_file or self.nats_creds:
+            auth = NatsAuth(
+                user=self.nats_user,
+                password=self.nats_password,
+                token=self.nats_token,
+                nkey_seed_file=self.nats_nkey_seed_file,
+                creds_file=self.nats_creds,
+            )
+        nats_tls = None
+        if self.nats_tls_ca or self.nats_tls_cert or self.nats_tls_key:
+            nats_tls = TLSConfig(
+                ca_file=self.nats_tls_ca, cert_file=self.nats_tls_cert, key_file=self.nats_tls_key
+            )
         kwargs: dict[str, object] = {
             "connect_timeout": self.timeout,
             "rpc_timeout": self.timeout,
             "tls": tls,
             "nats_auth": auth,
+            "nats_tls": nats_tls,
+            "nats_inbox_prefix": self.nats_inbox_prefix,
         }
         kwargs.update(overrides)
         return ClientOptions(**kwargs)  # type: ignore[arg-type]

@@ -376,14 +376,21 @@ def test_docs_cli_examples_run_as_shown(liftbridge_server: Deployment) -> None:
             assert _matches(want, got), f"$ {command}\nexpected: {want}\nprinted:  {got}"
 
 
-def test_tls_files_and_nats_credentials_from_flags_and_environment(tmp_path: Path) -> None:
+def test_tls_files_and_nats_tls_and_credentials_from_flags_and_environment(tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
     user, password = "cliuser", "cli-s3cret"
     tls = ServerTLS(pki, client_auth=True)
-    with SingleNode(base_dir=tmp_path / "node", tls=tls, nats_credentials=(user, password)) as node:
+    with SingleNode(
+        base_dir=tmp_path / "node",
+        tls=tls,
+        nats_tls=ServerTLS(pki, client_auth=True),
+        nats_credentials=(user, password),
+    ) as node:
         name, subject = StreamNames("cli-tls")()
-        flags = ["--tls-ca", str(pki.ca_cert), "--tls-cert", str(pki.client_cert)]
-        flags += ["--tls-key", str(pki.client_key), "--timeout", "3"]
+        grpc_flags = ["--tls-ca", str(pki.ca_cert), "--tls-cert", str(pki.client_cert)]
+        grpc_flags += ["--tls-key", str(pki.client_key), "--timeout", "3"]
+        flags = [*grpc_flags, "--nats-tls-ca", str(pki.ca_cert)]
+        flags += ["--nats-tls-cert", str(pki.client_cert), "--nats-tls-key", str(pki.client_key)]
         env = {"LIFTBRIDGE_NATS_USER": user, "LIFTBRIDGE_NATS_PASSWORD": password}
         created = run_cli(node, *flags, "streams", "create", name, "-s", subject, env=env)
         assert created.returncode == 0, created.stderr
@@ -394,10 +401,20 @@ def test_tls_files_and_nats_credentials_from_flags_and_environment(tmp_path: Pat
             "LIFTBRIDGE_TLS_CA": str(pki.ca_cert),
             "LIFTBRIDGE_TLS_CERT": str(pki.client_cert),
             "LIFTBRIDGE_TLS_KEY": str(pki.client_key),
+            "LIFTBRIDGE_NATS_TLS_CA": str(pki.ca_cert),
+            "LIFTBRIDGE_NATS_TLS_CERT": str(pki.client_cert),
+            "LIFTBRIDGE_NATS_TLS_KEY": str(pki.client_key),
             **env,
         }
+        again = run_cli(node, "publish", name, "again", "-t", "nats", env=env_tls)
+        assert again.returncode == 0, again.stderr
         read = run_cli(node, "subscribe", name, env=env_tls)
-        assert (read.returncode, read.stdout) == (0, "secret\n"), read.stderr
+        assert (read.returncode, read.stdout) == (0, "secret\nagain\n"), read.stderr
+        # NATS without its client certificate: refused.
+        no_nats_cert = run_cli(
+            node, *grpc_flags, "--nats-tls-ca", str(pki.ca_cert), "publish", name, "x", env=env
+        )
+        assert no_nats_cert.returncode == 3, no_nats_cert.stderr
         # No client certificate: the server refuses the handshake.
         no_cert = run_cli(node, "--tls-ca", str(pki.ca_cert), "--timeout", "2", "metadata")
         assert no_cert.returncode == 3, no_cert.stderr
