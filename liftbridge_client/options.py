@@ -159,6 +159,11 @@ class TracingOptions:
     propagator: object | None = None  # an opentelemetry TextMapPropagator
     receive_spans: bool = True
 
+    def __post_init__(self) -> None:
+        # The provider and propagator types are checked where OpenTelemetry is imported:
+        # when a Client is made with these options.
+        _validate.flag("receive_spans", self.receive_spans)
+
 
 KEEPALIVE_DEFAULT = 330.0
 

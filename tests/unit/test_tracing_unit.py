@@ -16,6 +16,8 @@ def test_tracing_options_are_checked() -> None:
         ClientOptions(tracing=True)  # type: ignore[arg-type]
     with pytest.raises(errors.InvalidInputError, match="tracer_provider"):
         Client(["127.0.0.1:9292"], options=ClientOptions(tracing=TracingOptions(object())))
+    with pytest.raises(errors.InvalidInputError, match="receive_spans"):
+        TracingOptions(receive_spans="no")  # type: ignore[arg-type]
     with pytest.raises(errors.InvalidInputError, match="propagator"):
         Tracer(TracingOptions(propagator="w3c"))
 
