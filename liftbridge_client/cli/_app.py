@@ -22,7 +22,9 @@ from liftbridge_client._version import __version__
 from liftbridge_client.cli._connect import ConnectionSettings, split_list
 from liftbridge_client.cli._exit import ExitStatus, status_for
 from liftbridge_client.cli._output import err_console
+from liftbridge_client.cli._trace import check_traceparent, in_trace
 from liftbridge_client.client import Client
+from liftbridge_client.options import TracingOptions
 
 __all__ = ["cli", "fail", "run", "run_plain", "settings_of"]
 
@@ -136,6 +138,12 @@ Exit status:
     envvar="LIFTBRIDGE_TIMEOUT",
     help="Seconds to connect, and for each request. Env: LIFTBRIDGE_TIMEOUT.",
 )
+@click.option(
+    "--traceparent",
+    envvar="TRACEPARENT",
+    help="W3C traceparent of the caller's span: publishes carry it on (needs [otel]). "
+    "Env: TRACEPARENT.",
+)
 @click.option("--debug", is_flag=True, help="Debug logging, and tracebacks for errors.")
 @click.pass_context
 def cli(ctx: click.Context, /, **kw: Any) -> None:
@@ -201,7 +209,12 @@ def run(
     """Connect a client (``options`` are `ClientOptions` overrides), run ``main(client)``."""
 
     async def connected() -> _T:
-        async with settings.client(**options) as client:
-            return await main(client)
+        if settings.traceparent is None:
+            async with settings.client(**options) as client:
+                return await main(client)
+        check_traceparent(settings.traceparent)
+        with in_trace(settings.traceparent):
+            async with settings.client(tracing=TracingOptions(), **options) as client:
+                return await main(client)
 
     return run_plain(settings, connected)

@@ -36,6 +36,7 @@ class ConnectionSettings:
     nats_tls_key: Path | None = None
     nats_inbox_prefix: str | None = None
     timeout: float = 5.0
+    traceparent: str | None = None
     debug: bool = False
 
     def client_options(self, **overrides: object) -> ClientOptions:

@@ -49,6 +49,7 @@ def run_cli(
         LIFTBRIDGE_ADDRS=",".join(deployment.addresses),
         LIFTBRIDGE_NATS_URL=deployment.nats_url,
     )
+    environ.pop("TRACEPARENT", None)  # a CI tracer's would change what publish sends
     environ.update(env or {})
     return subprocess.run(
         [str(LIFTBRIDGE), *args],
@@ -359,6 +360,7 @@ def test_docs_cli_examples_run_as_shown(liftbridge_server: Deployment) -> None:
         LIFTBRIDGE_ADDRS=",".join(liftbridge_server.addresses),
     )
     env.pop("LIFTBRIDGE_NATS_URL", None)
+    env.pop("TRACEPARENT", None)
     subprocess.run(["liftbridge", "streams", "delete", "greetings"], env=env, check=False)
     for command, expected in examples:
         result = subprocess.run(
@@ -445,3 +447,18 @@ def test_publish_shows_a_progress_bar_with_the_rate_in_a_terminal(
     assert "5000/5000" in bar
     assert re.search(r"[\d,]+ msg/s", bar), bar
     assert f"published 5000 messages to {name}" in screen
+
+
+def test_traceparent_of_the_caller_is_carried_by_published_messages(
+    cli: Cli, unique_stream: StreamName
+) -> None:
+    name, subject = unique_stream
+    cli("streams", "create", name, "--subject", subject)
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    cli("publish", name, "traced", env={"TRACEPARENT": parent})
+    cli("--traceparent", parent, "publish", name, "traced-too", "-t", "grpc")
+    cli("publish", name, "plain")
+    records = json_lines(cli("subscribe", name, "--json").stdout)
+    assert [r["headers"].get("traceparent") for r in records] == [parent, parent, None]
+    bad = cli("publish", name, "x", env={"TRACEPARENT": "00-nonsense"}, status=2)
+    assert "not a W3C traceparent" in bad.stderr
