@@ -12,7 +12,7 @@ import click
 
 from liftbridge_client.cli._app import cli, fail
 from liftbridge_client.cli._exit import ExitStatus
-from liftbridge_client.cli._output import console, err_console
+from liftbridge_client.cli._output import err_console
 
 __all__ = ["server"]
 
@@ -65,8 +65,9 @@ def server(port: int, nats_port: int) -> None:
     try:
         node = SingleNode(port=port or None, nats_port=nats_port or None)
         with node:
-            console.print(f"LIFTBRIDGE_ADDRS={node.address}")
-            console.print(f"LIFTBRIDGE_NATS_URL={node.nats_url}")
+            # Plain lines (never wrapped), ready for `export` or an env file.
+            click.echo(f"LIFTBRIDGE_ADDRS={node.address}")
+            click.echo(f"LIFTBRIDGE_NATS_URL={node.nats_url}")
             err_console.print(f"log: {node.node.log_path}")
             err_console.print("ready; Ctrl-C to stop")
             with contextlib.suppress(KeyboardInterrupt):
