@@ -4,8 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# Server binaries are built into the clone's git-ignored .servers/ (override to share a cache).
+export LIFTBRIDGE_CLIENT_CACHE ?= $(CURDIR)/.servers/cache
 
-.PHONY: venv servers proto proto-check lint format typecheck unit integration test demo bench bench-full clean
+.PHONY: venv servers proto proto-check lint format typecheck unit integration test test-compat demo bench bench-full clean
 
 $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing liftbridge-client with dev tools"
@@ -18,7 +20,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 servers: venv
-	$(BIN)/python -m liftbridge_client.testing provision
+	$(BIN)/python -m liftbridge_client.testing provision --all
 
 proto: venv
 	$(BIN)/python scripts/gen_proto.py
@@ -46,6 +48,15 @@ integration: servers
 # One pytest run, so its summary counts unit and integration tests together.
 test: lint typecheck proto-check servers
 	$(BIN)/pytest tests $(PYTEST_ARGS)
+
+# The whole integration suite once per server version (v1.9.0 is what `make test` runs).
+COMPAT_VERSIONS ?= v1.9.0 v1.7.1 master
+
+test-compat: servers
+	@set -e; for v in $(COMPAT_VERSIONS); do \
+		echo "==> integration suite against Liftbridge $$v"; \
+		$(BIN)/pytest tests/integration --liftbridge-version=$$v $(PYTEST_ARGS); \
+	done
 
 demo: servers
 	$(BIN)/python scripts/demo.py

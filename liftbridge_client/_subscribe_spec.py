@@ -52,7 +52,7 @@ class SubscribeArgs(TypedDict, total=False):
     stop_time: datetime.datetime  # implies StopPosition.TIMESTAMP (naive: local time)
     read_isr_replica: bool  # read from a random in-sync replica, not only the leader
     resume: bool  # resume the partition if it is paused
-    reverse: bool  # newest first; servers after v1.9.0 only (v1.9.0 reads forward)
+    reverse: bool  # newest first (emulated on servers that ignore it, e.g. v1.9.0)
 
 
 _KNOWN_ARGS = frozenset(SubscribeArgs.__annotations__)
@@ -296,6 +296,7 @@ STREAM_IS_EMPTY = "Stream is empty"
 STOP_BEFORE_START = "Stop offset is before start offset"
 LOG_CLOSED = "commit log was closed"
 SEGMENT_CLOSED = "segment has been closed"  # INTERNAL when subscribing to a paused partition
+SEGMENT_NOT_FOUND = "segment not found"  # INTERNAL: a reverse read of an empty partition
 
 
 def _end(kind: type[_E], text: str, cause: errors.LiftbridgeError) -> _E:
@@ -366,6 +367,15 @@ def classify(exc: errors.LiftbridgeError, spec: SubscribeSpec, phase: Phase) -> 
                 "to resume it",
                 exc,
             ),
+        )
+    if (
+        isinstance(exc, errors.InternalServerError)
+        and spec.reverse
+        and SEGMENT_NOT_FOUND in details
+    ):
+        # Master fails a reverse read of an empty partition instead of ending it.
+        return Verdict(
+            Action.END, _end(errors.StopPositionReached, f"{where}: the partition is empty", exc)
         )
     if isinstance(exc, errors.UnknownServerError) and spec.reverse and details == "EOF":
         # Newer servers end a reverse read at the oldest message with a bare EOF.

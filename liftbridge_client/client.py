@@ -23,6 +23,7 @@ import nats.errors
 
 from liftbridge_client import _admin, _cursors, _validate, errors
 from liftbridge_client._correlation import PublishFuture
+from liftbridge_client._feature_probe import FeatureDetector
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._nats_connect import nats_security_args
@@ -31,7 +32,14 @@ from liftbridge_client._publisher import Publisher
 from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client.activity import ACTIVITY_STREAM, ActivityStream
 from liftbridge_client.groups import Consumer, ConsumerOptions
-from liftbridge_client.models import Ack, AckPolicy, Metadata, PartitionInfo, PublishStats
+from liftbridge_client.models import (
+    Ack,
+    AckPolicy,
+    Metadata,
+    PartitionInfo,
+    PublishStats,
+    StopPosition,
+)
 from liftbridge_client.options import ClientOptions, StreamConfig, StreamSettings
 from liftbridge_client.subscription import SubscribeArgs, Subscription
 
@@ -125,6 +133,7 @@ class Client:
         ]
         self._pool = BrokerPool(self._options)
         self._metadata = MetadataCache(self._pool, brokers, self._options)
+        self._features = FeatureDetector(self._metadata, self._pool, self._options)
         self._nats: nats.aio.client.Client | None = None
         self._publisher: Publisher | None = None
         self._subscriptions: set[Subscription] = set()
@@ -144,6 +153,13 @@ class Client:
     @property
     def options(self) -> ClientOptions:
         return self._options
+
+    @property
+    def features(self) -> FeatureDetector:
+        """What the brokers support (docs/compatibility.md): probed once per broker, on
+        first need. ``await client.features.require("consumer_groups")`` raises
+        `FeatureNotSupportedError` naming the feature and the broker that lacks it."""
+        return self._features
 
     # ------------------------------------------------------------ lifecycle
 
@@ -343,6 +359,11 @@ class Client:
         stream and its partition leaders are visible in metadata.
         """
         self._require_open()
+        occ = settings.get("optimistic_concurrency_control") or (
+            config is not None and config.optimistic_concurrency_control
+        )
+        if occ:
+            self._features.check("optimistic_concurrency")
         await _admin.create_stream(
             self._metadata, self._options, subject, name, config, settings, exist_ok=exist_ok
         )
@@ -356,12 +377,14 @@ class Client:
     ) -> None:
         """Pause partitions (all if none given); publishing resumes a partition."""
         self._require_open()
+        self._features.check("pause_resume")
         await _admin.pause_stream(self._metadata, self._options, name, partitions, resume_all)
 
     async def set_stream_readonly(
         self, name: str, *, partitions: Sequence[int] = (), readonly: bool = True
     ) -> None:
         self._require_open()
+        self._features.check("readonly_streams")
         await _admin.set_stream_readonly(self._metadata, self._options, name, partitions, readonly)
 
     async def fetch_metadata(self, *streams: str, groups: Sequence[str] = ()) -> Metadata:
@@ -530,7 +553,9 @@ class Client:
     ) -> Ack | None: ...
     async def publish_to_subject(self, subject: str, value: bytes, **kw: Any) -> Ack | None:
         """Publish to a NATS subject through the server (every stream on it stores it)."""
-        return await self._require_open().publish_to_subject(subject, value, **kw)
+        publisher = self._require_open()
+        self._features.check("publish_to_subject")
+        return await publisher.publish_to_subject(subject, value, **kw)
 
     def stats(self) -> PublishStats:
         """Publisher counters: pending publishes, and acks that were dropped and why."""
@@ -554,6 +579,11 @@ class Client:
         how it survives a leader failover.
         """
         self._require_open()
+        stop = kw.get("stop", StopPosition.ON_CANCEL)
+        if stop is not StopPosition.ON_CANCEL or "stop_offset" in kw or "stop_timestamp_ns" in kw:
+            self._features.check("stop_positions")
+        if kw.get("resume"):
+            self._features.check("pause_resume")
         make = Subscription if self._tracer is None else self._tracer.subscription
         sub = make(
             self._metadata,
@@ -562,6 +592,7 @@ class Client:
             stream,
             partition,
             on_close=self._subscriptions.discard,
+            features=self._features,
             **kw,
         )
         self._subscriptions.add(sub)
@@ -575,6 +606,7 @@ class Client:
         """Store ``offset`` as the cursor's position in a partition (0 by default, as
         `subscribe`). Conventionally the offset of the last message processed."""
         self._require_open()
+        self._features.check("cursors")
         await _cursors.set_cursor(
             self._metadata, self._options, cursor_id, stream, partition, offset
         )
@@ -582,6 +614,7 @@ class Client:
     async def fetch_cursor(self, cursor_id: str, stream: str, *, partition: int = 0) -> int:
         """The cursor's stored offset in a partition (0 by default), or -1 if it has none."""
         self._require_open()
+        self._features.check("cursors")
         return await _cursors.fetch_cursor(
             self._metadata, self._options, cursor_id, stream, partition
         )

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-from liftbridge_client import _cursors, _group_rpc, errors
+from liftbridge_client import _cursors, _group_rpc, _validate, errors
 from liftbridge_client._group_state import (
     AutoOffset,
     PartitionKey,
@@ -29,6 +28,7 @@ from liftbridge_client._group_state import (
 )
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._option_fields import OptionalSeconds
 from liftbridge_client.models import Message
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.subscription import Subscription
@@ -51,18 +51,10 @@ def group_cursor_id(group_id: str) -> str:
     return f"__group:{group_id}"
 
 
-def _interval(name: str, value: float | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise errors.InvalidInputError(f"{name} must be a number or None, got {value!r}")
-    if value <= 0:
-        raise errors.InvalidInputError(f"{name} must be > 0, got {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ConsumerOptions:
-    """How a group member behaves. Times are float seconds.
+    """How a group member behaves. Times are seconds or `datetime.timedelta` (read back as
+    float seconds).
 
     - ``consumer_id``: this member's id in the group; unique per live member (a random
       one when None). Reusing the id of a member that crashed takes its place.
@@ -81,48 +73,29 @@ class ConsumerOptions:
 
     consumer_id: str | None = None
     auto_offset: AutoOffset = AutoOffset.EARLIEST
-    commit_interval: float | None = 5.0
-    fetch_interval: float | None = None
+    commit_interval: OptionalSeconds = OptionalSeconds(5.0)
+    fetch_interval: OptionalSeconds = OptionalSeconds(None)
     max_buffered: int = 1024
     commit_on_close: bool = True
     cursor_id: str | None = None
 
     def __post_init__(self) -> None:
-        if self.cursor_id is not None and (
-            not isinstance(self.cursor_id, str) or not self.cursor_id or "," in self.cursor_id
-        ):
+        if self.cursor_id is not None and "," in _validate.text("cursor_id", self.cursor_id):
             raise errors.InvalidInputError(
                 f"cursor_id must be a non-empty string without ',' or None, got {self.cursor_id!r}"
             )
-        if self.consumer_id is not None and (
-            not isinstance(self.consumer_id, str) or not self.consumer_id
-        ):
-            raise errors.InvalidInputError(
-                f"consumer_id must be a non-empty string or None, got {self.consumer_id!r}"
-            )
+        if self.consumer_id is not None:
+            _validate.text("consumer_id", self.consumer_id)
         if not isinstance(self.auto_offset, AutoOffset):
             raise errors.InvalidInputError(
                 f"auto_offset must be an AutoOffset, got {self.auto_offset!r}"
             )
-        _interval("commit_interval", self.commit_interval)
-        _interval("fetch_interval", self.fetch_interval)
-        if (
-            isinstance(self.max_buffered, bool)
-            or not isinstance(self.max_buffered, int)
-            or self.max_buffered < 1
-        ):
-            raise errors.InvalidInputError(
-                f"max_buffered must be an int >= 1, got {self.max_buffered!r}"
-            )
-        if not isinstance(self.commit_on_close, bool):
-            raise errors.InvalidInputError(
-                f"commit_on_close must be a bool, got {self.commit_on_close!r}"
-            )
+        _validate.int_arg("max_buffered", self.max_buffered, 1, _validate.INT32_MAX)
+        _validate.flag("commit_on_close", self.commit_on_close)
 
 
 def _check_ids(group_id: object, streams: object) -> tuple[str, tuple[str, ...]]:
-    if not isinstance(group_id, str) or not group_id:
-        raise errors.InvalidInputError(f"group_id must be a non-empty string, got {group_id!r}")
+    group_id = _validate.text("group_id", group_id)
     if "," in group_id:
         # Cursor keys are comma-separated: a comma would make them ambiguous.
         raise errors.InvalidInputError(f"group_id must not contain ',', got {group_id!r}")
@@ -131,10 +104,7 @@ def _check_ids(group_id: object, streams: object) -> tuple[str, tuple[str, ...]]
             f"streams must be a non-empty sequence of stream names, got {streams!r}"
         )
     for stream in streams:
-        if not isinstance(stream, str) or not stream:
-            raise errors.InvalidInputError(
-                f"streams must hold non-empty strings, got {stream!r} in {streams!r}"
-            )
+        _validate.text("streams entry", stream)
     return group_id, tuple(dict.fromkeys(streams))
 
 

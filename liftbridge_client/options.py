@@ -19,6 +19,7 @@ from liftbridge_client import _validate
 from liftbridge_client._option_fields import OptionalSeconds, Seconds
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.errors import InvalidInputError
+from liftbridge_client.features import parse_version
 from liftbridge_client.partitioning import KeyPartitioner, Partitioner
 
 __all__ = [
@@ -212,6 +213,12 @@ class ClientOptions:
     # "_INBOX"). A prefix per NATS user lets NATS permissions keep other users off the
     # inbox (docs/security.md).
     nats_inbox_prefix: str | None = None
+    # Server features (docs/compatibility.md), after librdkafka's api.version.request and
+    # broker.version.fallback: with probe_features each broker is probed once, on first
+    # need; what probing cannot observe, and everything when probe_features is False, is
+    # decided as if the server were server_version_fallback ('v1.9.0', '1.7', 'master').
+    probe_features: bool = True
+    server_version_fallback: str = "v1.7.1"
     # OpenTelemetry trace propagation through message headers (the [otel] extra); None: off,
     # and then publishing and subscribing do no tracing work at all.
     tracing: TracingOptions | None = None
@@ -231,6 +238,9 @@ class ClientOptions:
             raise InvalidInputError(f"nats_auth must be a NatsAuth, got {self.nats_auth!r}")
         if self.partitioner is not None and not callable(self.partitioner):
             raise InvalidInputError(f"partitioner must be callable, got {self.partitioner!r}")
+        if not isinstance(self.probe_features, bool):
+            raise InvalidInputError(f"probe_features must be a bool, got {self.probe_features!r}")
+        parse_version(self.server_version_fallback, name="server_version_fallback")
         if self.tracing is not None and not isinstance(self.tracing, TracingOptions):
             raise InvalidInputError(f"tracing must be a TracingOptions, got {self.tracing!r}")
         if self.transport is not None and not isinstance(self.transport, Transport):

@@ -1,7 +1,8 @@
 """Real Liftbridge and NATS servers for tests, demos and benchmarks.
 
 Provisioning (:func:`liftbridge_binary`, :func:`nats_server_binary`) builds the pinned
-Liftbridge release (:data:`LIFTBRIDGE_VERSION`) once into a per-version cache. Deployments
+Liftbridge release (:data:`LIFTBRIDGE_VERSION`) once into a per-version cache; the other
+:data:`KNOWN_VERSIONS` (v1.7.1, and master from a source snapshot) on demand. Deployments
 start servers on 127.0.0.1 only, each in its own temporary directory with its log:
 
 - :class:`SingleNode`: one node with embedded NATS.
@@ -39,6 +40,7 @@ from liftbridge_client.testing._errors import (
     HarnessError,
     ProvisionError,
     ServerStartError,
+    SnapshotMissingError,
 )
 from liftbridge_client.testing._names import StreamName, StreamNames
 from liftbridge_client.testing._nkeys import (
@@ -58,6 +60,12 @@ from liftbridge_client.testing._provision import (
 )
 from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
 from liftbridge_client.testing._tls import ServerTLS, TestPKI, make_pki
+from liftbridge_client.testing._versions import (
+    KNOWN_VERSIONS,
+    MASTER_VERSION,
+    ServerVersion,
+    server_version,
+)
 from liftbridge_client.testing._wait import wait_until
 
 __all__ = [
@@ -66,7 +74,9 @@ __all__ = [
     "ENV_ADDRS",
     "ENV_NATS_URL",
     "GROUP_SETTINGS",
+    "KNOWN_VERSIONS",
     "LIFTBRIDGE_VERSION",
+    "MASTER_VERSION",
     "PROBE_STREAM_PREFIX",
     "AuthzPolicy",
     "Cluster",
@@ -83,8 +93,10 @@ __all__ = [
     "ProvisionReport",
     "ServerStartError",
     "ServerTLS",
+    "ServerVersion",
     "Setting",
     "SingleNode",
+    "SnapshotMissingError",
     "StreamName",
     "StreamNames",
     "TestPKI",
@@ -95,5 +107,6 @@ __all__ = [
     "make_pki",
     "nats_server_binary",
     "provision",
+    "server_version",
     "wait_until",
 ]

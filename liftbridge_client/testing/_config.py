@@ -119,6 +119,9 @@ class NodeConfig:
     cursors_partitions: int = 1
     log_level: str = "debug"
     extra: Mapping[str, Setting] = field(default_factory=dict)
+    # Builds newer than v1.9.0 (master) phone home unless told not to; v1.9.0 and older
+    # reject the key. The deployment sets this from the server version it runs.
+    telemetry_off: bool = False
 
     def settings(self) -> dict[str, Setting]:
         """Return the settings as flat dotted keys, validated."""
@@ -135,7 +138,8 @@ class NodeConfig:
                 raise ConfigError(f"{key!r} is set by the harness; use the NodeConfig field")
             if key == "telemetry" or key.startswith("telemetry."):
                 raise ConfigError(
-                    f"{key!r}: Liftbridge v1.9.0 has no telemetry and rejects unknown keys"
+                    f"{key!r}: telemetry is set by the harness from the server version "
+                    "(off for master builds; v1.9.0 and older reject the key)"
                 )
         settings: dict[str, Setting] = {
             "host": LOOPBACK,
@@ -156,6 +160,8 @@ class NodeConfig:
         if self.bootstrap_peers:
             settings["clustering.raft.bootstrap.peers"] = self.bootstrap_peers
         settings.update(self.extra)
+        if self.telemetry_off:
+            settings["telemetry.enabled"] = False
         return settings
 
     def render(self) -> str:

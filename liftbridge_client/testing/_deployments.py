@@ -31,9 +31,10 @@ from liftbridge_client.testing._config import (
 from liftbridge_client.testing._errors import ConfigError, ServerStartError
 from liftbridge_client.testing._probe import wait_brokers, wait_serving
 from liftbridge_client.testing._process import ServerProcess, free_ports
-from liftbridge_client.testing._provision import liftbridge_binary
+from liftbridge_client.testing._provision import LIFTBRIDGE_VERSION, liftbridge_binary
 from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
 from liftbridge_client.testing._tls import ServerTLS
+from liftbridge_client.testing._versions import server_version
 
 __all__ = [
     "ENV_ADDRS",
@@ -154,14 +155,16 @@ class SingleNode(_LocalDeployment):
         nats_tls: ServerTLS | None = None,
         nats_nkeys: Sequence[str] = (),
         nats_users: Sequence[Mapping[str, object]] = (),
+        version: str = LIFTBRIDGE_VERSION,
         port: int | None = None,
         nats_port: int | None = None,
     ) -> None:
         """Pick ports and write the configuration; :meth:`start` (or ``with``) runs it.
 
-        ``port`` (gRPC) and ``nats_port`` fix the ports; None (or 0) picks free ones.
-
-        ``tls`` serves the gRPC API over TLS (see :func:`make_pki`).
+        ``version`` is the server version to run (``v1.9.0``, ``v1.7.1``, ``master``; see
+        :data:`~liftbridge_client.testing.KNOWN_VERSIONS`). ``tls`` serves the gRPC API
+        over TLS (see :func:`make_pki`). ``port`` (gRPC) and ``nats_port`` fix the ports;
+        None (or 0) picks free ones.
         ``nats_credentials`` (user, password) makes the embedded NATS require them (the
         node itself is configured with them too). ``nats_tls`` makes the embedded NATS
         require TLS, and with ``client_auth`` a client certificate (the node presents the
@@ -213,17 +216,19 @@ class SingleNode(_LocalDeployment):
             extra={**(tls.settings() if tls else {}), **auth, **(settings or {})},
         )
         self.tls = tls
+        self.version = server_version(version).name
         self.node = LiftbridgeNode(
             config,
             workdir,
             binary=binary,
             probe_credentials=tls.probe_credentials() if tls else None,
+            version=self.version,
         )
         self._arm_finalizer([[self.node.process]])
 
     def __repr__(self) -> str:
         """Address and NATS URL."""
-        return f"<SingleNode {self.address} nats={self.nats_url}>"
+        return f"<SingleNode {self.version} {self.address} nats={self.nats_url}>"
 
     def _servers(self) -> list[LiftbridgeNode | NatsServer]:
         return [self.node]
@@ -268,6 +273,9 @@ class Cluster(_LocalDeployment):
     cache); ``settings`` adds or overrides keys.
     Kill, stop and restart single nodes or NATS freely; :meth:`ensure_all_running` brings
     everything back and waits until the cluster is whole again.
+
+    ``versions`` is one server version for every node, or one per node (a mixed cluster,
+    as in a rolling upgrade: ``("v1.9.0", "v1.9.0", "master")``).
     """
 
     def __init__(
@@ -277,14 +285,23 @@ class Cluster(_LocalDeployment):
         base_dir: Path | None = None,
         settings: Mapping[str, Setting] | None = None,
         binary: Path | None = None,
+        versions: str | Sequence[str] = LIFTBRIDGE_VERSION,
     ) -> None:
         """Pick ports and write configurations; :meth:`start` (or ``with``) runs it."""
         if size < 1:
             raise ConfigError(f"a cluster needs at least one node, not {size}")
+        per_node = [versions] * size if isinstance(versions, str) else list(versions)
+        if len(per_node) != size:
+            raise ConfigError(f"{len(per_node)} versions given for a {size}-node cluster")
+        self.versions = [server_version(v).name for v in per_node]
+        if binary is not None and len(set(self.versions)) > 1:
+            raise ConfigError("binary= runs one binary everywhere; it cannot mix versions")
         root = self._setup_dir(base_dir, "liftbridge-cluster-")
-        binary = binary or liftbridge_binary()
+        binaries = {v: binary or liftbridge_binary(v) for v in dict.fromkeys(self.versions)}
         self.namespace = _namespace()
-        self.nats = NatsServer(root / "nats")
+        # All ports at once: picked separately, NATS and a node could get the same one.
+        nats_port, *ports = free_ports(size + 1)
+        self.nats = NatsServer(root / "nats", port=nats_port)
         ids = tuple(f"n{index}" for index in range(1, size + 1))
         extra = {**CLUSTER_SETTINGS, **(settings or {})}
         self._nodes = [
@@ -299,9 +316,10 @@ class Cluster(_LocalDeployment):
                     extra=extra,
                 ),
                 root / server_id,
-                binary=binary,
+                binary=binaries[version],
+                version=version,
             )
-            for server_id, port in zip(ids, free_ports(size), strict=True)
+            for server_id, port, version in zip(ids, ports, self.versions, strict=True)
         ]
         # Nodes stop before the NATS server they talk through.
         self._arm_finalizer([[node.process for node in self._nodes], [self.nats.process]])

@@ -226,6 +226,12 @@ async def test_flush_timeout_must_be_positive(rig: Rig) -> None:
         await rig.publisher.flush(0)
     with pytest.raises(errors.InvalidInputError):
         await rig.publisher.flush(-1)
+    with pytest.raises(errors.InvalidInputError, match="timeout"):
+        await rig.publisher.flush(float("inf"))
+    fut = rig.publisher.publish_nowait("s", b"v", ack_wait=30)
+    with pytest.raises(errors.LiftbridgeTimeoutError, match="still pending"):
+        await rig.publisher.flush(timedelta(milliseconds=20))  # a timedelta is seconds too
+    fut.cancel()
 
 
 # ---------------------------------------------------------------- fast path == slow path

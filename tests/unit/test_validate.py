@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from liftbridge_client import Client, _admin, _validate, errors
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._subscribe_spec import SubscribeSpec
+from liftbridge_client.groups import ConsumerOptions
 from liftbridge_client.options import ClientOptions, RetryPolicy, StreamConfig
 
 INF = math.inf
@@ -522,3 +523,24 @@ def test_accepted_names_make_valid_internal_subjects(raw: str) -> None:
         return
     for suffix in ("replicate", "offset"):
         assert nats_valid_literal(f"lbtest-ns.{name}.0.{suffix}")
+
+
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [
+        ("commit_interval", INF),
+        ("commit_interval", 0),
+        ("fetch_interval", NAN),
+        ("max_buffered", True),
+        ("consumer_id", "\ud800"),
+        ("cursor_id", "a,b"),
+        ("commit_on_close", 1),
+    ],
+)
+def test_consumer_options_refuse(field: str, bad: object) -> None:
+    refused(ConsumerOptions, name=field, **{field: bad})
+
+
+def test_consumer_options_take_timedeltas() -> None:
+    opts = ConsumerOptions(commit_interval=datetime.timedelta(seconds=2), fetch_interval=None)
+    assert (opts.commit_interval, opts.fetch_interval) == (2.0, None)
