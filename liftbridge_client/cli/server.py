@@ -42,7 +42,13 @@ def _in_use(port: int) -> bool:
     show_default=True,
     help="Embedded NATS port (0: a free one).",
 )
-def server(port: int, nats_port: int) -> None:
+@click.option(
+    "--server-version",
+    default=None,
+    help="Liftbridge version to run: v1.9.0 (the default), v1.7.1, or master (built "
+    "from a source snapshot, see docs/compatibility.md).",
+)
+def server(port: int, nats_port: int, server_version: str | None) -> None:
     """Run Liftbridge with embedded NATS on 127.0.0.1 until Ctrl-C.
 
     The pinned Liftbridge release is built once (needs Go) and cached. Data lives
@@ -61,9 +67,10 @@ def server(port: int, nats_port: int) -> None:
     # Ctrl-C and process managers' SIGTERM both stop the servers cleanly.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
-    err_console.print(f"starting Liftbridge {LIFTBRIDGE_VERSION} on 127.0.0.1...")
+    version = server_version or LIFTBRIDGE_VERSION
+    err_console.print(f"starting Liftbridge {version} on 127.0.0.1...")
     try:
-        node = SingleNode(port=port or None, nats_port=nats_port or None)
+        node = SingleNode(port=port or None, nats_port=nats_port or None, version=version)
         with node:
             # Plain lines (never wrapped), ready for `export` or an env file.
             click.echo(f"LIFTBRIDGE_ADDRS={node.address}")

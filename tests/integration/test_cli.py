@@ -222,6 +222,9 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(liftbridge_server: De
     debug = run_cli(liftbridge_server, "--debug", "streams", "list", env=env)
     assert debug.returncode == 3
     assert "Traceback (most recent call last)" in debug.stderr
+    unknown = run_cli(liftbridge_server, "server", "--server-version", "v0.1", "--port", "0")
+    assert unknown.returncode == 1
+    assert unknown.stderr.splitlines()[-1].startswith("error: unknown Liftbridge server version")
     usage = run_cli(liftbridge_server, "subscribe", "s", "--since", "soon")
     assert usage.returncode == 2
     assert "not a duration" in usage.stderr
