@@ -36,7 +36,7 @@ EXIT_CODES_HELP = """\b
 Exit status:
   0 ok, 1 other error, 2 bad usage or input, 3 unreachable (no broker/NATS,
   connection lost), 4 not found, 5 already exists, 6 timeout, 7 message refused
-  by the server, 130 interrupted (Ctrl-C).
+  by the server, 8 feature not supported by the server, 130 interrupted (Ctrl-C).
 """
 
 

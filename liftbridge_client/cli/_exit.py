@@ -21,6 +21,7 @@ class ExitStatus(enum.IntEnum):
     ALREADY_EXISTS = 5  # streams create: the name is taken
     TIMEOUT = 6  # no answer or ack in time
     REFUSED = 7  # the server refused a message (read-only, too large, offset, encryption)
+    UNSUPPORTED = 8  # the server lacks a feature the command needs (FeatureNotSupportedError)
     INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 
@@ -36,6 +37,7 @@ _STATUSES: tuple[tuple[type[BaseException], ExitStatus], ...] = (
     (errors.LiftbridgeTimeoutError, ExitStatus.TIMEOUT),
     (errors.DeadlineExceededError, ExitStatus.TIMEOUT),
     (errors.PublishError, ExitStatus.REFUSED),
+    (errors.FeatureNotSupportedError, ExitStatus.UNSUPPORTED),
 )
 
 

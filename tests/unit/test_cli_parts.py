@@ -79,6 +79,7 @@ def test_headers_and_keys() -> None:
         (errors.DeadlineExceededError("x"), ExitStatus.TIMEOUT),
         (errors.ReadonlyPartitionError("x"), ExitStatus.REFUSED),
         (errors.CursorsDisabledError("x"), ExitStatus.ERROR),
+        (errors.FeatureNotSupportedError("x", feature="cursors"), ExitStatus.UNSUPPORTED),
         (OSError("x"), ExitStatus.ERROR),
     ],
 )
