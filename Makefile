@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[cli,docs,otel,extras-test]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -72,6 +73,12 @@ bench: servers $(BENCH_STAMP)
 
 bench-full: servers $(BENCH_STAMP)
 	$(BIN)/python -m bench
+
+# The documentation site (mkdocs.yml) into site/; --strict fails on any warning.
+# `make test` builds it too (tests/unit/test_docs_site.py).
+.PHONY: docs
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .servers

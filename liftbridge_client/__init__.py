@@ -31,6 +31,7 @@ from liftbridge_client.options import (
     RetryPolicy,
     StreamConfig,
     TLSConfig,
+    TracingOptions,
     Transport,
 )
 from liftbridge_client.partitioning import KeyPartitioner, Partitioner, RoundRobinPartitioner
@@ -64,6 +65,7 @@ __all__ = [
     "StreamInfo",
     "Subscription",
     "TLSConfig",
+    "TracingOptions",
     "Transport",
     "__version__",
 ]

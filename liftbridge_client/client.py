@@ -14,7 +14,7 @@ import datetime
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any, Literal, Self, Unpack, overload
+from typing import TYPE_CHECKING, Any, Literal, Self, Unpack, overload
 
 import anyio
 import nats
@@ -43,6 +43,9 @@ from liftbridge_client.models import (
 from liftbridge_client.options import ClientOptions, StreamConfig, StreamSettings
 from liftbridge_client.subscription import SubscribeArgs, Subscription
 
+if TYPE_CHECKING:
+    from liftbridge_client.tracing import Tracer
+
 log = logging.getLogger(__name__)
 
 __all__ = ["Client"]
@@ -66,6 +69,19 @@ def _abort_nats_transport(nc: nats.aio.client.Client) -> None:
     raw = getattr(writer, "transport", None)
     if raw is not None:
         raw.abort()
+
+
+def _tracer(options: ClientOptions) -> Tracer | None:
+    """The tracing wrapper when ``options.tracing`` is set; the [otel] extra is imported then."""
+    if options.tracing is None:
+        return None
+    try:
+        from liftbridge_client.tracing import Tracer
+    except ImportError as exc:
+        raise errors.InvalidInputError(
+            f"tracing needs OpenTelemetry: install the [otel] extra ({exc})"
+        ) from exc
+    return Tracer(options.tracing)
 
 
 def _check_brokers(brokers: object) -> list[str]:
@@ -128,6 +144,7 @@ class Client:
         self._closing = False  # close() began: NATS callbacks stay quiet
         self._nats_down = False  # between a NATS disconnect and the reconnect
         self._closed = False
+        self._tracer = _tracer(self._options)  # None unless tracing is on
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("connected" if self._publisher else "new")
@@ -430,7 +447,11 @@ class Client:
         ``correlation_id``, ``transport``, ``ack_wait``. Cancelling the call withdraws
         the publish if it was not written yet.
         """
-        return await self._require_open().publish(stream, value, **kw)
+        publisher = self._require_open()
+        if self._tracer is not None:
+            traced: Ack | None = await self._tracer.publish(publisher.publish, stream, value, kw)
+            return traced
+        return await publisher.publish(stream, value, **kw)
 
     @overload
     async def send(
@@ -461,7 +482,10 @@ class Client:
     ) -> PublishFuture[Ack | None]: ...
     async def send(self, stream: str, value: bytes, **kw: Any) -> PublishFuture[Any]:
         """Wait for room in the in-flight window, queue the message, return its future."""
-        return await self._require_open().send(stream, value, **kw)
+        publisher = self._require_open()
+        if self._tracer is not None:
+            return await self._tracer.send(publisher.send, stream, value, kw)
+        return await publisher.send(stream, value, **kw)
 
     @overload
     def publish_nowait(
@@ -495,7 +519,10 @@ class Client:
 
         Raises `InflightLimitError` at once when ``max_inflight`` publishes are pending.
         """
-        return self._require_open().publish_nowait(stream, value, **kw)
+        publisher = self._require_open()
+        if self._tracer is not None:
+            return self._tracer.publish_nowait(publisher.publish_nowait, stream, value, kw)
+        return publisher.publish_nowait(stream, value, **kw)
 
     @overload
     async def publish_to_subject(
@@ -557,7 +584,8 @@ class Client:
             self._features.check("stop_positions")
         if kw.get("resume"):
             self._features.check("pause_resume")
-        sub = Subscription(
+        make = Subscription if self._tracer is None else self._tracer.subscription
+        sub = make(
             self._metadata,
             self._pool,
             self._options,

@@ -29,6 +29,7 @@ __all__ = [
     "StreamConfig",
     "StreamSettings",
     "TLSConfig",
+    "TracingOptions",
     "Transport",
 ]
 
@@ -140,6 +141,31 @@ class RetryPolicy:
         return min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
 
 
+@dataclass(frozen=True, slots=True)
+class TracingOptions:
+    """OpenTelemetry trace propagation (install the ``[otel]`` extra), off unless set.
+
+    With ``ClientOptions(tracing=TracingOptions())`` each publish runs in a PRODUCER
+    span ``send <stream>`` and carries its context in the message headers
+    (``traceparent``, W3C Trace Context, through the propagator); each message a
+    subscription yields gets a CONSUMER span ``receive <stream>``, child of the
+    producer's context (``receive_spans=False`` turns those off). Attributes follow
+    the OpenTelemetry semantic conventions for messaging. `liftbridge_client.tracing`
+    extracts the context (or a span link) of any message.
+
+    ``tracer_provider`` and ``propagator`` default to OpenTelemetry's global ones.
+    """
+
+    tracer_provider: object | None = None  # an opentelemetry.trace.TracerProvider
+    propagator: object | None = None  # an opentelemetry TextMapPropagator
+    receive_spans: bool = True
+
+    def __post_init__(self) -> None:
+        # The provider and propagator types are checked where OpenTelemetry is imported:
+        # when a Client is made with these options.
+        _validate.flag("receive_spans", self.receive_spans)
+
+
 KEEPALIVE_DEFAULT = 330.0
 
 
@@ -193,6 +219,9 @@ class ClientOptions:
     # decided as if the server were server_version_fallback ('v1.9.0', '1.7', 'master').
     probe_features: bool = True
     server_version_fallback: str = "v1.7.1"
+    # OpenTelemetry trace propagation through message headers (the [otel] extra); None: off,
+    # and then publishing and subscribing do no tracing work at all.
+    tracing: TracingOptions | None = None
 
     def __post_init__(self) -> None:
         _validate.int_arg("max_inflight", self.max_inflight, 1, _validate.INT32_MAX)
@@ -212,6 +241,8 @@ class ClientOptions:
         if not isinstance(self.probe_features, bool):
             raise InvalidInputError(f"probe_features must be a bool, got {self.probe_features!r}")
         parse_version(self.server_version_fallback, name="server_version_fallback")
+        if self.tracing is not None and not isinstance(self.tracing, TracingOptions):
+            raise InvalidInputError(f"tracing must be a TracingOptions, got {self.tracing!r}")
         if self.transport is not None and not isinstance(self.transport, Transport):
             raise InvalidInputError(f"transport must be a Transport, got {self.transport!r}")
         if not isinstance(self.address_overrides, Mapping):

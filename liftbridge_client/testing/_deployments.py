@@ -156,12 +156,15 @@ class SingleNode(_LocalDeployment):
         nats_nkeys: Sequence[str] = (),
         nats_users: Sequence[Mapping[str, object]] = (),
         version: str = LIFTBRIDGE_VERSION,
+        port: int | None = None,
+        nats_port: int | None = None,
     ) -> None:
         """Pick ports and write the configuration; :meth:`start` (or ``with``) runs it.
 
         ``version`` is the server version to run (``v1.9.0``, ``v1.7.1``, ``master``; see
         :data:`~liftbridge_client.testing.KNOWN_VERSIONS`). ``tls`` serves the gRPC API
-        over TLS (see :func:`make_pki`).
+        over TLS (see :func:`make_pki`). ``port`` (gRPC) and ``nats_port`` fix the ports;
+        None (or 0) picks free ones.
         ``nats_credentials`` (user, password) makes the embedded NATS require them (the
         node itself is configured with them too). ``nats_tls`` makes the embedded NATS
         require TLS, and with ``client_auth`` a client certificate (the node presents the
@@ -174,7 +177,9 @@ class SingleNode(_LocalDeployment):
         root = self._setup_dir(base_dir, "liftbridge-single-")
         workdir = root / server_id
         workdir.mkdir(parents=True, exist_ok=True)
-        port, self.nats_port = free_ports(2)
+        free_port, free_nats_port = free_ports(2)
+        port = port or free_port
+        self.nats_port = nats_port or free_nats_port
         nats_config = workdir / "nats.conf"
         if (nats_nkeys or nats_users) and nats_credentials is None:
             nats_credentials = ("liftbridge", uuid.uuid4().hex)
