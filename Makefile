@@ -64,3 +64,8 @@ bench-full: servers $(BENCH_STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .servers
+
+# Docker: images built locally FROM scratch (no registry); never part of `make test`.
+.PHONY: docker-image
+docker-image: servers
+	$(BIN)/python -m liftbridge_client.testing docker-image

@@ -1,9 +1,10 @@
-"""Command line: ``python -m liftbridge_client.testing {provision,run}``.
+"""Command line: ``python -m liftbridge_client.testing {provision,run,docker-image}``.
 
 - ``provision``: find or build the server binaries; print their paths, versions and the
   time taken (``make servers`` runs this).
 - ``run``: start a single node (or ``--cluster``) on 127.0.0.1, print the gRPC address(es)
   and NATS URL, and serve until Ctrl-C (or SIGTERM).
+- ``docker-image``: build the Liftbridge and nats-server images locally (``make docker-image``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ def _provision(_: argparse.Namespace) -> int:
     print(f"liftbridge   {report.liftbridge_version:<10} {report.liftbridge}")
     print(f"nats-server  {report.nats_server_version:<10} {report.nats_server}")
     print(f"go           {report.go_version or 'not found'}")
+    print(f"took {report.seconds:.2f} s")
+    return 0
+
+
+def _docker_image(_: argparse.Namespace) -> int:
+    from liftbridge_client.testing._docker_images import build_images
+
+    report = build_images()
+    print(f"liftbridge   {report.liftbridge_image}")
+    print(f"nats-server  {' '.join(report.nats_images)}")
     print(f"took {report.seconds:.2f} s")
     return 0
 
@@ -78,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = commands.add_parser("run", help="run servers until Ctrl-C")
     run.add_argument("--cluster", action="store_true", help="3 nodes on one NATS server")
     run.set_defaults(func=_run)
+    commands.add_parser(
+        "docker-image", help="build the Liftbridge and nats-server images locally"
+    ).set_defaults(func=_docker_image)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
