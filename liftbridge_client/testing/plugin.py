@@ -17,6 +17,12 @@ Fixtures:
   unique ``(name, subject)`` pairs prefixed with the test's name.
 - ``unique_stream`` (function): one such pair.
 
+Where the servers run: ``--liftbridge-deployment=auto|local|docker|external`` (or
+``$LIFTBRIDGE_DEPLOYMENT``). ``auto`` is external when ``LIFTBRIDGE_ADDRS`` is set, else
+local; ``docker`` runs both fixtures' servers in containers of the locally built images
+(:class:`~liftbridge_client.testing.DockerSingleNode`,
+:class:`~liftbridge_client.testing.DockerCluster`). See docs/testing.md.
+
 A server that cannot be provisioned or started makes the fixture raise (the test errors); it
 never skips. When a test fails, the last 80 lines of each server log it used are attached to
 the report. A server that exits by itself during a test (a crash) is restarted and the test
@@ -38,6 +44,7 @@ from liftbridge_client.testing._deployments import (
     ExternalDeployment,
     SingleNode,
 )
+from liftbridge_client.testing._docker_deployments import DockerCluster, DockerSingleNode
 from liftbridge_client.testing._errors import HarnessError
 from liftbridge_client.testing._names import StreamName, StreamNames
 from liftbridge_client.testing._provision import (
@@ -45,10 +52,12 @@ from liftbridge_client.testing._provision import (
     liftbridge_binary,
     liftbridge_needs_build,
 )
+from liftbridge_client.testing._selection import DeploymentKind, cluster_kind, server_kind
 
 __all__ = [
     "liftbridge_cluster",
     "liftbridge_server",
+    "pytest_addoption",
     "pytest_collection_finish",
     "pytest_collection_modifyitems",
     "pytest_configure",
@@ -59,6 +68,23 @@ __all__ = [
 
 LOG_TAIL_LINES = 80
 _DEPLOYMENT_FIXTURES = ("liftbridge_server", "liftbridge_cluster")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add ``--liftbridge-deployment``."""
+    parser.getgroup("liftbridge").addoption(
+        "--liftbridge-deployment",
+        choices=[kind.value for kind in DeploymentKind],
+        default=None,
+        help="where the fixtures' servers run: auto (default; external when "
+        "LIFTBRIDGE_ADDRS is set, else local), local, docker or external. Default from "
+        "$LIFTBRIDGE_DEPLOYMENT.",
+    )
+
+
+def _option(config: pytest.Config) -> str | None:
+    value = config.getoption("liftbridge_deployment", default=None)
+    return str(value) if value else None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -90,6 +116,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         "liftbridge_server" not in wanted or os.environ.get(ENV_ADDRS)
     ):
         return
+    option = _option(session.config)
+    with contextlib.suppress(HarnessError):
+        if DeploymentKind.DOCKER in {
+            server_kind(option, os.environ),
+            cluster_kind(option, os.environ),
+        }:
+            from liftbridge_client.testing._docker_images import ensure_images
+
+            ensure_images()  # builds the images (and a static Liftbridge) when missing
+            return
     if not liftbridge_needs_build():
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -104,10 +140,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session")
 def liftbridge_server(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
 ) -> Iterator[Deployment]:
     """One Liftbridge node with embedded NATS for the session (or external servers)."""
-    external = ExternalDeployment.from_env()
+    kind = server_kind(_option(pytestconfig), os.environ)
+    if kind is DeploymentKind.DOCKER:
+        with DockerSingleNode() as container:
+            yield container
+        return
+    external = ExternalDeployment.from_env() if kind is DeploymentKind.EXTERNAL else None
     if external is not None:
         yield external.wait_ready()
         return
@@ -116,8 +157,14 @@ def liftbridge_server(
 
 
 @pytest.fixture(scope="session")
-def liftbridge_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def liftbridge_cluster(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[Cluster | DockerCluster]:
     """A 3-node Liftbridge cluster on a shared NATS server, started on first use."""
+    if cluster_kind(_option(pytestconfig), os.environ) is DeploymentKind.DOCKER:
+        with DockerCluster() as containers:
+            yield containers
+        return
     with Cluster(3, base_dir=tmp_path_factory.mktemp("liftbridge-cluster")) as cluster:
         yield cluster
 
@@ -140,7 +187,7 @@ def _liftbridge_health(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     for fixture in _DEPLOYMENT_FIXTURES:
         deployment = (getattr(request.node, "funcargs", None) or {}).get(fixture)
-        if isinstance(deployment, SingleNode | Cluster):
+        if isinstance(deployment, SingleNode | Cluster | DockerSingleNode | DockerCluster):
             crashed = deployment.unexpected_exits()
             logs = deployment.log_tails(LOG_TAIL_LINES) if crashed else {}
             deployment.ensure_all_running()
