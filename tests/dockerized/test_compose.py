@@ -196,7 +196,8 @@ async def publish_until_acked(
 async def wait_isr(client: Client, name: str, expected: set[str]) -> None:
     async with asyncio.timeout(60):
         while True:
-            with contextlib.suppress(errors.LiftbridgeError):
+            # A node just started may not know the stream yet (KeyError): ask again.
+            with contextlib.suppress(errors.LiftbridgeError, KeyError):
                 info = (await client.fetch_metadata(name)).streams[name].partitions[0]
                 if set(info.isr) == expected and info.leader:
                     return
