@@ -92,7 +92,14 @@ async def read_all(client: Client, stream: str) -> list[bytes]:
 async def new_replicated_stream(client: Client, names: StreamNames) -> str:
     name, subject = names("faults")
     await client.create_stream(subject, name, replication_factor=3)
-    return name
+    # The broker that answers FetchMetadata may apply the creation a moment later (seen with
+    # a node just restarted in a container): wait until it names a leader.
+    async with asyncio.timeout(15):
+        while True:
+            info = (await client.fetch_metadata(name)).streams.get(name)
+            if info is not None and 0 in info.partitions and info.partitions[0].leader:
+                return name
+            await asyncio.sleep(0.1)
 
 
 @pytest.mark.parametrize("transport", [Transport.NATS, Transport.GRPC], ids=["nats", "grpc"])
