@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing liftbridge-client with dev tools"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,spark]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
