@@ -89,7 +89,7 @@ def test_offsets_json_per_stream_and_partition() -> None:
 )
 def test_bad_values_name_the_option(extra: dict[str, str], named: str) -> None:
     with pytest.raises(InvalidInputError, match=named):
-        parse(**extra)
+        SourceOptions.parse({**BASE, **extra}, streaming=False)
 
 
 def test_stream_and_pattern_exclude_each_other() -> None:
