@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceWriter,
@@ -16,8 +17,10 @@ from pyspark.sql.datasource import (
 )
 
 from liftbridge_client.client import Client
+from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.spark import _positions
+from liftbridge_client.spark._idempotent import TaskIdentity
 from liftbridge_client.spark._offsets import OffsetMap, PartitionRange, plan_ranges
 from liftbridge_client.spark._options import SinkOptions, SourceOptions
 from liftbridge_client.spark._read import RangePartition, read_range
@@ -102,20 +105,37 @@ class WriteCommit(WriterCommitMessage):
 
     rows: int
     per_partition: dict[str, int]
+    skipped: int = 0
+
+
+def task_identity(options: SinkOptions) -> TaskIdentity | None:
+    """The identity of the running task in idempotent mode (None otherwise)."""
+    if not options.idempotent:
+        return None
+    context = TaskContext.get()
+    if context is None:
+        raise InvalidInputError("idempotent writes run inside Spark tasks only")
+    query = context.getLocalProperty("sql.streaming.queryId")
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    write_id = options.write_id or query
+    if write_id is None:  # checked with the options for batch writes
+        raise InvalidInputError("option 'idempotent' needs the option 'writeId'")
+    return TaskIdentity(write_id, int(batch) if batch is not None else 0, context.partitionId())
 
 
 def write_task(
     rows: Iterator[Any], columns: Mapping[str, int], options: SinkOptions
 ) -> WriteCommit:
-    stats = publish_rows(rows_to_publish(rows, columns, options.stream), options)
-    return WriteCommit(stats.rows, stats.per_partition)
+    publishes = rows_to_publish(rows, columns, options.stream)
+    stats = publish_rows(publishes, options, task_identity(options))
+    return WriteCommit(stats.rows, stats.per_partition, stats.skipped)
 
 
 def summarize(messages: Sequence[WriterCommitMessage | None]) -> WriteStats:
     total = WriteStats()
     for message in messages:
         if isinstance(message, WriteCommit):
-            total.merge(WriteStats(message.rows, dict(message.per_partition)))
+            total.merge(WriteStats(message.rows, dict(message.per_partition), message.skipped))
     return total
 
 
@@ -131,7 +151,12 @@ class BatchWriter(DataSourceWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         total = summarize(messages)
-        log.info("liftbridge write committed: %d rows %s", total.rows, total.per_partition)
+        log.info(
+            "liftbridge write committed: %d rows %s (%d skipped: published by earlier attempts)",
+            total.rows,
+            total.per_partition,
+            total.skipped,
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         total = summarize(messages)

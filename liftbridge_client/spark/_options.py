@@ -309,9 +309,11 @@ class SinkOptions:
     max_inflight: int
     ack_timeout: float
     connect_timeout: float
+    idempotent: bool = False  # no row published twice by task retries or batch replays
+    write_id: str | None = None  # names a batch write (idempotent mode); streams use the query id
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+    def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> SinkOptions:
         brokers, nats = _connection(options)
         raw_stream = get_option(options, "stream")
         if raw_stream is not None and (not raw_stream.strip() or "," in raw_stream):
@@ -330,6 +332,20 @@ class SinkOptions:
             transport = _TRANSPORTS[key]
             if transport is Transport.NATS and not nats:
                 raise InvalidInputError("option 'transport' is nats but 'natsServers' is not set")
+        idempotent = _bool_option("idempotent", get_option(options, "idempotent"), False)
+        write_id = get_option(options, "writeId")
+        if write_id is not None and (not write_id.strip() or "," in write_id):
+            raise InvalidInputError(f"option 'writeId' must be a non-empty name, got {write_id!r}")
+        if idempotent:
+            if raw_stream is None:
+                raise InvalidInputError("option 'idempotent' needs the option 'stream'")
+            if ack == "none":
+                raise InvalidInputError("option 'idempotent' needs ackPolicy leader or all")
+            if not streaming and write_id is None:
+                raise InvalidInputError(
+                    "option 'idempotent' on a batch write needs the option 'writeId' (a name "
+                    "that a rerun of the same job repeats)"
+                )
         return cls(
             brokers=brokers,
             nats_servers=nats,
@@ -344,4 +360,6 @@ class SinkOptions:
                 "connectTimeoutMs", get_option(options, "connectTimeoutMs"), 10_000.0
             )
             / 1000.0,
+            idempotent=idempotent,
+            write_id=write_id.strip() if write_id is not None else None,
         )

@@ -46,7 +46,6 @@ class LiftbridgeDataSource(DataSource):
         return BatchWriter(options, check_sink_schema(schema, stream_option=options.stream))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> StreamWriter:
-        if overwrite:
-            raise InvalidInputError("Liftbridge streams are append-only: use outputMode('append')")
-        options = SinkOptions.parse(self.options)
+        # Complete and update modes append their result rows, as the Kafka sink does.
+        options = SinkOptions.parse(self.options, streaming=True)
         return StreamWriter(options, check_sink_schema(schema, stream_option=options.stream))

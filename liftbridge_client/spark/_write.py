@@ -19,12 +19,13 @@ from liftbridge_client import errors
 from liftbridge_client.client import Client
 from liftbridge_client.models import Ack, AckPolicy
 from liftbridge_client.options import ClientOptions
+from liftbridge_client.spark._idempotent import HEADER, TaskIdentity, WriteGuard, row_ids
 from liftbridge_client.spark._options import SinkOptions
 from liftbridge_client.spark._runtime import TaskRuntime
 
 __all__ = ["CHUNK_ROWS", "PublishedRow", "WriteStats", "publish_rows", "rows_to_publish"]
 
-CHUNK_ROWS = 2048
+CHUNK_ROWS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,7 @@ class WriteStats:
 
     rows: int = 0
     per_partition: dict[str, int] = field(default_factory=dict)
+    skipped: int = 0  # idempotent mode: rows an earlier attempt had published
 
     def add(self, ack: Ack | None) -> None:
         self.rows += 1
@@ -53,6 +55,7 @@ class WriteStats:
 
     def merge(self, other: WriteStats) -> None:
         self.rows += other.rows
+        self.skipped += other.skipped
         for key, count in other.per_partition.items():
             self.per_partition[key] = self.per_partition.get(key, 0) + count
 
@@ -103,6 +106,21 @@ def rows_to_publish(
         )
 
 
+def _mark(chunk: list[PublishedRow], ids: list[str], published: set[str]) -> list[PublishedRow]:
+    """The rows not yet published, each with its ``lbspark-id`` header."""
+    return [
+        PublishedRow(
+            row.stream,
+            row.value,
+            row.key,
+            row.partition,
+            {**(row.headers or {}), HEADER: i.encode()},
+        )
+        for row, i in zip(chunk, ids, strict=True)
+        if i not in published
+    ]
+
+
 async def _publish_chunk(
     client: Client, chunk: list[PublishedRow], options: SinkOptions, stats: WriteStats
 ) -> None:
@@ -139,18 +157,40 @@ def client_options(options: SinkOptions) -> ClientOptions:
     )
 
 
-def publish_rows(publishes: Iterable[PublishedRow], options: SinkOptions) -> WriteStats:
-    """Publish every row and wait for the acks; raises the first publish error."""
+def publish_rows(
+    publishes: Iterable[PublishedRow], options: SinkOptions, identity: TaskIdentity | None = None
+) -> WriteStats:
+    """Publish every row and wait for the acks; raises the first publish error.
+
+    With an ``identity`` (idempotent mode) rows that an earlier attempt of the same task
+    published are skipped, and a task already done publishes nothing (see `_idempotent`).
+    """
     stats = WriteStats()
     runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
     failed = True
     try:
         client = runtime.client
+        guard = plan = None
+        if identity is not None:
+            assert options.stream is not None  # checked with the options
+            guard = WriteGuard(client, options.stream, identity, options.ack_timeout)
+            plan = runtime.run(guard.prepare())
+            if plan.done:
+                failed = False
+                return stats
+        seen: dict[bytes, int] = {}
         iterator = iter(publishes)
         while chunk := list(islice(iterator, CHUNK_ROWS)):
+            if identity is not None and plan is not None:
+                keys = [(r.value, r.key, r.partition, r.headers) for r in chunk]
+                before = len(chunk)
+                chunk = _mark(chunk, row_ids(identity, keys, seen), plan.published)
+                stats.skipped += before - len(chunk)
             runtime.run(_publish_chunk(client, chunk, options, stats))
         if options.ack_policy is AckPolicy.NONE:
             runtime.run(client.flush(options.ack_timeout))
+        if guard is not None:
+            runtime.run(guard.finish())
         failed = False
     finally:
         runtime.close(drain=not failed)

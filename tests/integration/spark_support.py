@@ -35,7 +35,8 @@ def java_or_fail() -> None:
 
 
 def start_spark(tmp: Path) -> Iterator[SparkSession]:
-    """A local[2] session bound to 127.0.0.1, with the "liftbridge" format registered."""
+    """A local session (2 cores; a failed task is retried once) bound to 127.0.0.1, with the
+    "liftbridge" format registered."""
     java_or_fail()
     for var in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
         os.environ[var] = sys.executable  # workers must run this venv's python
@@ -45,7 +46,7 @@ def start_spark(tmp: Path) -> Iterator[SparkSession]:
     from liftbridge_client.spark import register
 
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,2]")  # 2 cores, 2 attempts per task
         .appName("liftbridge-client-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -55,14 +56,18 @@ def start_spark(tmp: Path) -> Iterator[SparkSession]:
         .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp / 'derby'}")
         .config("spark.sql.streaming.stopTimeout", "30s")
+        # Plain Python UDFs in the tests (the Arrow-optimized ones want pandas).
+        .config("spark.sql.execution.pythonUDF.arrow.enabled", "false")
+        # Rows reach a Python sink in Arrow batches of this size: small, so a task failing
+        # mid-way has already published some (the retry tests need that).
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    try:
-        yield spark
-    finally:
-        spark.stop()
+    # Not stopped here: the next test module gets the same session from getOrCreate (one
+    # JVM start per pytest run); pyspark kills its JVM when the interpreter exits.
+    yield spark
 
 
 async def _publish(
