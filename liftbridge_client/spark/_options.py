@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from liftbridge_client.errors import InvalidInputError
+from liftbridge_client.errors import FeatureNotSupportedError, InvalidInputError
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import Transport
 
@@ -252,6 +252,14 @@ class SourceOptions:
         if isolation not in {"read_uncommitted", "read_committed"}:
             raise InvalidInputError(
                 f"option 'isolation' must be read_uncommitted or read_committed, got {isolation!r}"
+            )
+        if isolation == "read_committed":
+            # Reads through the exactly-once layer's Sequencer, which this version lacks.
+            raise FeatureNotSupportedError(
+                "option 'isolation': read_committed needs the exactly-once layer, which this "
+                "version of liftbridge-client does not have; use read_uncommitted (the "
+                "idempotent sink already writes each row once)",
+                feature="exactly_once",
             )
         return cls(
             brokers=brokers,

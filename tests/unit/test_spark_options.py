@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from liftbridge_client.errors import InvalidInputError
+from liftbridge_client.errors import FeatureNotSupportedError, InvalidInputError
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import Transport
+from liftbridge_client.spark._idempotent import TaskIdentity, row_ids
 from liftbridge_client.spark._offsets import (
     PartitionRange,
     cap_by_backlog,
@@ -92,6 +93,26 @@ def test_bad_values_name_the_option(extra: dict[str, str], named: str) -> None:
         SourceOptions.parse({**BASE, **extra}, streaming=False)
 
 
+def test_read_committed_says_what_it_needs() -> None:
+    with pytest.raises(FeatureNotSupportedError, match="exactly-once layer") as info:
+        parse(isolation="read_committed")
+    assert info.value.feature == "exactly_once"
+
+
+def test_row_ids_do_not_depend_on_row_order() -> None:
+    ident = TaskIdentity("query", 3, 1)
+    rows = [(b"a", None, None, None), (b"b", b"k", 1, {"h": b"x"}), (b"a", None, None, None)]
+    ids = row_ids(ident, rows, {})
+    assert len(set(ids)) == 3  # identical rows get distinct ids by occurrence
+    assert all(i.startswith("query/3/1/") for i in ids)
+    reordered = row_ids(ident, [rows[1], rows[0], rows[2]], {})
+    assert set(reordered) == set(ids)
+    seen: dict[bytes, int] = {}  # chunk by chunk gives the same ids as all at once
+    assert row_ids(ident, rows[:2], seen) + row_ids(ident, rows[2:], seen) == ids
+    assert row_ids(TaskIdentity("query", 4, 1), rows, {}) != ids
+    assert row_ids(ident, [(b"a", b"", None, None)], {}) != row_ids(ident, rows[:1], {})
+
+
 def test_stream_and_pattern_exclude_each_other() -> None:
     with pytest.raises(InvalidInputError, match="exactly one"):
         SourceOptions.parse({"brokers": "h:1"}, streaming=False)
@@ -117,6 +138,18 @@ def test_sink_options() -> None:
         SinkOptions.parse({"brokers": "h:1", "transport": "nats"})
     nats = SinkOptions.parse({"brokers": "h:1", "transport": "nats", "natsServers": "nats://h:4"})
     assert nats.transport is Transport.NATS
+    with pytest.raises(InvalidInputError, match="writeId"):  # a name a rerun repeats
+        SinkOptions.parse({"brokers": "h:1", "stream": "s", "idempotent": "true"})
+    with pytest.raises(InvalidInputError, match="'stream'"):
+        SinkOptions.parse({"brokers": "h:1", "idempotent": "true"}, streaming=True)
+    with pytest.raises(InvalidInputError, match="ackPolicy"):
+        SinkOptions.parse(
+            {"brokers": "h:1", "stream": "s", "idempotent": "true", "ackPolicy": "none"},
+            streaming=True,
+        )
+    assert SinkOptions.parse(
+        {"brokers": "h:1", "stream": "s", "idempotent": "true"}, streaming=True
+    ).idempotent
     for bad in ({"ackPolicy": "some"}, {"stream": "a,b"}, {"maxInflight": "0"}):
         with pytest.raises(InvalidInputError, match=next(iter(bad))):
             SinkOptions.parse({"brokers": "h:1", **bad})
