@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from liftbridge_client import errors
@@ -62,7 +62,7 @@ class TaskIdentity:
 
 def row_ids(
     identity: TaskIdentity,
-    rows: list[tuple[bytes, bytes | None, int | None, Mapping[str, bytes] | None]],
+    rows: Sequence[tuple[bytes, bytes | None, int | None, Mapping[str, bytes] | None]],
     seen: dict[bytes, int],
 ) -> list[str]:
     """The ``lbspark-id`` of each ``(value, key, partition, headers)``; ``seen`` counts the
