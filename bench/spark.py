@@ -176,8 +176,7 @@ def report(results: list[Result], rows: int, cores: int) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     lines.extend(
-        f"| {r.what} | {r.rows} | {r.seconds:.2f} | {r.rows / r.seconds:,.0f} "
-        f"| {r.per_core:,.0f} |"
+        f"| {r.what} | {r.rows} | {r.seconds:.2f} | {r.rows / r.seconds:,.0f} | {r.per_core:,.0f} |"
         for r in results
     )
     return "\n".join(lines) + "\n"

@@ -1,10 +1,11 @@
 """Publishing a Spark task's rows (executor side), at least once.
 
-Rows are published in chunks with the client's pipelined ``send`` and every ack of a chunk
-is awaited before the next chunk is taken, so a task that returns has had every row acked
-(with ack policy ``none``: written to the connection). A failed publish fails the task
-with the client's typed error; Spark retries the task, which publishes its rows again:
-without the idempotent mode a retry can duplicate rows (at-least-once).
+Rows are published with the client's pipelined ``send`` (its ``max_inflight`` window
+bounds what awaits an ack), in chunks between which arrived acks are counted and failures
+raised, and the task waits for every ack before it returns: a task that returns has had
+every row acked (with ack policy ``none``: written to the connection). A failed publish
+fails the task with the client's typed error; Spark retries the task, which publishes its
+rows again: without the idempotent mode a retry can duplicate rows (at-least-once).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from itertools import islice
 from typing import Any
 
 from liftbridge_client import errors
+from liftbridge_client._correlation import PublishFuture
 from liftbridge_client.client import Client
 from liftbridge_client.models import Ack, AckPolicy
 from liftbridge_client.options import ClientOptions
@@ -121,30 +123,59 @@ def _mark(chunk: list[PublishedRow], ids: list[str], published: set[str]) -> lis
     ]
 
 
+class InFlight:
+    """A task's publishes awaiting their acks, across chunks: the client's ``max_inflight``
+    window bounds them, acks are counted as they arrive, and the first failure is raised."""
+
+    def __init__(self, stats: WriteStats) -> None:
+        self._stats = stats
+        self._pending: list[PublishFuture[Ack | None]] = []
+
+    def add(self, future: PublishFuture[Ack | None]) -> None:
+        self._pending.append(future)
+
+    def collect(self) -> None:
+        """Count the acks that arrived; raise the error of a failed publish."""
+        waiting = []
+        for future in self._pending:
+            if future.done():
+                self._stats.add(future.result())
+            else:
+                waiting.append(future)
+        self._pending = waiting
+
+    async def wait_all(self) -> None:
+        if self._pending:
+            await asyncio.wait(self._pending)
+        self.collect()
+
+    def cancel_all(self) -> None:
+        """The task fails: withdraw what was not sent, and retrieve every outcome."""
+        for future in self._pending:
+            if future.done():
+                if not future.cancelled():
+                    future.exception()
+            else:
+                future.cancel()
+        self._pending = []
+
+
 async def _publish_chunk(
-    client: Client, chunk: list[PublishedRow], options: SinkOptions, stats: WriteStats
+    client: Client, chunk: list[PublishedRow], options: SinkOptions, inflight: InFlight
 ) -> None:
-    futures = []
-    try:
-        for row in chunk:  # a loop, not a comprehension: the except sees every future
-            futures.append(  # noqa: PERF401
-                await client.send(
-                    row.stream,
-                    row.value,
-                    key=row.key,
-                    headers=row.headers,
-                    partition=row.partition,
-                    ack_policy=options.ack_policy,
-                    ack_wait=options.ack_timeout,
-                )
+    for row in chunk:
+        inflight.add(
+            await client.send(
+                row.stream,
+                row.value,
+                key=row.key,
+                headers=row.headers,
+                partition=row.partition,
+                ack_policy=options.ack_policy,
+                ack_wait=options.ack_timeout,
             )
-        acks = await asyncio.gather(*futures)
-    except BaseException:
-        for future in futures:  # a failed chunk fails the task: nobody waits for the rest
-            future.cancel()
-        raise
-    for ack in acks:
-        stats.add(ack)
+        )
+    inflight.collect()
 
 
 def client_options(options: SinkOptions) -> ClientOptions:
@@ -179,6 +210,7 @@ def publish_rows(
                 failed = False
                 return stats
         seen: dict[bytes, int] = {}
+        inflight = InFlight(stats)
         iterator = iter(publishes)
         while chunk := list(islice(iterator, CHUNK_ROWS)):
             if identity is not None and plan is not None:
@@ -186,7 +218,16 @@ def publish_rows(
                 before = len(chunk)
                 chunk = _mark(chunk, row_ids(identity, keys, seen), plan.published)
                 stats.skipped += before - len(chunk)
-            runtime.run(_publish_chunk(client, chunk, options, stats))
+            try:
+                runtime.run(_publish_chunk(client, chunk, options, inflight))
+            except BaseException:
+                inflight.cancel_all()
+                raise
+        try:
+            runtime.run(inflight.wait_all())
+        except BaseException:
+            inflight.cancel_all()
+            raise
         if options.ack_policy is AckPolicy.NONE:
             runtime.run(client.flush(options.ack_timeout))
         if guard is not None:

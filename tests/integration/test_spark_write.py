@@ -142,7 +142,9 @@ def test_task_retry_publishes_no_row_twice_when_idempotent(
     if idempotent:
         assert duplicated == 0
     else:  # at-least-once: the retried task published its first rows again
-        assert duplicated >= 2000  # chunks 1 and 2 of task 0 were acked before it failed
+        # Task 0 failed at row 2200 with at most 1024 publishes in flight: rows before
+        # 1176 were acked, and published again by the retry.
+        assert duplicated >= 1000
 
     if idempotent:  # the job run again with the same writeId publishes nothing more
         flag.unlink()
@@ -198,7 +200,8 @@ def test_streaming_query_restarted_mid_batch_publishes_no_row_twice(
         query.processAllAvailable()  # both attempts of one task fail: the query stops
     query.stop()
     partial = len(read_all(liftbridge_server.addresses, dst, 2))
-    assert 2000 <= partial < 6000  # the batch was written in part: at least 2 chunks of task 0
+    # Written in part: task 0 had 1000+ rows acked when it failed (the window is 1024).
+    assert 1000 <= partial < 6000
 
     flag.unlink()
     query = start()  # the same checkpoint: the uncommitted batch runs again
