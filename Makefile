@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
 .PHONY: venv servers proto proto-check lint format typecheck unit integration test demo bench bench-full clean
+.PHONY: spark-demo
 
 $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing liftbridge-client with dev tools"
@@ -48,6 +49,10 @@ test: lint typecheck proto-check servers
 
 demo: servers
 	$(BIN)/python scripts/demo.py
+
+# The Spark pipeline example on a throwaway local node (the venv has the spark extra).
+spark-demo: servers
+	$(BIN)/python scripts/spark_demo.py
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 

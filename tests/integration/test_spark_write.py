@@ -3,6 +3,7 @@ real SparkSession (2 cores, one retry per task) against a real Liftbridge v1.9.0
 
 from __future__ import annotations
 
+import importlib.util
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -212,3 +213,16 @@ def test_streaming_query_restarted_mid_batch_publishes_no_row_twice(
     counts = Counter(m.value for m in read_all(liftbridge_server.addresses, dst, 2))
     assert set(counts) == {b"%d-%d" % (i % 2, i // 2) for i in range(6000)}
     assert max(counts.values()) == 1  # read back exactly once
+
+
+def test_the_spark_pipeline_example(
+    spark: SparkSession, liftbridge_server: Deployment, tmp_path: Path
+) -> None:
+    """examples/spark_pipeline.py, on this session: totals match, each row written once."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "spark_pipeline.py"
+    spec = importlib.util.spec_from_file_location("spark_pipeline", path)
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert example.run_pipeline(spark, liftbridge_server.addresses, tmp_path) is True
