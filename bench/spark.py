@@ -178,7 +178,8 @@ def report(results: list[Result], rows: int, cores: int) -> str:
         f"Run {datetime.now(UTC).isoformat(timespec='seconds')}: {rows} rows of {VALUE_SIZE} B "
         f"over {cores} partitions, one fresh Liftbridge {LIFTBRIDGE_VERSION} node (embedded NATS, "
         f"127.0.0.1), pyspark {pyspark.__version__} local[{cores}], Python "
-        f"{platform.python_version()}, {os.cpu_count()} CPUs shared with other work, git {git}.",
+        f"{platform.python_version()}, {os.cpu_count()} CPUs shared with other work (load "
+        f"average {os.getloadavg()[0]:.1f} at the end), git {git}.",
         "",
         "Every publish waits for its ack (ack policy leader). "
         "Rows/s per core divides by the Spark cores (the plain client runs on one event loop). "
