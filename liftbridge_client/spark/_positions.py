@@ -21,6 +21,7 @@ from liftbridge_client.spark._options import (
     SourceOptions,
     TimestampSpec,
 )
+from liftbridge_client.spark._read import EMPTY_PROBE
 
 __all__ = ["Partitions", "earliest_offsets", "latest_offsets", "list_partitions", "resolve"]
 
@@ -63,9 +64,13 @@ async def _first_offset(
         return latest
     try:
         async with client.subscribe(stream, pid, stop=StopPosition.LATEST, **kw) as sub:  # type: ignore[arg-type]
-            message = await sub.next(timeout)
+            message = await sub.next(min(timeout, EMPTY_PROBE))
     except errors.StopPositionReached:
         return latest  # nothing at or after the position (the server says stop < start)
+    except errors.LiftbridgeTimeoutError:
+        # Every message was removed by retention: the subscription waits for the next one.
+        log.info("%s/%d: no message retained; taking the latest offset %d", stream, pid, latest)
+        return latest
     return min(message.offset, latest)
 
 

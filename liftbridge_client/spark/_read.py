@@ -30,6 +30,12 @@ log = logging.getLogger(__name__)
 
 BATCH_ROWS = 4096  # messages per Arrow record batch handed to Spark
 
+# Liftbridge (v1.9.0) cannot tell a partition's first offset, and a subscription to a
+# partition whose every message was removed by retention waits for the next message, even
+# with a stop offset behind it. A subscription that returns no first message within this
+# many seconds, for offsets the server committed, finds them gone.
+EMPTY_PROBE = 10.0
+
 
 @dataclass(frozen=True, slots=True)
 class RangePartition:
@@ -102,7 +108,14 @@ def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
         expected = r.start
         while expected < r.end:
             want = min(BATCH_ROWS, r.end - expected)
-            messages = runtime.run(_take(sub, want, r.end, options.poll_timeout))
+            if expected == r.start:
+                try:
+                    probe = min(options.poll_timeout, EMPTY_PROBE)
+                    messages = runtime.run(_take(sub, want, r.end, probe))
+                except errors.LiftbridgeTimeoutError:
+                    messages = []  # nothing retained from start on (see EMPTY_PROBE)
+            else:
+                messages = runtime.run(_take(sub, want, r.end, options.poll_timeout))
             first = messages[0].offset if messages else r.end
             if expected == r.start and first > expected:
                 data_loss(
