@@ -47,6 +47,12 @@ try:  # admission control: pyspark 4.2+
 except ImportError:  # pragma: no cover - older pyspark
     ADMISSION_CONTROL = False
 
+_AvailableNow: Any
+try:  # Trigger.AvailableNow: pyspark 4.3+
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as _AvailableNow
+except ImportError:  # pragma: no cover - older pyspark
+    _AvailableNow = None
+
 __all__ = ["StreamReader", "StreamWriter"]
 
 log = logging.getLogger(__name__)
@@ -68,14 +74,37 @@ async def _with_new_partitions(
     return merged
 
 
+def _up_to(begin: OffsetMap, end: OffsetMap, target: OffsetMap) -> OffsetMap:
+    """``end`` no further than ``target``; partitions ``target`` lacks do not move."""
+    capped = copy_offsets(end)
+    for stream, ends in capped.items():
+        for pid, stop in ends.items():
+            limit = target.get(stream, {}).get(pid)
+            here = begin.get(stream, {}).get(pid, stop)
+            ends[pid] = min(stop, limit) if limit is not None else min(stop, here)
+    return capped
+
+
 class StreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
         self._runtime: TaskRuntime | None = None
         self._last_end: OffsetMap | None = None  # for pyspark < 4.2 (no start given)
+        self._target: OffsetMap | None = None  # Trigger.AvailableNow: read up to here
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_options": self._options, "_runtime": None, "_last_end": None}
+        return {"_options": self._options, "_runtime": None, "_last_end": None, "_target": None}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow (pyspark 4.3+): read what is there now, then end."""
+        runtime = self._run()
+        client = runtime.client
+
+        async def now() -> OffsetMap:
+            partitions = await _positions.list_partitions(client, self._options)
+            return await _positions.latest_offsets(client, partitions)
+
+        self._target = runtime.run(now())
 
     def _run(self) -> TaskRuntime:
         if self._runtime is None:
@@ -136,6 +165,8 @@ class StreamReader(DataSourceStreamReader):
                             f"{stream}/{pid}: the latest offset {stop} is behind the offset "
                             f"{was} to read next (was the stream deleted and recreated?)",
                         )
+            if self._target is not None:
+                end = _up_to(begin, end, self._target)
             max_rows = self._max_rows(limit)
             if max_rows is not None:
                 end = cap_by_backlog(begin, end, max_rows)
@@ -181,6 +212,10 @@ class StreamReader(DataSourceStreamReader):
         runtime, self._runtime = self._runtime, None
         if runtime is not None:
             runtime.close()
+
+
+if _AvailableNow is not None:  # pyspark 4.3+: Spark checks isinstance
+    _AvailableNow.register(StreamReader)
 
 
 class StreamWriter(DataSourceStreamWriter):

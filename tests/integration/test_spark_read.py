@@ -240,3 +240,38 @@ def test_max_offsets_per_trigger(
     assert len(sizes) == 5  # 90 rows, 20 per batch
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     assert len({(r.partition, r.offset) for r in rows}) == 90
+
+
+def test_trigger_available_now_reads_what_is_there_and_ends(
+    spark: SparkSession,
+    liftbridge_server: Deployment,
+    stream_names: StreamNames,
+    tmp_path: Path,
+) -> None:
+    name, subject = stream_names()
+    create_stream(liftbridge_server.addresses, subject, name, partitions=2)
+    publish(liftbridge_server.addresses, name, messages(50, 2))
+    query = (
+        spark.readStream.format("liftbridge")
+        .option("brokers", liftbridge_server.addresses[0])
+        .option("stream", name)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "20")
+        .load()
+        .selectExpr("partition", "offset")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120)  # it ends by itself
+        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
+    finally:
+        query.stop()
+    assert sizes == [20, 20, 10]  # the read limit still applies
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted((r.partition, r.offset) for r in rows) == [
+        (p, o) for p in range(2) for o in range(25)
+    ]
