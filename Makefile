@@ -8,13 +8,14 @@ PYTEST_ARGS ?=
 export LIFTBRIDGE_CLIENT_CACHE ?= $(CURDIR)/.servers/cache
 
 .PHONY: venv servers proto proto-check lint format typecheck unit integration test test-compat demo bench bench-full clean
+.PHONY: spark-demo
 
 $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing liftbridge-client with dev tools"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	$(BIN)/python -m pip install -q -e '.[cli,docs,otel,extras-test]'
+	$(BIN)/python -m pip install -q -e '.[cli,docs,otel,spark,extras-test]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -60,6 +61,10 @@ test-compat: servers
 
 demo: servers
 	$(BIN)/python scripts/demo.py
+
+# The Spark pipeline example on a throwaway local node (the venv has the spark extra).
+spark-demo: servers
+	$(BIN)/python scripts/spark_demo.py
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 
