@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from spark_support import OPTIONS, create_stream, publish, start_spark
+from spark_support import OPTIONS, create_stream, java_or_fail, publish, start_spark
 
 from liftbridge_client import Client, StreamConfig
 from liftbridge_client.errors import LiftbridgeTimeoutError
@@ -275,3 +275,13 @@ def test_trigger_available_now_reads_what_is_there_and_ends(
     assert sorted((r.partition, r.offset) for r in rows) == [
         (p, o) for p in range(2) for o in range(25)
     ]
+
+
+def test_missing_java_is_a_clear_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent-jdk")
+    with pytest.raises(pytest.fail.Exception, match="need Java 17"):
+        java_or_fail()
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", "/nonexistent-bin")
+    with pytest.raises(pytest.fail.Exception, match="need Java 17"):
+        java_or_fail()
