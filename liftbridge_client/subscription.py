@@ -22,6 +22,7 @@ import grpc.aio
 from liftbridge_client import errors
 from liftbridge_client._errors_map import map_rpc_error
 from liftbridge_client._grpc import BrokerPool
+from liftbridge_client._h2 import ServerStreamCall
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._subscribe_spec import (
@@ -36,7 +37,11 @@ from liftbridge_client.models import Message, message_from_proto
 from liftbridge_client.options import ClientOptions
 
 if TYPE_CHECKING:
-    SubscribeCall = grpc.aio.UnaryStreamCall[api_pb2.SubscribeRequest, api_pb2.Message]
+    GrpcSubscribeCall = grpc.aio.UnaryStreamCall[api_pb2.SubscribeRequest, api_pb2.Message]
+    SubscribeCall = GrpcSubscribeCall | ServerStreamCall[api_pb2.Message]
+
+_SUBSCRIBE_PATH = "/proto.API/Subscribe"
+_decode_message = api_pb2.Message.FromString
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +230,8 @@ class Subscription:
 
     async def _read_call(self, call: SubscribeCall) -> object:
         """``call.read()`` that survives the reader's cancellation (see ``_inflight``)."""
+        if type(call) is ServerStreamCall:
+            return await call.read()  # h2 reads are cancellation-safe by themselves
         inflight = self._inflight
         if inflight is None:
             inflight = self._inflight = asyncio.ensure_future(call.read())
@@ -256,7 +263,10 @@ class Subscription:
                     if call is None or self._pending is not None or self._closed:
                         return await self._next()
                     try:
-                        pb = await self._read_call(call)
+                        if type(call) is ServerStreamCall:  # h2: no task per read needed
+                            pb: object = await call.read()
+                        else:
+                            pb = await self._read_call(call)
                     except grpc.RpcError as exc:
                         self._broken(exc)
                         continue
@@ -402,7 +412,7 @@ class Subscription:
                     address = await self._metadata.replica_address(spec.stream, spec.partition)
                 else:
                     address = await self._metadata.leader_address(spec.stream, spec.partition)
-                call = self._opening = self._pool.stub(address).Subscribe(spec.request(resume_at))
+                call = self._opening = self._open_call(address, spec.request(resume_at))
                 try:
                     first = await call.read()
                 except BaseException:
@@ -428,6 +438,13 @@ class Subscription:
         self._address = address
         if first.ByteSize():  # not the empty handshake: a message (kept for the reader)
             self._pending = first
+
+    def _open_call(self, address: str, request: api_pb2.SubscribeRequest) -> SubscribeCall:
+        if self._options.stream_transport == "h2":
+            return self._pool.h2().server_stream(
+                address, _SUBSCRIBE_PATH, request.SerializeToString(), _decode_message
+            )
+        return self._pool.stub(address).Subscribe(request)
 
 
 def _retrieve(fut: asyncio.Future[object]) -> None:
