@@ -367,6 +367,8 @@ class Subscription:
             try:
                 await self._subscribe_once(resume_at, deadline)
             except errors.LiftbridgeError as exc:
+                if self._closed:  # close() cancelled the call (h2 reports it as CANCELLED)
+                    return
                 verdict = classify(exc, self._spec, phase)
                 if verdict.action is not Action.RESUBSCRIBE:
                     self._conclude(verdict.action, verdict.error)

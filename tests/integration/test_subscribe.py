@@ -470,3 +470,5 @@ async def test_leader_failover_resubscribes_without_gap_or_duplicate(
         assert offsets(received) == list(range(10))
         assert values(received) == before + after
         await asyncio.to_thread(liftbridge_cluster.node(old_leader).start)
+        # Whole again (every node serving, metadata complete) before the next test uses it.
+        await asyncio.to_thread(liftbridge_cluster.wait_ready)
