@@ -33,7 +33,7 @@ from liftbridge_client._subscribe_spec import (
     SubscribeSpec,
     classify,
 )
-from liftbridge_client.models import Message, message_from_proto
+from liftbridge_client.models import Message, owned_message_from_proto
 from liftbridge_client.options import ClientOptions
 
 if TYPE_CHECKING:
@@ -274,7 +274,7 @@ class Subscription:
                         self._broken(None)
                         continue
                     if self._progress.accept(pb.offset):
-                        return message_from_proto(pb)
+                        return owned_message_from_proto(pb)  # pb is never used again
                     log.debug("%r: dropping replayed offset %d", self, pb.offset)
         except asyncio.CancelledError:
             if self._closed and not _being_cancelled():
@@ -296,7 +296,7 @@ class Subscription:
             if not self._progress.accept(pb.offset):
                 log.debug("%r: dropping replayed offset %d", self, pb.offset)
                 continue
-            return message_from_proto(pb)
+            return owned_message_from_proto(pb)  # pb is never used again
 
     async def _read(self, call: SubscribeCall) -> api_pb2.Message | None:
         try:

@@ -547,7 +547,7 @@ async def test_close_while_waiting_for_the_handshake_cancels_at_once(
     cluster.script(A)  # the handshake never comes
     sub, closed = subscribe(cluster, options=ClientOptions(rpc_timeout=30))
     entering = asyncio.create_task(sub.__aenter__())
-    await asyncio.sleep(0.02)
+    await wait_until(lambda: bool(cluster.calls), what="the server seeing the call")
     await sub.close()
     async with asyncio.timeout(1):
         assert await entering is sub
