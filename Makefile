@@ -56,11 +56,13 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	@touch $(BENCH_STAMP)
 
 # Benchmarks are never part of `make test`; they fail only on errors or lost messages.
+# Quick (under 2 min): interleaved medians against go-liftbridge, the three goal ratios last.
 bench: servers $(BENCH_STAMP)
-	$(BIN)/python -m bench --quick
+	$(BIN)/python -m bench.ratios
 
 bench-full: servers $(BENCH_STAMP)
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench.ratios --full --docs
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .servers

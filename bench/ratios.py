@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import statistics
@@ -41,6 +42,10 @@ from liftbridge_client.testing import LIFTBRIDGE_VERSION, SingleNode
 __all__ = ["RatioPlan", "main", "summarize"]
 
 RESULTS_DIR = ROOT / "bench" / "results"
+DOC = ROOT / "docs" / "benchmarks.md"
+CHART = ROOT / "docs" / "benchmarks-ratios.png"
+BLOCK_START = "<!-- ratios:start (python -m bench.ratios --full --docs) -->"
+BLOCK_END = "<!-- ratios:end -->"
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -51,15 +56,16 @@ class RatioPlan:
     n_pub: int
     n_sub: int
     n_one: int
+    n_slow: int
     size: int = 256
 
     @classmethod
     def quick(cls) -> RatioPlan:
-        return cls("quick", reps=3, n_pub=10_000, n_sub=50_000, n_one=300)
+        return cls("quick", reps=3, n_pub=10_000, n_sub=50_000, n_one=300, n_slow=200)
 
     @classmethod
     def full(cls) -> RatioPlan:
-        return cls("full", reps=5, n_pub=50_000, n_sub=200_000, n_one=2_000)
+        return cls("full", reps=5, n_pub=50_000, n_sub=200_000, n_one=2_000, n_slow=1_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +241,46 @@ class RatioRun:
         )
         return record
 
+    def slow_consumers(self) -> None:
+        """RSS of a consumer sleeping 10 ms per message on a partition holding MiBs more."""
+        stream = self.new_stream()
+        n = 20_000
+        out = self.go.run(
+            "pub", f"-addr={self.node.address}", f"-stream={stream}", f"-n={n}", "-size=1024",
+            "-mode=batch", "-batch=1000", "-timeout=600s",
+        )  # fmt: skip
+        if out.get("acked") != n:
+            self.records.append(
+                {"group": "slow", "name": "fill", "rep": 0, "problem": f"fill failed: {out}"}
+            )
+            return
+        for transport in ("h2", "grpc"):
+            task: dict[str, Any] = {
+                "op": "slow",
+                "address": self.node.address,
+                "nats_url": self.node.nats_url,
+            }
+            task.update(stream=stream, n=self.plan.n_slow, stream_transport=transport)
+            done = subprocess.run(
+                [sys.executable, "-m", "bench.proc", json.dumps(task)],
+                capture_output=True, text=True, check=False, cwd=ROOT, timeout=600,
+            )  # fmt: skip
+            record: dict[str, Any] = {"group": "slow", "name": f"ours-{transport}", "rep": 0}
+            if done.returncode != 0:
+                record["problem"] = done.stderr.strip()[-2000:]
+            else:
+                record.update(json.loads(done.stdout), problem=None)
+                record["rss_growth_mib"] = record["rss_peak_mib"] - record["rss_baseline_mib"]
+                print(
+                    f"  slow consumer ours-{transport}: {record['messages']} x 1 KiB at 10 ms "
+                    f"each, {n * 1024 // 2**20} MiB waiting: RSS +{record['rss_growth_mib']:.1f}"
+                    f" MiB (peak {record['rss_peak_mib']:.1f} MiB)",
+                    flush=True,
+                )
+            self.records.append(record)
+
     def run(self) -> None:
+        self.slow_consumers()
         self.fill()
         groups: dict[str, list[Contender]] = {}
         for c in CONTENDERS:
@@ -276,7 +321,8 @@ def summarize(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     lines = ["", f"==> medians of {results['plan']['reps']} interleaved repetitions (min..max)"]
     names: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
-        names.setdefault((r["group"], r["name"]), []).append(r)
+        if r["group"] != "slow":
+            names.setdefault((r["group"], r["name"]), []).append(r)
     header = (
         f"  {'group':<9} {'client':<14} {'msgs/s':>26} {'client CPU us/msg':>18} "
         f"{'server CPU us/msg':>18} {'p50 us':>8}"
@@ -294,6 +340,13 @@ def summarize(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
             f"{(f'{statistics.median(p50):.0f}' if p50 else '-'):>8}"
         )
     rows_out = []
+    lines.append("")
+    lines.extend(
+        f"  slow consumer {r['name']}: {r['messages']} msgs at 10 ms each: "
+        f"RSS +{r['rss_growth_mib']:.1f} MiB (peak {r['rss_peak_mib']:.1f} MiB)"
+        for r in records
+        if r["group"] == "slow" and r.get("rss_growth_mib") is not None
+    )
     lines.append("")
     for title, group, ours, anchor, metric in EXTRA + GOALS:
         series = _ratio_series(records, ours, anchor, group, metric)
@@ -321,6 +374,136 @@ def _fmt_row(row: dict[str, Any]) -> str:
     return f"{row['median']:.2f}x ({row['min']:.2f}..{row['max']:.2f})"
 
 
+def markdown(results: dict[str, Any], chart_name: str | None) -> str:
+    """The docs/benchmarks.md section of a ratios run (between the block markers)."""
+    plan, machine = results["plan"], results["machine"]
+    load = results["load_average"]
+    lines = [
+        BLOCK_START,
+        "## The three goals: interleaved medians",
+        "",
+        f"Run {results['started']} ({plan['name']}, {results['seconds']:.0f} s) by "
+        "`python -m bench.ratios --full --docs` (`make bench-full`; `make bench` runs the quick "
+        "plan and prints the same summary). One fresh single node (Liftbridge "
+        f"{results['server']['liftbridge']}, embedded NATS, 127.0.0.1); {plan['reps']} "
+        "repetitions in a rotating order; every client in a process of its own; each ratio "
+        "is taken within one repetition and shown as median (min..max).",
+        "",
+        f"Machine: {machine.get('cpu_model')}, {machine.get('nproc')} cores, "
+        f"{machine.get('ram_gib')} GiB, {machine.get('os')}, Python {machine.get('python')}, "
+        f"{machine.get('go')}. Load average (1, 5, 15 min) {load['before']} before and "
+        f"{load['after']} after: the cores were shared with other work, so single figures "
+        "move a lot from run to run; the ratios, taken side by side, move less.",
+        "",
+        f"Sizes: publish {plan['n_pub']} x {plan['size']} B (ack LEADER, 1024 in flight for "
+        f"this client), one at a time {plan['n_one']}, subscribe {plan['n_sub']} x "
+        f"{plan['size']} B from EARLIEST. CPU per message: the client process's CPU time "
+        "(user + system) and the server process's (Liftbridge with its embedded NATS) over "
+        "the run, divided by the messages.",
+        "",
+    ]
+    if chart_name:
+        lines += [f"![ratios]({chart_name})", ""]
+    lines += [
+        "| goal | ratio to go-liftbridge | goal | status |",
+        "|---|---:|---:|---|",
+    ]
+    rows = results["ratios"]
+    for row in rows:
+        if row["goal"]:
+            want = ">= 1.0x" if row["metric"] == "rate" else "<= 1.0x"
+            status = "-" if row["met"] is None else ("met" if row["met"] else "missed")
+            lines.append(f"| {row['title']} | {_fmt_row(row)} | {want} | {status} |")
+    lines += ["", "| side by side | ratio |", "|---|---:|"]
+    lines += [f"| {row['title']} | {_fmt_row(row)} |" for row in rows if not row["goal"]]
+    lines += [
+        "",
+        "| group | client | msgs/s median (min..max) | client CPU us/msg | "
+        "server CPU us/msg | p50 us |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    by_name: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results["records"]:
+        if r["group"] != "slow":
+            by_name.setdefault((r["group"], r["name"]), []).append(r)
+    for (group, name), recs in by_name.items():
+        rates = [r["msgs_per_s"] for r in recs if r.get("msgs_per_s")]
+        ccpu = [r["client_cpu_us"] for r in recs if r.get("client_cpu_us") is not None]
+        scpu = [r["server_cpu_us"] for r in recs]
+        p50 = [r["p50_us"] for r in recs if r.get("p50_us") is not None]
+        lines.append(
+            f"| {group} | {name} | {_spread(rates, '{:,.0f}')} | "
+            f"{statistics.median(ccpu) if ccpu else 0:.1f} | {statistics.median(scpu):.1f} | "
+            f"{f'{statistics.median(p50):.0f}' if p50 else '-'} |"
+        )
+    slow = [r for r in results["records"] if r["group"] == "slow" and r.get("rss_growth_mib")]
+    if slow:
+        lines += [
+            "",
+            "Slow consumer (sleeps 10 ms per message; 20,000 x 1 KiB wait on the server):",
+        ]
+        lines += [
+            f"- {r['name']}: {r['messages']} messages read, RSS +{r['rss_growth_mib']:.1f} MiB "
+            f"(peak {r['rss_peak_mib']:.1f} MiB)"
+            for r in slow
+        ]
+    lines += ["", BLOCK_END]
+    return "\n".join(lines)
+
+
+def splice(doc: str, block: str) -> str:
+    """``doc`` with its ratios block replaced by ``block`` (inserted before the machine
+    section when absent)."""
+    if BLOCK_START in doc and BLOCK_END in doc:
+        head, rest = doc.split(BLOCK_START, 1)
+        return head + block + rest.split(BLOCK_END, 1)[1]
+    marker = "## Machine and versions"
+    if marker in doc:
+        head, rest = doc.split(marker, 1)
+        return head + block + "\n\n" + marker + rest
+    return doc.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def existing_block(doc: str) -> str | None:
+    """The ratios block of a page, if it has one (kept when bench/report.py rewrites it)."""
+    if BLOCK_START in doc and BLOCK_END in doc:
+        return BLOCK_START + doc.split(BLOCK_START, 1)[1].split(BLOCK_END, 1)[0] + BLOCK_END
+    return None
+
+
+def chart(results: dict[str, Any], path: Path = CHART) -> bool:
+    """Median msgs/s with min..max per contender; False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    groups = ("publish", "subscribe", "one")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, group in zip(axes, groups, strict=True):
+        names: dict[str, list[float]] = {}
+        for r in results["records"]:
+            if r["group"] == group and r.get("msgs_per_s"):
+                names.setdefault(r["name"], []).append(r["msgs_per_s"])
+        labels = list(names)
+        mids = [statistics.median(v) for v in names.values()]
+        lows = [m - min(v) for m, v in zip(mids, names.values(), strict=True)]
+        highs = [max(v) - m for m, v in zip(mids, names.values(), strict=True)]
+        colors = ["#4c72b0" if n.startswith("go") else "#dd8452" for n in labels]
+        ax.bar(labels, mids, yerr=[lows, highs], color=colors, capsize=4)
+        ax.set_title({"publish": "pipelined publish", "subscribe": "subscribe",
+                      "one": "one at a time"}[group] + " (median, min..max)")  # fmt: skip
+        ax.set_ylabel("msgs/s")
+        ax.tick_params(axis="x", labelsize=8, rotation=30)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return True
+
+
 def _load() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -332,10 +515,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ratios", description=__doc__)
     parser.add_argument("--full", action="store_true", help="more messages and repetitions")
     parser.add_argument("--reps", type=int, help="repetitions (default: 3 quick, 5 full)")
+    parser.add_argument("--docs", action="store_true", help="write its section of docs/")
     args = parser.parse_args(argv)
     plan = RatioPlan.full() if args.full else RatioPlan.quick()
     if args.reps:
-        plan = RatioPlan(plan.name, args.reps, plan.n_pub, plan.n_sub, plan.n_one, plan.size)
+        plan = dataclasses.replace(plan, reps=args.reps)
     go = GoBench()
     go.ensure()
     started = datetime.now(UTC)
@@ -362,6 +546,11 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(results, indent=1))
     print(f"\nresults: {path.relative_to(ROOT)}  ({results['seconds']:.0f} s, load average "
           f"{load_before} before, {results['load_average']['after']} after)")  # fmt: skip
+    if args.docs:
+        has_chart = chart(results)
+        doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+        DOC.write_text(splice(doc, markdown(results, CHART.name if has_chart else None)))
+        print(f"wrote {DOC.relative_to(ROOT)}")
     if failures:
         print(f"{len(failures)} run(s) FAILED (errors, lost or disordered messages)")
     print(text)
