@@ -147,7 +147,7 @@ class ClientOptions:
     close_timeout: float = 1.0
     # How the streaming RPCs (Subscribe, PublishAsync) travel: "grpc" (grpc.aio) or "h2"
     # (asyncio + the h2 library, several times faster per message). Unary RPCs use grpc.aio.
-    stream_transport: StreamTransport = "grpc"
+    stream_transport: StreamTransport = "h2"
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -377,7 +377,14 @@ async def _cluster_stream(client: Client, cluster: Cluster, names: StreamNames) 
         for address in cluster.addresses:
             stub = client._pool.stub(address)
             while True:  # polling a server: there is no event to wait on
-                response = await stub.FetchMetadata(request, timeout=5)
+                try:
+                    response = await stub.FetchMetadata(request, timeout=5)
+                except grpc.aio.AioRpcError as exc:
+                    # A node a previous test killed and restarted may still be starting.
+                    if exc.code() is not grpc.StatusCode.UNAVAILABLE:
+                        raise
+                    await asyncio.sleep(0.2)
+                    continue
                 if response.streamMetadata[0].partitions:
                     break
                 await asyncio.sleep(0.05)

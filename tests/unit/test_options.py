@@ -161,7 +161,7 @@ def test_stream_config_rejects_bad_values(field: str, value: object) -> None:
 
 
 def test_stream_transport_is_grpc_or_h2() -> None:
-    assert ClientOptions().stream_transport == "grpc"
+    assert ClientOptions().stream_transport == "h2"
     assert ClientOptions(stream_transport="h2").stream_transport == "h2"
     with pytest.raises(InvalidInputError, match="stream_transport"):
         ClientOptions(stream_transport="http3")  # type: ignore[arg-type]
