@@ -253,6 +253,22 @@ class Subscription:
         return self
 
     async def __anext__(self) -> Message:
+        call = self._call
+        if (
+            type(call) is ServerStreamCall
+            and self._pending is None
+            and not self._closed
+            and not self._lock.locked()
+        ):
+            # h2 with a message already received: nothing to wait for, so no lock needed.
+            try:
+                ready = call.read_nowait()
+            except grpc.RpcError:
+                ready = None  # the call failed: the path below reads the failure and acts on it
+            if ready is not None:
+                if self._progress.accept(ready.offset):
+                    return owned_message_from_proto(ready)  # never used again
+                log.debug("%r: dropping replayed offset %d", self, ready.offset)
         try:
             async with self._lock:
                 # Hot path inlined (one coroutine frame less per message): read from an

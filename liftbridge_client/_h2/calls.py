@@ -207,6 +207,18 @@ class _Call(Generic[T]):
             finally:
                 self._waiter = None
 
+    def read_nowait(self) -> T | None:
+        """The next message if one is here already (None otherwise); no suspension."""
+        if not self._inbox:
+            return None
+        raw = self._take()
+        try:
+            return self._decode(raw)
+        except DecodeError as exc:
+            error = H2RpcError(StatusCode.INTERNAL, f"failed to parse a response message: {exc}")
+            self._fail(error, True)
+            raise error from exc
+
     async def read(self) -> T | None:
         """The next message; None when the call ended with an OK status."""
         inbox = self._inbox
