@@ -447,7 +447,14 @@ def markdown(results: dict[str, Any], chart_name: str | None) -> str:
             f"(peak {r['rss_peak_mib']:.1f} MiB)"
             for r in slow
         ]
-    lines += ["", BLOCK_END]
+    lines += [
+        "",
+        "The sections below come from the last full `python -m bench` run (its date is at the "
+        "top of the page); unless it is newer than this section they predate the h2 stream "
+        "transport and compare pipelined publishes with go's batch-100.",
+        "",
+        BLOCK_END,
+    ]
     return "\n".join(lines)
 
 
@@ -504,6 +511,16 @@ def chart(results: dict[str, Any], path: Path = CHART) -> bool:
     return True
 
 
+def write_docs(results: dict[str, Any]) -> None:
+    """Write (or replace) the ratios section of docs/benchmarks.md and its chart."""
+    has_chart = chart(results)
+    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    DOC.write_text(splice(doc, markdown(results, CHART.name if has_chart else None)))
+    print(
+        f"wrote {DOC.relative_to(ROOT)}" + (f" and {CHART.relative_to(ROOT)}" if has_chart else "")
+    )
+
+
 def _load() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -516,7 +533,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="more messages and repetitions")
     parser.add_argument("--reps", type=int, help="repetitions (default: 3 quick, 5 full)")
     parser.add_argument("--docs", action="store_true", help="write its section of docs/")
+    parser.add_argument("--report", type=Path, help="only rewrite the docs from a results file")
     args = parser.parse_args(argv)
+    if args.report:
+        write_docs(json.loads(args.report.read_text()))
+        return 0
     plan = RatioPlan.full() if args.full else RatioPlan.quick()
     if args.reps:
         plan = dataclasses.replace(plan, reps=args.reps)
@@ -547,10 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nresults: {path.relative_to(ROOT)}  ({results['seconds']:.0f} s, load average "
           f"{load_before} before, {results['load_average']['after']} after)")  # fmt: skip
     if args.docs:
-        has_chart = chart(results)
-        doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-        DOC.write_text(splice(doc, markdown(results, CHART.name if has_chart else None)))
-        print(f"wrote {DOC.relative_to(ROOT)}")
+        write_docs(results)
     if failures:
         print(f"{len(failures)} run(s) FAILED (errors, lost or disordered messages)")
     print(text)
