@@ -100,6 +100,9 @@ class _Call(Generic[T]):
             return
         if self._starting is None:
             self._starting = asyncio.ensure_future(self._start())
+            # Its failure is the call's error (raised by reads); mark it seen even when the
+            # reader that started it was cancelled meanwhile.
+            self._starting.add_done_callback(_seen)
         # Shielded: a reader cancelled while the connection opens leaves it opening.
         await asyncio.shield(self._starting)
 
@@ -280,6 +283,11 @@ class _Call(Generic[T]):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+
+def _seen(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class ServerStreamCall(_Call[T]):
