@@ -12,9 +12,12 @@ start servers on 127.0.0.1 only, each in its own temporary directory with its lo
 - :class:`ExternalDeployment`: servers started elsewhere, from ``LIFTBRIDGE_ADDRS`` and
   ``LIFTBRIDGE_NATS_URL``.
 
-All three satisfy :class:`Deployment`. The pytest plugin (:mod:`.plugin`, registered as the
-``liftbridge`` entry point) wraps them in fixtures; ``python -m liftbridge_client.testing``
-provisions or runs servers from the command line. See docs/testing.md.
+All three satisfy :class:`Deployment`, as do :class:`DockerSingleNode` and
+:class:`DockerCluster`, the same topologies in containers of images built locally
+(:func:`build_images`, ``make docker-image``). The pytest plugin (:mod:`.plugin`,
+registered as the ``liftbridge`` entry point) wraps them in fixtures;
+``python -m liftbridge_client.testing`` provisions or runs servers from the command line.
+See docs/testing.md.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from liftbridge_client.testing._deployments import (
     ExternalDeployment,
     SingleNode,
 )
+from liftbridge_client.testing._docker_deployments import DockerCluster, DockerSingleNode
+from liftbridge_client.testing._docker_images import ImageReport, build_images, ensure_images
 from liftbridge_client.testing._errors import (
     ConfigError,
     HarnessError,
@@ -82,8 +87,11 @@ __all__ = [
     "Cluster",
     "ConfigError",
     "Deployment",
+    "DockerCluster",
+    "DockerSingleNode",
     "ExternalDeployment",
     "HarnessError",
+    "ImageReport",
     "LiftbridgeNode",
     "NatsServer",
     "NkeyUser",
@@ -100,6 +108,8 @@ __all__ = [
     "StreamName",
     "StreamNames",
     "TestPKI",
+    "build_images",
+    "ensure_images",
     "free_ports",
     "liftbridge_binary",
     "make_nkey_user",

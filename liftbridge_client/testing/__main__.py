@@ -1,4 +1,4 @@
-"""Command line: ``python -m liftbridge_client.testing {provision,run}``.
+"""Command line: ``python -m liftbridge_client.testing {provision,run,docker-image}``.
 
 - ``provision``: find or build the server binaries; print their paths, versions and the
   time taken. ``--all`` (what ``make servers`` runs) provisions every known server version;
@@ -6,6 +6,7 @@
   ``--server-version V`` (repeatable) picks versions; the default is the pinned release.
 - ``run``: start a single node (or ``--cluster``) on 127.0.0.1, print the gRPC address(es)
   and NATS URL, and serve until Ctrl-C (or SIGTERM).
+- ``docker-image``: build the Liftbridge and nats-server images locally (``make docker-image``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,16 @@ def _provision(args: argparse.Namespace) -> int:
     print(f"nats-server  {last.nats_server_version:<20} {last.nats_server}")
     print(f"go           {last.go_version or 'not found'}")
     print(f"took {time.monotonic() - started:.2f} s")
+    return 0
+
+
+def _docker_image(_: argparse.Namespace) -> int:
+    from liftbridge_client.testing._docker_images import build_images
+
+    report = build_images()
+    print(f"liftbridge   {report.liftbridge_image}")
+    print(f"nats-server  {' '.join(report.nats_images)}")
+    print(f"took {report.seconds:.2f} s")
     return 0
 
 
@@ -110,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"v1.9.0, v1.7.1 or master (default {LIFTBRIDGE_VERSION})",
     )
     run.set_defaults(func=_run)
+    commands.add_parser(
+        "docker-image", help="build the Liftbridge and nats-server images locally"
+    ).set_defaults(func=_docker_image)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

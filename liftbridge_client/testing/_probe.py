@@ -74,8 +74,7 @@ def wait_serving(
 
     With ``applied_on``, also wait until each of those nodes lists the probe stream in its
     own metadata: it has applied the Raft log up to the creation, so a restarted node has
-    finished recovering its partitions (v1.9.0 panics if recovery fails, e.g. when NATS is
-    down at that moment, so a test must not stop NATS before).
+    finished replaying its log and restarting its partitions before a test disturbs it.
     ``check_alive`` is called before every attempt and should raise when the server process
     is gone. Raises :class:`ServerStartError` after ``timeout`` seconds.
     """

@@ -29,6 +29,12 @@ default version is listed, for behaviour that differs by version. Tests that nee
 source snapshot when it is absent (a clone without ../shared) are deselected with a message,
 or fail with a clear error when ``$CI`` is set.
 
+Where the servers run: ``--liftbridge-deployment=auto|local|docker|external`` (or
+``$LIFTBRIDGE_DEPLOYMENT``). ``auto`` is external when ``LIFTBRIDGE_ADDRS`` is set, else
+local; ``docker`` runs both fixtures' servers in containers of the locally built images
+(:class:`~liftbridge_client.testing.DockerSingleNode`,
+:class:`~liftbridge_client.testing.DockerCluster`). See docs/testing.md.
+
 A server that cannot be provisioned or started makes the fixture raise (the test errors); it
 never skips. When a test fails, the last 80 lines of each server log it used are attached to
 the report. A server that exits by itself during a test (a crash) is restarted and the test
@@ -50,6 +56,7 @@ from liftbridge_client.testing._deployments import (
     ExternalDeployment,
     SingleNode,
 )
+from liftbridge_client.testing._docker_deployments import DockerCluster, DockerSingleNode
 from liftbridge_client.testing._errors import ConfigError, HarnessError
 from liftbridge_client.testing._names import StreamName, StreamNames
 from liftbridge_client.testing._provision import (
@@ -58,6 +65,7 @@ from liftbridge_client.testing._provision import (
     liftbridge_needs_build,
     snapshot_available,
 )
+from liftbridge_client.testing._selection import DeploymentKind, cluster_kind, server_kind
 from liftbridge_client.testing._versions import server_version
 
 __all__ = [
@@ -90,8 +98,17 @@ _DESELECTED_KEY = pytest.StashKey[list[str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """``--liftbridge-version``: the server version of the default fixtures."""
-    parser.addoption(
+    """``--liftbridge-version`` and ``--liftbridge-deployment`` for the default fixtures."""
+    group = parser.getgroup("liftbridge")
+    group.addoption(
+        "--liftbridge-deployment",
+        choices=[kind.value for kind in DeploymentKind],
+        default=None,
+        help="where the fixtures' servers run: auto (default; external when "
+        "LIFTBRIDGE_ADDRS is set, else local), local, docker or external. Default from "
+        "$LIFTBRIDGE_DEPLOYMENT.",
+    )
+    group.addoption(
         "--liftbridge-version",
         default=None,
         help=f"server version for liftbridge_server/liftbridge_cluster (default "
@@ -105,6 +122,19 @@ def _default_version(config: pytest.Config) -> str:
         return server_version(name or LIFTBRIDGE_VERSION).name
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _docker_runs_the_pinned_version(version: str) -> None:
+    # The images are built from the pinned release only (make docker-image).
+    if version != server_version(LIFTBRIDGE_VERSION).name:
+        raise ConfigError(
+            f"--liftbridge-deployment=docker runs {LIFTBRIDGE_VERSION} only, not {version}"
+        )
+
+
+def _option(config: pytest.Config) -> str | None:
+    value = config.getoption("liftbridge_deployment", default=None)
+    return str(value) if value else None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -185,7 +215,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if "liftbridge_cluster" in wanted or (
         "liftbridge_server" in wanted and not os.environ.get(ENV_ADDRS)
     ):
-        versions.append(_default_version(session.config))
+        option = _option(session.config)
+        docker = False
+        with contextlib.suppress(HarnessError):
+            if DeploymentKind.DOCKER in {
+                server_kind(option, os.environ),
+                cluster_kind(option, os.environ),
+            }:
+                from liftbridge_client.testing._docker_images import ensure_images
+
+                ensure_images()  # builds the images (and a static Liftbridge) when missing
+                docker = True
+        if not docker:
+            versions.append(_default_version(session.config))
     for item in session.items:
         versions += _marker_versions(item, "liftbridge_version") or []
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -209,10 +251,18 @@ def liftbridge_server_version(pytestconfig: pytest.Config) -> str:
 
 @pytest.fixture(scope="session")
 def liftbridge_server(
-    tmp_path_factory: pytest.TempPathFactory, liftbridge_server_version: str
+    tmp_path_factory: pytest.TempPathFactory,
+    pytestconfig: pytest.Config,
+    liftbridge_server_version: str,
 ) -> Iterator[Deployment]:
     """One Liftbridge node with embedded NATS for the session (or external servers)."""
-    external = ExternalDeployment.from_env()
+    kind = server_kind(_option(pytestconfig), os.environ)
+    if kind is DeploymentKind.DOCKER:
+        _docker_runs_the_pinned_version(liftbridge_server_version)
+        with DockerSingleNode() as container:
+            yield container
+        return
+    external = ExternalDeployment.from_env() if kind is DeploymentKind.EXTERNAL else None
     if external is not None:
         yield external.wait_ready()
         return
@@ -223,9 +273,16 @@ def liftbridge_server(
 
 @pytest.fixture(scope="session")
 def liftbridge_cluster(
-    tmp_path_factory: pytest.TempPathFactory, liftbridge_server_version: str
-) -> Iterator[Cluster]:
+    tmp_path_factory: pytest.TempPathFactory,
+    pytestconfig: pytest.Config,
+    liftbridge_server_version: str,
+) -> Iterator[Cluster | DockerCluster]:
     """A 3-node Liftbridge cluster on a shared NATS server, started on first use."""
+    if cluster_kind(_option(pytestconfig), os.environ) is DeploymentKind.DOCKER:
+        _docker_runs_the_pinned_version(liftbridge_server_version)
+        with DockerCluster() as containers:
+            yield containers
+        return
     base = tmp_path_factory.mktemp("liftbridge-cluster")
     with Cluster(3, base_dir=base, versions=liftbridge_server_version) as cluster:
         yield cluster
@@ -297,7 +354,7 @@ def _liftbridge_health(request: pytest.FixtureRequest) -> Iterator[None]:
     """After a test that used local servers: restart what is down, report crashes."""
     yield
     for deployment in _used_deployments(getattr(request.node, "funcargs", None) or {}):
-        if isinstance(deployment, SingleNode | Cluster):
+        if isinstance(deployment, SingleNode | Cluster | DockerSingleNode | DockerCluster):
             crashed = deployment.unexpected_exits()
             logs = deployment.log_tails(LOG_TAIL_LINES) if crashed else {}
             deployment.ensure_all_running()

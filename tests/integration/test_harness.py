@@ -160,22 +160,15 @@ def test_ensure_all_running_restores_a_crashed_node(liftbridge_cluster: Cluster)
     assert liftbridge_cluster.ensure_all_running() == []  # nothing to do: returns at once
 
 
-def test_nats_outage_right_after_a_node_restart_does_not_crash_it(
-    liftbridge_cluster: Cluster,
-) -> None:
-    # v1.9.0 panics (exit 2, "failed to recover from Raft log") when a restarted node
-    # replays its log while NATS is down. ensure_all_running must not return before the
-    # node has recovered, so a test may stop NATS right after it (as CI once did).
-    liftbridge_cluster.node("n2").kill()
-    assert liftbridge_cluster.ensure_all_running() == ["n2"]
-    assert liftbridge_cluster.nats.stop() == 0
-    time.sleep(2.0)  # the outage itself: nothing to wait for
-    liftbridge_cluster.nats.start()
-    liftbridge_cluster.wait_ready(timeout=60)
-    assert liftbridge_cluster.unexpected_exits() == {}
+async def test_nats_stops_and_restarts_on_the_same_port(tmp_path: Path) -> None:
+    # A deployment of its own: on v1.9.0 a NATS outage can leave a replicated partition led
+    # by a node outside its ISR, which then panics on every start (docs/testing.md), so no
+    # shared cluster is put through one.
+    with Cluster(1, base_dir=tmp_path) as own:
+        await _nats_restarts_on_the_same_port(own)
 
 
-async def test_nats_stops_and_restarts_on_the_same_port(liftbridge_cluster: Cluster) -> None:
+async def _nats_restarts_on_the_same_port(liftbridge_cluster: Cluster) -> None:
     nats_server = liftbridge_cluster.nats
     url, port = nats_server.url, nats_server.port
     assert nats_server.stop() == 0
