@@ -214,6 +214,8 @@ class Connection(asyncio.Protocol):
                 break
             if self._fast.get(sid) is entry:
                 handler.on_data(parts[0] if len(parts) == 1 else b"".join(parts), flow)
+            else:  # the call went away meanwhile: give the bytes back, as h2 does
+                self.ack(sid, flow)
         pending.clear()
 
     def _feed_h2(self, data: bytes) -> None:
