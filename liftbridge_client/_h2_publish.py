@@ -80,6 +80,7 @@ class H2PublishStream(PublishStream):
                     return
                 if resolve_on_write and not fut.done():
                     resolve(fut.correlation_id, None)
+            call.push()  # everything queued in this pass leaves in one write
             try:
                 await call.drain()  # send flow control: wait while too much is unsent
             except grpc.RpcError as exc:

@@ -365,6 +365,12 @@ class BidiStreamCall(_Call[T]):
         self._out_size += 5 + len(payload)
         self._schedule_pump()
 
+    def push(self) -> None:
+        """Send what is queued now, as far as the windows allow (no wait for the next
+        loop iteration: a writer calls it once it has queued all it had)."""
+        if self._conn is not None:
+            self._pump()
+
     def done_writing(self) -> None:
         """Half-close once everything queued is sent."""
         self._half_closed = True

@@ -341,9 +341,9 @@ class Connection(asyncio.Protocol):
             if end and size == 0:
                 h2c.end_stream(sid)
         except h2.exceptions.ProtocolError:  # the stream closed under us
-            self._schedule_flush()
+            self._flush()
             return sent
-        self._schedule_flush()
+        self._flush()  # callers batch their messages into one send: write it out now
         return sent
 
     def ack(self, sid: int, size: int) -> None:
