@@ -30,6 +30,7 @@ The tree::
     │   ├── ReadonlyPartitionEnd
     │   ├── StreamDeletedEnd
     │   └── PartitionPausedEnd
+    ├── DataLossError                        offsets a Spark read needed are gone
     └── ServerError                          a gRPC status from the server
         ├── InvalidArgumentError
         ├── NotFoundError
@@ -290,3 +291,8 @@ class CursorsDisabledError(InternalServerError):
 
 class UnknownServerError(ServerError):
     code_name = "UNKNOWN"
+
+
+class DataLossError(LiftbridgeError):
+    """Offsets a reader needed are gone: retention removed them, or the stream was
+    recreated with fewer messages (the Spark source's ``failOnDataLoss``)."""
