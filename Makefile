@@ -103,6 +103,12 @@ DOCKER_SUITE := tests/integration/test_publish.py tests/integration/test_subscri
 	tests/integration/test_admin.py tests/integration/test_cursors.py \
 	tests/integration/test_cluster_routing.py tests/integration/test_faults.py
 .PHONY: test-docker docker-checks
+# Compose v2 built from its Go module (Debian has only v1), so both are tested.
+COMPOSE_V2_VERSION := v2.29.7
+.PHONY: compose-v2
+compose-v2:
+	bash scripts/build-compose-v2.sh $(COMPOSE_V2_VERSION)
+
 test-docker: servers
 	bash scripts/with-docker.sh $(MAKE) --no-print-directory docker-checks
 
