@@ -71,7 +71,7 @@ from liftbridge_client.testing._versions import (
     ServerVersion,
     server_version,
 )
-from liftbridge_client.testing._wait import wait_until
+from liftbridge_client.testing._wait import tasks_left, wait_until
 
 __all__ = [
     "ACTIVITY_STREAM_SETTINGS",
@@ -118,5 +118,6 @@ __all__ = [
     "nats_server_binary",
     "provision",
     "server_version",
+    "tasks_left",
     "wait_until",
 ]

@@ -31,6 +31,7 @@ from liftbridge_client.testing import (
     SingleNode,
     StreamName,
     StreamNames,
+    tasks_left,
     wait_until,
 )
 
@@ -41,17 +42,8 @@ async def new_stream(client: Client, names: StreamNames) -> StreamName:
     return stream
 
 
-def _running_tasks(before: set[asyncio.Task[object]]) -> set[asyncio.Task[object]]:
-    return {t for t in asyncio.all_tasks() - before if not t.done()}
-
-
 async def _no_task_left(before: set[asyncio.Task[object]]) -> None:
-    # Tasks cancelled by close() finish within a few loop iterations; grpc.aio's own call
-    # tasks may take a little longer on a loaded machine, so allow them half a second.
-    try:
-        await wait_until(lambda: not _running_tasks(before), timeout=0.5, what="tasks ending")
-    except TimeoutError:
-        pytest.fail(f"tasks still running 0.5 s after close(): {_running_tasks(before)}")
+    assert await tasks_left(before) == set()
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ from liftbridge_client.testing import (
     SingleNode,
     StreamName,
     StreamNames,
+    tasks_left,
     wait_until,
 )
 
@@ -521,8 +522,7 @@ async def test_close_right_after_sending_over_grpc(
         assert fut.done()
         if fut.exception() is not None:
             assert isinstance(fut.exception(), errors.ConnectionClosedError)
-    await asyncio.sleep(0)
-    assert not {t for t in asyncio.all_tasks() - before if not t.done()}
+    assert await tasks_left(before) == set()
 
 
 async def test_nats_transport_without_nats_is_refused(liftbridge_server: Deployment) -> None:
