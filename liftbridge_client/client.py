@@ -305,14 +305,20 @@ class Client:
     async def _close_nats(self) -> None:
         nc = self._nats
         assert nc is not None
+        closed = False
         try:
             # nats-py flushes what it buffered before closing; a server that stopped
             # reading would keep that flush (and close()) waiting forever.
             async with asyncio.timeout(_NATS_CLOSE_WAIT):
                 await nc.close()
+            closed = True
         except (TimeoutError, nats.errors.Error, OSError) as exc:
             log.debug("NATS close did not finish (%r); aborting its socket", exc)
-            _abort_nats_transport(nc)
+        finally:
+            # Also when the close deadline of close() cancels this step: the socket must
+            # not outlive the client (abort is synchronous, so it runs even then).
+            if not closed:
+                _abort_nats_transport(nc)
         # Let the tasks nats-py cancelled (reader, flusher, pinger) finish.
         pending = [t for t in _nats_tasks(nc) if not t.done()]
         if pending:
