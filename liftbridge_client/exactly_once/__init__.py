@@ -14,6 +14,14 @@ from liftbridge_client.exactly_once.mapping import (
     RandomMapping,
     RendezvousMapping,
 )
+from liftbridge_client.exactly_once.publisher import (
+    UUID_HEADER,
+    AckIntent,
+    ExactlyOncePublisher,
+    intents_from_json,
+    intents_to_json,
+)
+from liftbridge_client.exactly_once.reader import CommittedReader, read_uncommitted, uuid_of
 from liftbridge_client.exactly_once.sequencer import (
     Checkpoint,
     Envelope,
@@ -33,9 +41,13 @@ from liftbridge_client.exactly_once.uuids import (
 )
 
 __all__ = [
+    "UUID_HEADER",
+    "AckIntent",
     "Checkpoint",
     "Clock",
+    "CommittedReader",
     "Envelope",
+    "ExactlyOncePublisher",
     "Flags",
     "Mapping",
     "ModuloMapping",
@@ -48,6 +60,10 @@ __all__ = [
     "build_uuid",
     "clock_of",
     "flags_of",
+    "intents_from_json",
+    "intents_to_json",
     "new_producer_id",
     "producer_of",
+    "read_uncommitted",
+    "uuid_of",
 ]

@@ -381,9 +381,15 @@ class Sequencer:
     def checkpoint(self, prune_horizon_ns: int = 0) -> Checkpoint:
         """Offsets and producer states; producers whose last clock is older than
         ``prune_horizon_ns`` before the newest producer of their partition are dropped
-        (0: never). Call it only between sequences (after `step` returned None)."""
-        if self._emit is not None:
-            raise errors.InvalidInputError("committed messages remain: step() until None first")
+        (0: never).
+
+        Taken while a committed sequence is being dequeued, it counts the envelope `step`
+        returned last as processed: a Sequencer restored from it replays the rest of the
+        sequence (from that envelope's offset), dropping what was already returned.
+        """
+        emit = self._emit
+        if emit is not None and self._dequeued is not None:
+            emit.min_clock = self._dequeued_clock
         newest: dict[PartitionRef, int] = {}
         for (ref, _), partial in self._partials.items():
             # As Gazette: a partition whose producers all have clock 0 is never pruned.
@@ -395,7 +401,7 @@ class Sequencer:
         }
         states = []
         for key, partial in list(self._partials.items()):
-            if partial.max_clock >= floor.get(key[0], 0):
+            if partial is emit or partial.max_clock >= floor.get(key[0], 0):
                 states.append(ProducerState(key[0], key[1], partial.min_clock, partial.begin))
             else:
                 del self._partials[key]

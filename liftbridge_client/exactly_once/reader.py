@@ -1,0 +1,215 @@
+"""Readers: read_uncommitted (every stored copy) and CommittedReader (exactly once).
+
+`CommittedReader` subscribes to one or several partitions, feeds what it reads to a
+`Sequencer` and yields the committed messages: duplicates dropped, CONTINUE_TXN messages
+held until their ACK_TXN, rolled-back ones never. Other producers are never held back by an
+open transaction. Acknowledgements (ACK_TXN messages) are not yielded unless
+``include_acks``. A message without the UUID header counts as committed on its own.
+
+The checkpoint contract: `CommittedReader.checkpoint` counts every message yielded so far
+as processed. Store it atomically with the results of processing them; a reader built
+from it yields exactly the messages after them (replaying an open transaction's range if
+it needs to).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid as _uuid
+from collections.abc import AsyncIterator, Iterable
+from types import TracebackType
+from typing import TYPE_CHECKING, Self
+
+from liftbridge_client import errors
+from liftbridge_client._subscribe_spec import SubscribeArgs
+from liftbridge_client.exactly_once.publisher import UUID_HEADER
+from liftbridge_client.exactly_once.sequencer import (
+    Checkpoint,
+    Envelope,
+    PartitionRef,
+    QueueOutcome,
+    Sequencer,
+)
+from liftbridge_client.exactly_once.uuids import Flags, flags_of
+from liftbridge_client.models import Message
+
+if TYPE_CHECKING:
+    from liftbridge_client.client import Client
+
+__all__ = ["CommittedReader", "envelope_of", "read_range", "read_uncommitted", "uuid_of"]
+
+_ZERO = bytes(16)
+_DONE = object()
+
+
+def uuid_of(message: Message) -> _uuid.UUID | None:
+    """The UUID a message carries in its header, or None."""
+    raw = message.headers.get(UUID_HEADER)
+    return _uuid.UUID(bytes=raw) if raw is not None and len(raw) == 16 else None
+
+
+def envelope_of(message: Message) -> Envelope:
+    raw = message.headers.get(UUID_HEADER)
+    uuid = raw if raw is not None and len(raw) == 16 else _ZERO
+    ref = PartitionRef(message.stream, message.partition)
+    return Envelope(ref, message.offset, message.offset + 1, uuid, message)
+
+
+def _is_ack(env: Envelope) -> bool:
+    return env.uuid != _ZERO and flags_of(env.uuid) == Flags.ACK_TXN
+
+
+async def _stop_offset(client: Client, stream: str, partition: int) -> int:
+    info = await client.fetch_partition_metadata(stream, partition)
+    return info.newest_offset
+
+
+async def read_range(
+    client: Client, stream: str, partition: int, begin: int, end: int
+) -> list[Message]:
+    """The messages at offsets ``[begin, end)`` of a partition."""
+    if end <= begin:
+        return []
+    async with client.subscribe(stream, partition, start_offset=begin, stop_offset=end - 1) as sub:
+        return [m async for m in sub]
+
+
+async def read_uncommitted(
+    client: Client,
+    stream: str,
+    partition: int = 0,
+    *,
+    start_offset: int = 0,
+    stop_at_latest: bool = False,
+    include_acks: bool = False,
+) -> AsyncIterator[Message]:
+    """Every stored message from ``start_offset`` on: duplicates, uncommitted and
+    rolled-back ones included (acknowledgements only with ``include_acks``)."""
+    kw: SubscribeArgs = {"start_offset": start_offset}
+    if stop_at_latest:
+        newest = await _stop_offset(client, stream, partition)
+        if newest < start_offset:
+            return
+        kw["stop_offset"] = newest
+    async with client.subscribe(stream, partition, **kw) as sub:
+        async for message in sub:
+            if include_acks or not _is_ack(envelope_of(message)):
+                yield message
+
+
+class CommittedReader:
+    """Read-committed messages of ``partitions`` (``(stream, partition)`` pairs).
+
+    ``checkpoint``: where to resume (from `checkpoint`); partitions it does not know start
+    at offset 0. ``stop_at_latest``: end once every partition is read up to its newest
+    offset at start (else wait for new messages). ``buffer``: the Sequencer's ring size.
+    Use ``async with`` (or call `close`) so the subscriptions are closed.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        partitions: Iterable[tuple[str, int]],
+        *,
+        checkpoint: Checkpoint | None = None,
+        stop_at_latest: bool = False,
+        include_acks: bool = False,
+        buffer: int = 4096,
+        queue_size: int = 1024,
+    ) -> None:
+        self._client = client
+        self._refs = [PartitionRef(str(s), int(p)) for s, p in partitions]
+        if not self._refs:
+            raise errors.InvalidInputError("partitions must not be empty")
+        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+            raise errors.InvalidInputError("checkpoint must be a Checkpoint")
+        self._seq = Sequencer(checkpoint, buffer=buffer)
+        self._start = dict(checkpoint.offsets) if checkpoint else {}
+        self._stop_at_latest = stop_at_latest
+        self._include_acks = include_acks
+        self._queue: asyncio.Queue[object] = asyncio.Queue(queue_size)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._running = 0
+        self.replays = 0  # how many replays the Sequencer asked for
+
+    @classmethod
+    async def for_stream(cls, client: Client, stream: str, **kw: object) -> CommittedReader:
+        """A reader over every partition of ``stream`` (as listed in metadata)."""
+        info = (await client.fetch_metadata(stream)).streams.get(stream)
+        if info is None:
+            raise errors.NotFoundError(f"stream {stream!r} is not in the metadata")
+        return cls(client, [(stream, p) for p in sorted(info.partitions)], **kw)  # type: ignore[arg-type]
+
+    def checkpoint(self, prune_horizon_ns: int = 0) -> Checkpoint:
+        """Offsets and producer states; every message yielded so far counts as processed."""
+        return self._seq.checkpoint(prune_horizon_ns)
+
+    async def __aenter__(self) -> Self:
+        self._start_feeders()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    def _start_feeders(self) -> None:
+        if self._tasks:
+            return
+        self._running = len(self._refs)
+        self._tasks = [asyncio.create_task(self._feed(ref)) for ref in self._refs]
+
+    async def _feed(self, ref: PartitionRef) -> None:
+        try:
+            kw: SubscribeArgs = {"start_offset": self._start.get(ref, 0)}
+            newest = -1
+            if self._stop_at_latest:
+                newest = await _stop_offset(self._client, ref.stream, ref.partition)
+                kw["stop_offset"] = newest
+            if newest >= kw["start_offset"] or not self._stop_at_latest:
+                async with self._client.subscribe(ref.stream, ref.partition, **kw) as sub:
+                    async for message in sub:
+                        await self._queue.put(message)
+        except errors.LiftbridgeError as exc:
+            await self._queue.put(exc)  # raised to the reader, which then stops
+            return
+        await self._queue.put(_DONE)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Message:
+        self._start_feeders()
+        while True:
+            env = self._seq.step()
+            if env is not None:
+                if self._include_acks or not _is_ack(env):
+                    message: Message = env.message
+                    return message
+                continue
+            if self._running == 0 and self._queue.empty():
+                raise StopAsyncIteration
+            item = await self._queue.get()
+            if item is _DONE:
+                self._running -= 1
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, Message)
+            if self._seq.queue(envelope_of(item)) is QueueOutcome.ACK_COMMIT_REPLAY:
+                ref, begin, end = self._seq.replay_range()
+                self.replays += 1
+                replayed = await read_range(self._client, ref.stream, ref.partition, begin, end)
+                self._seq.start_replay(envelope_of(m) for m in replayed)
