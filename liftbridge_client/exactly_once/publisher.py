@@ -111,7 +111,9 @@ class ExactlyOncePublisher:
 
     ``mapping`` picks a partition from the key when no ``partition`` is given (default:
     `ModuloMapping`); partition lists come from metadata and are re-read every
-    ``metadata_max_age`` seconds, and after a failure. ``ack_policy`` defaults to ALL:
+    ``metadata_max_age`` seconds (`partitions(stream, refresh=True)` forces it). A retry
+    always goes to the partition of the first attempt: de-duplication is per partition.
+    ``ack_policy`` defaults to ALL:
     exactly-once needs the message on every in-sync replica before it is counted as
     written.
     """
