@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import statistics
 import time
+from collections.abc import Awaitable
 
 from bench.ours import Target, client_for, value_of
 from liftbridge_client import AckPolicy, Client, StartPosition, StopPosition
@@ -83,31 +84,52 @@ def _sequencer_us(n: int) -> float:
     return 1e6 * (time.perf_counter() - started) / n
 
 
+async def _timed(coro: Awaitable[float], n: int) -> tuple[float, float]:
+    """(wall, client process CPU) seconds per message."""
+    cpu = time.process_time()
+    wall = await coro
+    return wall / n, (time.process_time() - cpu) / n
+
+
 async def _run(node: SingleNode, n: int, reps: int, size: int) -> None:
     target = Target(address=node.addresses[0], nats_url=node.nats_url, stream="eo")
     value = value_of(size)
-    results: dict[str, list[float]] = {k: [] for k in ("plain", "pipelined", "eo", "sub", "rc")}
+    keys = ("plain", "pipelined", "eo", "sub", "rc")
+    results: dict[str, list[tuple[float, float]]] = {k: [] for k in keys}
     async with client_for(target, Transport.NATS) as client:
         for rep in range(reps):
             plain, eo = f"eo-plain-{rep}", f"eo-eo-{rep}"
             await client.create_stream(f"{plain}.s", plain)
             await client.create_stream(f"{eo}.s", eo)
-            results["plain"].append(await _publish_plain(client, plain, n, value) / n)
-            results["pipelined"].append(await _publish_pipelined(client, plain, n, value) / n)
-            results["eo"].append(await _publish_eo(client, eo, n, value) / n)
-            results["sub"].append(await _read_plain(client, eo, n) / n)
-            results["rc"].append(await _read_eo(client, eo, n) / n)
-    med = {k: 1e6 * statistics.median(v) for k, v in results.items()}
+            # Alternate which goes first: the machine's load drifts.
+            publishes = [
+                ("plain", _publish_plain(client, plain, n, value)),
+                ("eo", _publish_eo(client, eo, n, value)),
+            ]
+            for key, coro in publishes if rep % 2 == 0 else publishes[::-1]:
+                results[key].append(await _timed(coro, n))
+            results["pipelined"].append(
+                await _timed(_publish_pipelined(client, plain, n, value), n)
+            )
+            reads = [("sub", _read_plain(client, eo, n)), ("rc", _read_eo(client, eo, n))]
+            for key, coro in reads if rep % 2 == 0 else reads[::-1]:
+                results[key].append(await _timed(coro, n))
+    wall = {k: 1e6 * statistics.median(w for w, _ in v) for k, v in results.items()}
+    cpu = {k: 1e6 * statistics.median(c for _, c in v) for k, v in results.items()}
     print(f"messages {n} x {reps} reps, {size} B, ack ALL (RF 1), NATS transport")
-    print(f"publish (one at a time)      {med['plain']:8.1f} us/msg")
-    ratio = med["eo"] / med["plain"]
-    print(f"publish_committed            {med['eo']:8.1f} us/msg  ratio {ratio:.2f}")
-    print(f"send() pipelined (for scale) {med['pipelined']:8.1f} us/msg")
-    print(f"subscribe EARLIEST->LATEST   {med['sub']:8.1f} us/msg")
-    print(
-        f"read_committed               {med['rc']:8.1f} us/msg  ratio {med['rc'] / med['sub']:.2f}"
-    )
-    print(f"Sequencer alone (pure)       {_sequencer_us(100_000):8.2f} us/msg")
+    print(f"{'':<28} wall us/msg (ratio)   client CPU us/msg (ratio)")
+    rows = [
+        ("publish (one at a time)", "plain", ""),
+        ("publish_committed", "eo", "plain"),
+        ("send() pipelined (scale)", "pipelined", ""),
+        ("subscribe EARLIEST->LATEST", "sub", ""),
+        ("read_committed", "rc", "sub"),
+    ]
+    for label, key, base in rows:
+        w = f"{wall[key]:9.1f}" + (f" ({wall[key] / wall[base]:.2f})" if base else " " * 7)
+        c = f"{cpu[key]:9.1f}" + (f" ({cpu[key] / cpu[base]:.2f})" if base else "")
+        print(f"{label:<28} {w}        {c}")
+    print(f"{'Sequencer alone (pure)':<28} {_sequencer_us(100_000):9.2f}")
 
 
 def main() -> None:

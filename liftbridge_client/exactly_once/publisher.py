@@ -34,7 +34,7 @@ from liftbridge_client.exactly_once.uuids import (
     Clock,
     Flags,
     ProducerID,
-    build_uuid,
+    build_uuid_bytes,
     new_producer_id,
 )
 from liftbridge_client.models import Ack, AckPolicy
@@ -214,7 +214,7 @@ class ExactlyOncePublisher:
             AckIntent(
                 stream,
                 partition,
-                build_uuid(self._producer, self._clock.tick(), Flags.ACK_TXN).bytes,
+                build_uuid_bytes(self._producer, self._clock.tick(), Flags.ACK_TXN),
             )
             for stream, partition in self._open
         ]
@@ -251,7 +251,7 @@ class ExactlyOncePublisher:
         async with lock:
             if self._auto_clock:
                 self._clock.update()
-            uuid = build_uuid(self._producer, self._clock.tick(), flags).bytes
+            uuid = build_uuid_bytes(self._producer, self._clock.tick(), flags)
             all_headers = {**(headers or {}), UUID_HEADER: uuid}
             return await self._send_locked(stream, partition, value, key, all_headers)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from liftbridge_client import errors
-from liftbridge_client.exactly_once.uuids import Flags, clock_of, flags_of, producer_of
+from liftbridge_client.exactly_once.uuids import Flags, clock_of, fields_of, producer_of
 
 __all__ = [
     "Checkpoint",
@@ -209,9 +209,8 @@ class Sequencer:
         if self._emit is not None:
             raise errors.InvalidInputError("committed messages remain: step() until None first")
         self._evict_at_head()
-        raw = env.uuid if env.uuid is not None else _ZERO_UUID
-        key = (env.partition, producer_of(raw))
-        clock, flags = clock_of(raw), flags_of(raw)
+        producer, clock, flags = fields_of(env.uuid or _ZERO_UUID)
+        key = (env.partition, producer)
         partial = self._partials.get(key)
 
         if clock == 0:

@@ -78,3 +78,16 @@ def test_bad_input_is_a_typed_error(args: tuple[bytes, int, int], match: str) ->
 def test_parse_rejects_wrong_length() -> None:
     with pytest.raises(errors.InvalidInputError, match="uuid"):
         uuids.clock_of(b"short")
+
+
+@given(st.binary(min_size=16, max_size=16))
+def test_fields_of_agrees_with_the_single_getters(raw: bytes) -> None:
+    assert uuids.fields_of(raw) == (
+        uuids.producer_of(raw),
+        uuids.clock_of(raw),
+        uuids.flags_of(raw),
+    )
+    assert (
+        uuids.build_uuid_bytes(*uuids.fields_of(raw))
+        == uuids.build_uuid(*uuids.fields_of(raw)).bytes
+    )
