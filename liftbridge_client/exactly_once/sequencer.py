@@ -326,6 +326,10 @@ class Sequencer:
             emit.begin = candidate.begin
             return candidate
 
+        self._finish(emit)
+        return None
+
+    def _finish(self, emit: _Partial) -> None:
         # The sequence is done: only now do offsets move past its ACK.
         assert self._dequeued is not None
         self._offsets[emit.key[0]] = self._dequeued.end
@@ -334,7 +338,6 @@ class Sequencer:
         self._dequeued = None
         self._emit = None
         self._dequeued_clock = 0
-        return None
 
     def _ring_begin(self, index: int) -> int | None:
         env = self._ring[index] if index >= 0 else None
@@ -389,6 +392,11 @@ class Sequencer:
         emit = self._emit
         if emit is not None and self._dequeued is not None:
             emit.min_clock = self._dequeued_clock
+            if emit.ring_start == -1 and self._replay is None:
+                # That was the sequence's last envelope: close it as `step` would, so the
+                # offsets move past it (a clock-less message has no state to drop it by).
+                self._finish(emit)
+                emit = None
         newest: dict[PartitionRef, int] = {}
         for (ref, _), partial in self._partials.items():
             # As Gazette: a partition whose producers all have clock 0 is never pruned.
