@@ -6,6 +6,10 @@ yield every acknowledged value exactly once; read_uncommitted shows what the ret
 stored twice. Bounded for `make test`: EO_FAULT_MESSAGES (default 3000) messages and
 EO_FAULT_KILLS (default 2) kills; the issue's 20,000-message run is the same test with
 EO_FAULT_MESSAGES=20000.
+
+A transaction over two replicated streams survives a leader kill in its middle and a writer
+crash between storing its ACK intents and writing them all: re-written intents commit it
+once, and a later transaction the writer never checkpointed is rolled back.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from liftbridge_client.exactly_once import (
     UUID_HEADER,
     CommittedReader,
     ExactlyOncePublisher,
+    intents_from_json,
+    intents_to_json,
     read_uncommitted,
 )
 from liftbridge_client.models import Message
@@ -130,3 +136,46 @@ async def test_leader_kills_with_retries_read_committed_exactly_once(
         duplicates,
         len(committed),
     )
+
+
+@pytest.mark.timeout(300)
+async def test_transaction_across_a_leader_kill_and_a_writer_crash_commits_once(
+    liftbridge_cluster: Cluster, stream_names: StreamNames
+) -> None:
+    async with Client(
+        liftbridge_cluster.addresses, nats_servers=[liftbridge_cluster.nats_url], options=OPTIONS
+    ) as client:
+        streams = []
+        for label in ("tx-a", "tx-b"):
+            name, subject = stream_names(label)
+            await client.create_stream(subject, name, replication_factor=3)
+            streams.append(name)
+        a, b = streams
+
+        async def committed() -> Counter[bytes]:
+            parts = [(a, 0), (b, 0)]
+            async with (
+                asyncio.timeout(60),
+                CommittedReader(client, parts, stop_at_latest=True) as reader,
+            ):
+                return Counter([m.value async for m in reader])
+
+        writer = ExactlyOncePublisher(client)
+        for i in range(50):
+            await writer.publish_uncommitted(a, b"a-%d" % i)
+            await writer.publish_uncommitted(b, b"b-%d" % i)
+            if i == 20:  # the leader of stream a dies mid-transaction
+                leader = (await client.fetch_metadata(a)).streams[a].partitions[0].leader
+                await asyncio.to_thread(liftbridge_cluster.node(leader).kill)
+        assert await committed() == Counter()  # invisible until the intents are written
+        checkpoint = intents_to_json(writer.build_ack_intents())
+        await writer.write_ack_intents(intents_from_json(checkpoint)[:1])  # then it crashes
+        await asyncio.to_thread(liftbridge_cluster.ensure_all_running, timeout=90)
+        # A second transaction that the crashed writer never checkpointed.
+        await writer.publish_uncommitted(a, b"lost-a")
+        await writer.publish_uncommitted(b, b"lost-b")
+        recovered = ExactlyOncePublisher(client)
+        await recovered.write_ack_intents(intents_from_json(checkpoint))  # all, again
+        got = await committed()
+    expected = Counter([b"a-%d" % i for i in range(50)] + [b"b-%d" % i for i in range(50)])
+    assert got == expected  # each once; the uncheckpointed transaction rolled back
