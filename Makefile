@@ -4,20 +4,24 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# Server binaries are built into the clone's git-ignored .servers/ (override to share a cache).
+export LIFTBRIDGE_CLIENT_CACHE ?= $(CURDIR)/.servers/cache
 
-.PHONY: venv servers proto proto-check lint format typecheck unit integration test demo bench bench-full clean
+.PHONY: venv servers proto proto-check lint format typecheck unit integration test test-compat demo bench bench-full clean
+.PHONY: spark-demo
 
 $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing liftbridge-client with dev tools"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[cli,docs,otel,spark,extras-test]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
 
 servers: venv
-	$(BIN)/python -m liftbridge_client.testing provision
+	$(BIN)/python -m liftbridge_client.testing provision --all
 
 proto: venv
 	$(BIN)/python scripts/gen_proto.py
@@ -46,8 +50,21 @@ integration: servers
 test: lint typecheck proto-check servers
 	$(BIN)/pytest tests $(PYTEST_ARGS)
 
+# The whole integration suite once per server version (v1.9.0 is what `make test` runs).
+COMPAT_VERSIONS ?= v1.9.0 v1.7.1 master
+
+test-compat: servers
+	@set -e; for v in $(COMPAT_VERSIONS); do \
+		echo "==> integration suite against Liftbridge $$v"; \
+		$(BIN)/pytest tests/integration --liftbridge-version=$$v $(PYTEST_ARGS); \
+	done
+
 demo: servers
 	$(BIN)/python scripts/demo.py
+
+# The Spark pipeline example on a throwaway local node (the venv has the spark extra).
+spark-demo: servers
+	$(BIN)/python scripts/spark_demo.py
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 
@@ -62,5 +79,34 @@ bench: servers $(BENCH_STAMP)
 bench-full: servers $(BENCH_STAMP)
 	$(BIN)/python -m bench
 
+# The documentation site (mkdocs.yml) into site/; --strict fails on any warning.
+# `make test` builds it too (tests/unit/test_docs_site.py).
+.PHONY: docs
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .servers
+
+# Docker: images built locally FROM scratch (no registry); never part of `make test`.
+.PHONY: docker-image
+docker-image: servers
+	$(BIN)/python -m liftbridge_client.testing docker-image
+
+# The docker image, the compose files and the docker-backed fixtures, tested for real (not
+# part of `make test`; .ci/run runs it after). scripts/with-docker.sh uses the running
+# daemon, or installs docker.io and starts dockerd for the run (root on Debian) and stops
+# it afterwards.
+DOCKER_SUITE := tests/integration/test_publish.py tests/integration/test_subscribe.py \
+	tests/integration/test_admin.py tests/integration/test_cursors.py \
+	tests/integration/test_cluster_routing.py tests/integration/test_faults.py
+.PHONY: test-docker docker-checks
+test-docker: servers
+	bash scripts/with-docker.sh $(MAKE) --no-print-directory docker-checks
+
+docker-checks: servers
+	$(BIN)/python -m liftbridge_client.testing docker-image
+	LIFTBRIDGE_DOCKER_TESTS=1 $(BIN)/pytest tests/dockerized $(PYTEST_ARGS)
+	$(BIN)/pytest $(DOCKER_SUITE) --liftbridge-deployment=docker $(PYTEST_ARGS)
+	@left=$$(docker ps -aq --filter label=io.github.liftbridge-client.deployment); \
+	if [ -n "$$left" ]; then echo "error: containers left behind: $$left" >&2; exit 1; fi

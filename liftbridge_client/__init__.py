@@ -10,6 +10,7 @@ from liftbridge_client._correlation import PublishFuture
 from liftbridge_client._version import __version__
 from liftbridge_client.client import Client
 from liftbridge_client.errors import LiftbridgeError
+from liftbridge_client.groups import AutoOffset, Consumer, ConsumerOptions
 from liftbridge_client.models import (
     Ack,
     AckPolicy,
@@ -30,6 +31,7 @@ from liftbridge_client.options import (
     RetryPolicy,
     StreamConfig,
     TLSConfig,
+    TracingOptions,
     Transport,
 )
 from liftbridge_client.partitioning import KeyPartitioner, Partitioner, RoundRobinPartitioner
@@ -38,10 +40,13 @@ from liftbridge_client.subscription import Subscription
 __all__ = [
     "Ack",
     "AckPolicy",
+    "AutoOffset",
     "Broker",
     "Client",
     "ClientOptions",
+    "Consumer",
     "ConsumerGroupInfo",
+    "ConsumerOptions",
     "EventTimestamps",
     "KeyPartitioner",
     "LiftbridgeError",
@@ -60,6 +65,7 @@ __all__ = [
     "StreamInfo",
     "Subscription",
     "TLSConfig",
+    "TracingOptions",
     "Transport",
     "__version__",
 ]

@@ -172,7 +172,11 @@ def publish_status_error(exc: grpc.RpcError) -> errors.LiftbridgeError:
     A deadline exceeded means no ack came within the ack wait.
     """
     mapped = map_rpc_error(exc)
-    if isinstance(mapped, errors.DeadlineExceededError):
+    if isinstance(mapped, errors.DeadlineExceededError) or (
+        # v1.7.1 reports its own wait for the ack running out as UNKNOWN.
+        isinstance(mapped, errors.UnknownServerError)
+        and mapped.details == "context deadline exceeded"
+    ):
         return errors.AckTimeoutError(f"no ack within the deadline ({mapped})")
     text = mapped.details.lower()
     for marker, cls in PUBLISH_STATUS_REFINEMENTS:

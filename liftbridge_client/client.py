@@ -10,27 +10,41 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import datetime
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any, Literal, Self, Unpack, overload
+from typing import TYPE_CHECKING, Any, Literal, Self, Unpack, overload
 
 import anyio
 import nats
 import nats.aio.client
 import nats.errors
 
-from liftbridge_client import _admin, _cursors, errors
+from liftbridge_client import _admin, _cursors, _validate, errors
 from liftbridge_client._correlation import PublishFuture
+from liftbridge_client._feature_probe import FeatureDetector
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._nats_connect import nats_security_args
 from liftbridge_client._publish_args import PublishOptions, SubjectOptions
 from liftbridge_client._publisher import Publisher
 from liftbridge_client._tasks import TaskSupervisor
-from liftbridge_client.models import Ack, AckPolicy, Metadata, PartitionInfo, PublishStats
+from liftbridge_client.activity import ACTIVITY_STREAM, ActivityStream
+from liftbridge_client.groups import Consumer, ConsumerOptions
+from liftbridge_client.models import (
+    Ack,
+    AckPolicy,
+    Metadata,
+    PartitionInfo,
+    PublishStats,
+    StopPosition,
+)
 from liftbridge_client.options import ClientOptions, StreamConfig, StreamSettings
 from liftbridge_client.subscription import SubscribeArgs, Subscription
+
+if TYPE_CHECKING:
+    from liftbridge_client.tracing import Tracer
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +71,34 @@ def _abort_nats_transport(nc: nats.aio.client.Client) -> None:
         raw.abort()
 
 
+def _tracer(options: ClientOptions) -> Tracer | None:
+    """The tracing wrapper when ``options.tracing`` is set; the [otel] extra is imported then."""
+    if options.tracing is None:
+        return None
+    try:
+        from liftbridge_client.tracing import Tracer
+    except ImportError as exc:
+        raise errors.InvalidInputError(
+            f"tracing needs OpenTelemetry: install the [otel] extra ({exc})"
+        ) from exc
+    return Tracer(options.tracing)
+
+
+def _check_brokers(brokers: object) -> list[str]:
+    """The seed addresses, each ``host:port``; at least one (rejected here, naming it)."""
+    try:
+        addresses: list[str] = list(brokers)  # type: ignore[call-overload]
+    except TypeError:
+        raise errors.InvalidInputError(
+            f"brokers must be a list of host:port strings, got {brokers!r}"
+        ) from None
+    if not addresses:
+        raise errors.InvalidInputError("brokers must name at least one host:port address")
+    for address in addresses:
+        _validate.broker_address(address)
+    return addresses
+
+
 class Client:
     """An asyncio Liftbridge client.
 
@@ -78,21 +120,31 @@ class Client:
     ) -> None:
         if isinstance(brokers, str):
             brokers = [brokers]
+        if options is not None and not isinstance(options, ClientOptions):
+            raise errors.InvalidInputError(f"options must be a ClientOptions, got {options!r}")
         self._options = options or ClientOptions()
+        brokers = _check_brokers(brokers)
         for address in brokers:
-            self._options.resolve(address)
-        self._nats_servers = list(nats_servers or ())
+            _validate.broker_address(self._options.resolve(address))
+        if isinstance(nats_servers, str):
+            nats_servers = [nats_servers]
+        self._nats_servers = [
+            _validate.nats_server_url(s, "nats_servers entry") for s in nats_servers or ()
+        ]
         self._pool = BrokerPool(self._options)
         self._metadata = MetadataCache(self._pool, brokers, self._options)
+        self._features = FeatureDetector(self._metadata, self._pool, self._options)
         self._nats: nats.aio.client.Client | None = None
         self._publisher: Publisher | None = None
         self._subscriptions: set[Subscription] = set()
+        self._consumers: set[Consumer] = set()
         self._nats_error: Exception | None = None
         self._nats_errors: dict[str, None] = {}  # distinct texts while connecting, in order
         self._tasks = TaskSupervisor()
         self._closing = False  # close() began: NATS callbacks stay quiet
         self._nats_down = False  # between a NATS disconnect and the reconnect
         self._closed = False
+        self._tracer = _tracer(self._options)  # None unless tracing is on
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("connected" if self._publisher else "new")
@@ -101,6 +153,13 @@ class Client:
     @property
     def options(self) -> ClientOptions:
         return self._options
+
+    @property
+    def features(self) -> FeatureDetector:
+        """What the brokers support (docs/compatibility.md): probed once per broker, on
+        first need. ``await client.features.require("consumer_groups")`` raises
+        `FeatureNotSupportedError` naming the feature and the broker that lacks it."""
+        return self._features
 
     # ------------------------------------------------------------ lifecycle
 
@@ -148,9 +207,7 @@ class Client:
             "reconnected_cb": self._on_nats_reconnected,
             "closed_cb": self._on_nats_closed,
         }
-        auth = self._options.nats_auth
-        if auth is not None:
-            args.update({k: v for k, v in dataclasses.asdict(auth).items() if v is not None})
+        args.update(nats_security_args(self._options))
         return args
 
     # nats-py reports through callbacks; by default it prints tracebacks. Log instead, and
@@ -231,6 +288,8 @@ class Client:
                 failures.append((what, exc))
 
         await step("stopping the metadata refresher", self._metadata.stop)
+        for consumer in list(self._consumers):
+            await step("closing a group consumer", consumer.close)
         for sub in list(self._subscriptions):
             await step("closing a subscription", sub.close)
         if self._publisher is not None:
@@ -300,6 +359,11 @@ class Client:
         stream and its partition leaders are visible in metadata.
         """
         self._require_open()
+        occ = settings.get("optimistic_concurrency_control") or (
+            config is not None and config.optimistic_concurrency_control
+        )
+        if occ:
+            self._features.check("optimistic_concurrency")
         await _admin.create_stream(
             self._metadata, self._options, subject, name, config, settings, exist_ok=exist_ok
         )
@@ -313,18 +377,24 @@ class Client:
     ) -> None:
         """Pause partitions (all if none given); publishing resumes a partition."""
         self._require_open()
+        self._features.check("pause_resume")
         await _admin.pause_stream(self._metadata, self._options, name, partitions, resume_all)
 
     async def set_stream_readonly(
         self, name: str, *, partitions: Sequence[int] = (), readonly: bool = True
     ) -> None:
         self._require_open()
+        self._features.check("readonly_streams")
         await _admin.set_stream_readonly(self._metadata, self._options, name, partitions, readonly)
 
-    async def fetch_metadata(self, *streams: str) -> Metadata:
-        """Cluster metadata for the given streams (all streams if none given)."""
+    async def fetch_metadata(self, *streams: str, groups: Sequence[str] = ()) -> Metadata:
+        """Cluster metadata for the given streams (all streams if none given).
+
+        ``groups`` are consumer group ids whose coordinator and epoch to include in
+        ``Metadata.groups`` (groups the server does not know are left out).
+        """
         self._require_open()
-        return await _admin.fetch_metadata(self._metadata, streams)
+        return await _admin.fetch_metadata(self._metadata, streams, groups)
 
     async def fetch_partition_metadata(self, stream: str, partition: int = 0) -> PartitionInfo:
         """Offsets and state of one partition, asked of its leader."""
@@ -377,7 +447,11 @@ class Client:
         ``correlation_id``, ``transport``, ``ack_wait``. Cancelling the call withdraws
         the publish if it was not written yet.
         """
-        return await self._require_open().publish(stream, value, **kw)
+        publisher = self._require_open()
+        if self._tracer is not None:
+            traced: Ack | None = await self._tracer.publish(publisher.publish, stream, value, kw)
+            return traced
+        return await publisher.publish(stream, value, **kw)
 
     @overload
     async def send(
@@ -408,7 +482,10 @@ class Client:
     ) -> PublishFuture[Ack | None]: ...
     async def send(self, stream: str, value: bytes, **kw: Any) -> PublishFuture[Any]:
         """Wait for room in the in-flight window, queue the message, return its future."""
-        return await self._require_open().send(stream, value, **kw)
+        publisher = self._require_open()
+        if self._tracer is not None:
+            return await self._tracer.send(publisher.send, stream, value, kw)
+        return await publisher.send(stream, value, **kw)
 
     @overload
     def publish_nowait(
@@ -442,7 +519,10 @@ class Client:
 
         Raises `InflightLimitError` at once when ``max_inflight`` publishes are pending.
         """
-        return self._require_open().publish_nowait(stream, value, **kw)
+        publisher = self._require_open()
+        if self._tracer is not None:
+            return self._tracer.publish_nowait(publisher.publish_nowait, stream, value, kw)
+        return publisher.publish_nowait(stream, value, **kw)
 
     @overload
     async def publish_to_subject(
@@ -473,13 +553,15 @@ class Client:
     ) -> Ack | None: ...
     async def publish_to_subject(self, subject: str, value: bytes, **kw: Any) -> Ack | None:
         """Publish to a NATS subject through the server (every stream on it stores it)."""
-        return await self._require_open().publish_to_subject(subject, value, **kw)
+        publisher = self._require_open()
+        self._features.check("publish_to_subject")
+        return await publisher.publish_to_subject(subject, value, **kw)
 
     def stats(self) -> PublishStats:
         """Publisher counters: pending publishes, and acks that were dropped and why."""
         return self._require_open().stats()
 
-    async def flush(self, timeout: float | None = None) -> None:
+    async def flush(self, timeout: float | datetime.timedelta | None = None) -> None:
         """Wait until every publish sent so far is acked or failed."""
         await self._require_open().flush(timeout)
 
@@ -497,13 +579,20 @@ class Client:
         how it survives a leader failover.
         """
         self._require_open()
-        sub = Subscription(
+        stop = kw.get("stop", StopPosition.ON_CANCEL)
+        if stop is not StopPosition.ON_CANCEL or "stop_offset" in kw or "stop_timestamp_ns" in kw:
+            self._features.check("stop_positions")
+        if kw.get("resume"):
+            self._features.check("pause_resume")
+        make = Subscription if self._tracer is None else self._tracer.subscription
+        sub = make(
             self._metadata,
             self._pool,
             self._options,
             stream,
             partition,
             on_close=self._subscriptions.discard,
+            features=self._features,
             **kw,
         )
         self._subscriptions.add(sub)
@@ -517,6 +606,7 @@ class Client:
         """Store ``offset`` as the cursor's position in a partition (0 by default, as
         `subscribe`). Conventionally the offset of the last message processed."""
         self._require_open()
+        self._features.check("cursors")
         await _cursors.set_cursor(
             self._metadata, self._options, cursor_id, stream, partition, offset
         )
@@ -524,6 +614,48 @@ class Client:
     async def fetch_cursor(self, cursor_id: str, stream: str, *, partition: int = 0) -> int:
         """The cursor's stored offset in a partition (0 by default), or -1 if it has none."""
         self._require_open()
+        self._features.check("cursors")
         return await _cursors.fetch_cursor(
             self._metadata, self._options, cursor_id, stream, partition
         )
+
+    # ------------------------------------------------------------ consumer groups
+
+    def consumer(
+        self,
+        group_id: str,
+        streams: Sequence[str],
+        *,
+        options: ConsumerOptions | None = None,
+    ) -> Consumer:
+        """A member of consumer group ``group_id`` reading ``streams``: ``async with`` it
+        (joins the group) and ``async for`` over it. See `Consumer` and
+        docs/consumer-groups.md. Needs cursors enabled on the server, and a server with
+        consumer groups (else `FeatureNotSupportedError` when it joins)."""
+        self._require_open()
+        consumer = Consumer(
+            self._metadata,
+            self._pool,
+            self._options,
+            self.subscribe,
+            group_id,
+            streams,
+            options,
+            on_close=self._consumers.discard,
+        )
+        self._consumers.add(consumer)
+        return consumer
+
+    # ------------------------------------------------------------ activity stream
+
+    def activity(self, **kw: Unpack[SubscribeArgs]) -> ActivityStream:
+        """The server's activity stream as typed events (see `ActivityStream`).
+
+        Takes the `subscribe` options: the default starts with new events only;
+        ``start=StartPosition.EARLIEST`` reads from the first, and
+        ``start_offset=event.offset + 1`` resumes after an event already handled.
+        The server must run with ``activity.stream.enabled: true``, else
+        `FeatureNotSupportedError`.
+        """
+        self._require_open()
+        return ActivityStream(self._metadata, self.subscribe(ACTIVITY_STREAM, 0, **kw))

@@ -34,6 +34,7 @@ The tree::
     │   ├── ReadonlyPartitionEnd
     │   ├── StreamDeletedEnd
     │   └── PartitionPausedEnd
+    ├── DataLossError                        offsets a Spark read needed are gone
     └── ServerError                          a gRPC status from the server
         ├── InvalidArgumentError
         ├── NotFoundError
@@ -294,6 +295,11 @@ class CursorsDisabledError(InternalServerError):
 
 class UnknownServerError(ServerError):
     code_name = "UNKNOWN"
+
+
+class DataLossError(LiftbridgeError):
+    """Offsets a reader needed are gone: retention removed them, or the stream was
+    recreated with fewer messages (the Spark source's ``failOnDataLoss``)."""
 
 
 class FramingError(ProtocolError):

@@ -9,6 +9,7 @@ reading, resubscribing, closing.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import random
 import time
@@ -19,11 +20,12 @@ from typing import TYPE_CHECKING, Self, Unpack
 import grpc
 import grpc.aio
 
-from liftbridge_client import errors
+from liftbridge_client import _admin, _reverse, _validate, errors
 from liftbridge_client._errors_map import map_rpc_error
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._reverse import ReverseReader
 from liftbridge_client._subscribe_spec import (
     Action,
     Phase,
@@ -32,10 +34,12 @@ from liftbridge_client._subscribe_spec import (
     SubscribeSpec,
     classify,
 )
-from liftbridge_client.models import Message, message_from_proto
+from liftbridge_client.models import Message, StartPosition, message_from_proto
 from liftbridge_client.options import ClientOptions
 
 if TYPE_CHECKING:
+    from liftbridge_client._feature_probe import FeatureDetector
+
     SubscribeCall = grpc.aio.UnaryStreamCall[api_pb2.SubscribeRequest, api_pb2.Message]
 
 log = logging.getLogger(__name__)
@@ -76,8 +80,13 @@ class Subscription:
     are evaluated again on the new broker; ``stop=StopPosition.LATEST`` is always
     evaluated again (the server resolves it at each subscribe).
 
-    **Reverse** (``reverse=True``, newest first) needs a server newer than v1.9.0:
-    v1.9.0 ignores the flag and streams forward.
+    **Reverse** (``reverse=True``, newest first) reads from the start position (at most
+    the high watermark) down to the oldest message, then ends cleanly
+    (`StopPositionReached`); an empty partition ends at once. Servers that honour
+    ``SubscribeRequest.reverse`` (master) do it natively; on the others (v1.9.0 ignores
+    the field) the client emulates it with forward windows (`_reverse`), which gives the
+    same messages in the same order. Which one a broker does is probed once
+    (`Client.features`).
     """
 
     def __init__(
@@ -89,9 +98,15 @@ class Subscription:
         partition: int = 0,
         *,
         on_close: Callable[[Subscription], None] | None = None,
+        features: FeatureDetector | None = None,
         **kw: Unpack[SubscribeArgs],
     ) -> None:
         self._spec = SubscribeSpec.build(stream, partition, kw, now_ns=time.time_ns())
+        # Reverse reads: None until decided; then native (the server reads backwards) or
+        # emulated by forward windows. Without a detector the request goes out as asked.
+        self._features = features
+        self._reverse_decided = features is None or not self._spec.reverse
+        self._emulated: ReverseReader | None = None
         self._metadata = metadata
         self._pool = pool
         self._options = options
@@ -177,12 +192,14 @@ class Subscription:
         if not self._closed:
             self._closed = True
             self._release()
+            if self._emulated is not None:
+                await self._emulated.close()
 
     async def aclose(self) -> None:
         """The same as `close` (for ``contextlib.aclosing`` and async-generator habits)."""
         await self.close()
 
-    async def next(self, timeout: float | None = None) -> Message:
+    async def next(self, timeout: float | datetime.timedelta | None = None) -> Message:
         """The next message, waiting at most ``timeout`` seconds (None: no limit).
 
         `LiftbridgeTimeoutError` when nothing came in time: the subscription stays
@@ -190,8 +207,8 @@ class Subscription:
         the subscription it raises why it ended (a `SubscriptionEnded`, e.g.
         `StopPositionReached`), or `ConnectionClosedError` after `close`.
         """
-        if timeout is not None and not (isinstance(timeout, int | float) and timeout >= 0):
-            raise errors.InvalidInputError(f"timeout must be a number >= 0, got {timeout!r}")
+        if timeout is not None:
+            timeout = _validate.seconds("timeout", timeout, allow_zero=True)
         try:
             async with asyncio.timeout(timeout):
                 return await self.__anext__()
@@ -275,6 +292,8 @@ class Subscription:
         while True:
             if self._closed or self._finished:
                 raise StopAsyncIteration
+            if self._emulated is not None:
+                return await self._next_emulated(self._emulated)
             if self._call is None:
                 await self._ensure_open()
                 continue
@@ -287,6 +306,23 @@ class Subscription:
                 log.debug("%r: dropping replayed offset %d", self, pb.offset)
                 continue
             return message_from_proto(pb)
+
+    async def _next_emulated(self, reader: ReverseReader) -> Message:
+        message = await reader.next()
+        if self._closed:
+            raise StopAsyncIteration
+        if message is None:
+            last = self._progress.last
+            self._conclude(
+                Action.END,
+                errors.StopPositionReached(
+                    f"{self.stream}/{self.partition}: reverse read reached the oldest "
+                    f"message{'' if last is None else f' (offset {last})'}"
+                ),
+            )
+            raise StopAsyncIteration
+        self._progress.last = message.offset
+        return message
 
     async def _read(self, call: SubscribeCall) -> api_pb2.Message | None:
         try:
@@ -331,6 +367,11 @@ class Subscription:
     async def _ensure_open(self) -> None:
         if self._call is not None or self._closed or self._finished:
             return
+        if not self._reverse_decided:
+            handled = await self._start_reverse()  # a failure leaves it undecided
+            self._reverse_decided = True
+            if handled:
+                return
         phase = Phase.RESUBSCRIBING if self._established else Phase.OPENING
         resume_at: int | None = None
         last = self._progress.last
@@ -380,6 +421,89 @@ class Subscription:
                 log.info("%r: resubscribed at offset %s", self, resume_at)
             self._established = True
             return
+
+    async def _start_reverse(self) -> bool:
+        """Decide how to read backwards; True when handled here (emulated, or ended).
+
+        An empty partition ends at once on every server (master would fail it with
+        INTERNAL "segment not found"); a broker that honours reverse reads natively.
+        """
+        assert self._features is not None
+        spec = self._spec
+        info = await _admin.fetch_partition_metadata(
+            self._metadata, self._options, spec.stream, spec.partition
+        )
+        high = info.high_watermark
+        if high < 0:
+            self._conclude(
+                Action.END,
+                errors.StopPositionReached(
+                    f"{spec.stream}/{spec.partition}: the partition is empty"
+                ),
+            )
+            return True
+        address = await self._metadata.leader_address(spec.stream, spec.partition)
+        if await self._features.reverse_native(address, spec.stream, spec.partition, high):
+            log.debug("%r: the server reads backwards itself", self)
+            return False
+        oldest = await self._first_offset(StartPosition.EARLIEST, high)
+        if oldest is None:  # emptied by retention since the metadata was read
+            self._conclude(
+                Action.END,
+                errors.StopPositionReached(
+                    f"{spec.stream}/{spec.partition}: the partition is empty"
+                ),
+            )
+            return True
+        top = high
+        if spec.start is StartPosition.OFFSET:
+            top = min(spec.start_offset, high)
+        elif spec.start is StartPosition.EARLIEST:
+            top = oldest
+        elif spec.start is StartPosition.TIMESTAMP:
+            at = await self._first_offset(StartPosition.TIMESTAMP, high)
+            top = high if at is None else min(at, high)
+        log.info(
+            "%r: broker %s ignores reverse reads; emulating from offset %d down to %d",
+            self,
+            address,
+            top,
+            oldest,
+        )
+        self._emulated = ReverseReader(self._window, top, oldest, size=_reverse.WINDOW)
+        self._established = True
+        self._address = address
+        return True
+
+    def _window(self, start: int, stop: int) -> Subscription:
+        """A forward subscription of offsets ``start``..``stop`` (for the emulation)."""
+        return Subscription(
+            self._metadata,
+            self._pool,
+            self._options,
+            self._spec.stream,
+            self._spec.partition,
+            start_offset=start,
+            stop_offset=stop,
+            resume=self._spec.resume,
+        )
+
+    async def _first_offset(self, start: StartPosition, stop: int) -> int | None:
+        """The offset of the first message from ``start`` up to ``stop``; None if none."""
+        spec = self._spec
+        args: SubscribeArgs = {"start": start, "stop_offset": stop}
+        if start is StartPosition.TIMESTAMP:
+            args["start_timestamp_ns"] = spec.start_timestamp_ns
+        sub = Subscription(
+            self._metadata, self._pool, self._options, spec.stream, spec.partition, **args
+        )
+        try:
+            async with sub:
+                async for message in sub:
+                    return message.offset
+        except errors.InvalidArgumentError:
+            return None  # the start lies after the stop (a timestamp after every message)
+        return None
 
     async def _refresh_metadata(self, deadline: float | None) -> None:
         try:

@@ -1,7 +1,8 @@
 """Real Liftbridge and NATS servers for tests, demos and benchmarks.
 
 Provisioning (:func:`liftbridge_binary`, :func:`nats_server_binary`) builds the pinned
-Liftbridge release (:data:`LIFTBRIDGE_VERSION`) once into a per-version cache. Deployments
+Liftbridge release (:data:`LIFTBRIDGE_VERSION`) once into a per-version cache; the other
+:data:`KNOWN_VERSIONS` (v1.7.1, and master from a source snapshot) on demand. Deployments
 start servers on 127.0.0.1 only, each in its own temporary directory with its log:
 
 - :class:`SingleNode`: one node with embedded NATS.
@@ -11,14 +12,24 @@ start servers on 127.0.0.1 only, each in its own temporary directory with its lo
 - :class:`ExternalDeployment`: servers started elsewhere, from ``LIFTBRIDGE_ADDRS`` and
   ``LIFTBRIDGE_NATS_URL``.
 
-All three satisfy :class:`Deployment`. The pytest plugin (:mod:`.plugin`, registered as the
-``liftbridge`` entry point) wraps them in fixtures; ``python -m liftbridge_client.testing``
-provisions or runs servers from the command line. See docs/testing.md.
+All three satisfy :class:`Deployment`, as do :class:`DockerSingleNode` and
+:class:`DockerCluster`, the same topologies in containers of images built locally
+(:func:`build_images`, ``make docker-image``). The pytest plugin (:mod:`.plugin`,
+registered as the ``liftbridge`` entry point) wraps them in fixtures;
+``python -m liftbridge_client.testing`` provisions or runs servers from the command line.
+See docs/testing.md.
 """
 
 from __future__ import annotations
 
-from liftbridge_client.testing._config import CLUSTER_SETTINGS, NodeConfig, Setting
+from liftbridge_client.testing._authz import AuthzPolicy
+from liftbridge_client.testing._config import (
+    ACTIVITY_STREAM_SETTINGS,
+    CLUSTER_SETTINGS,
+    GROUP_SETTINGS,
+    NodeConfig,
+    Setting,
+)
 from liftbridge_client.testing._deployments import (
     ENV_ADDRS,
     ENV_NATS_URL,
@@ -27,13 +38,22 @@ from liftbridge_client.testing._deployments import (
     ExternalDeployment,
     SingleNode,
 )
+from liftbridge_client.testing._docker_deployments import DockerCluster, DockerSingleNode
+from liftbridge_client.testing._docker_images import ImageReport, build_images, ensure_images
 from liftbridge_client.testing._errors import (
     ConfigError,
     HarnessError,
     ProvisionError,
     ServerStartError,
+    SnapshotMissingError,
 )
 from liftbridge_client.testing._names import StreamName, StreamNames
+from liftbridge_client.testing._nkeys import (
+    NkeyUser,
+    OperatorSetup,
+    make_nkey_user,
+    make_operator_setup,
+)
 from liftbridge_client.testing._probe import PROBE_STREAM_PREFIX
 from liftbridge_client.testing._process import free_ports
 from liftbridge_client.testing._provision import (
@@ -45,35 +65,58 @@ from liftbridge_client.testing._provision import (
 )
 from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
 from liftbridge_client.testing._tls import ServerTLS, TestPKI, make_pki
+from liftbridge_client.testing._versions import (
+    KNOWN_VERSIONS,
+    MASTER_VERSION,
+    ServerVersion,
+    server_version,
+)
 from liftbridge_client.testing._wait import wait_until
 
 __all__ = [
+    "ACTIVITY_STREAM_SETTINGS",
     "CLUSTER_SETTINGS",
     "ENV_ADDRS",
     "ENV_NATS_URL",
+    "GROUP_SETTINGS",
+    "KNOWN_VERSIONS",
     "LIFTBRIDGE_VERSION",
+    "MASTER_VERSION",
     "PROBE_STREAM_PREFIX",
+    "AuthzPolicy",
     "Cluster",
     "ConfigError",
     "Deployment",
+    "DockerCluster",
+    "DockerSingleNode",
     "ExternalDeployment",
     "HarnessError",
+    "ImageReport",
     "LiftbridgeNode",
     "NatsServer",
+    "NkeyUser",
     "NodeConfig",
+    "OperatorSetup",
     "ProvisionError",
     "ProvisionReport",
     "ServerStartError",
     "ServerTLS",
+    "ServerVersion",
     "Setting",
     "SingleNode",
+    "SnapshotMissingError",
     "StreamName",
     "StreamNames",
     "TestPKI",
+    "build_images",
+    "ensure_images",
     "free_ports",
     "liftbridge_binary",
+    "make_nkey_user",
+    "make_operator_setup",
     "make_pki",
     "nats_server_binary",
     "provision",
+    "server_version",
     "wait_until",
 ]

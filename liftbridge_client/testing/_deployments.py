@@ -22,6 +22,7 @@ from typing import Protocol, Self, runtime_checkable
 
 from liftbridge_client.testing._config import (
     CLUSTER_SETTINGS,
+    NatsServerTLS,
     NodeConfig,
     Setting,
     nats_embedded_config,
@@ -30,9 +31,10 @@ from liftbridge_client.testing._config import (
 from liftbridge_client.testing._errors import ConfigError, ServerStartError
 from liftbridge_client.testing._probe import wait_brokers, wait_serving
 from liftbridge_client.testing._process import ServerProcess, free_ports
-from liftbridge_client.testing._provision import liftbridge_binary
+from liftbridge_client.testing._provision import LIFTBRIDGE_VERSION, liftbridge_binary
 from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
 from liftbridge_client.testing._tls import ServerTLS
+from liftbridge_client.testing._versions import server_version
 
 __all__ = [
     "ENV_ADDRS",
@@ -46,7 +48,7 @@ __all__ = [
 ENV_ADDRS = "LIFTBRIDGE_ADDRS"
 ENV_NATS_URL = "LIFTBRIDGE_NATS_URL"
 
-_log = logging.getLogger("liftbridge_client.testing")
+_log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -150,22 +152,59 @@ class SingleNode(_LocalDeployment):
         server_id: str = "n1",
         tls: ServerTLS | None = None,
         nats_credentials: tuple[str, str] | None = None,
+        nats_tls: ServerTLS | None = None,
+        nats_nkeys: Sequence[str] = (),
+        nats_users: Sequence[Mapping[str, object]] = (),
+        version: str = LIFTBRIDGE_VERSION,
+        port: int | None = None,
+        nats_port: int | None = None,
     ) -> None:
         """Pick ports and write the configuration; :meth:`start` (or ``with``) runs it.
 
-        ``tls`` serves the gRPC API over TLS (see :func:`make_pki`); NATS stays plaintext.
+        ``version`` is the server version to run (``v1.9.0``, ``v1.7.1``, ``master``; see
+        :data:`~liftbridge_client.testing.KNOWN_VERSIONS`). ``tls`` serves the gRPC API
+        over TLS (see :func:`make_pki`). ``port`` (gRPC) and ``nats_port`` fix the ports;
+        None (or 0) picks free ones.
         ``nats_credentials`` (user, password) makes the embedded NATS require them (the
-        node itself is configured with them too).
+        node itself is configured with them too). ``nats_tls`` makes the embedded NATS
+        require TLS, and with ``client_auth`` a client certificate (the node presents the
+        PKI's client certificate). ``nats_nkeys`` (public user keys, see
+        :func:`make_nkey_user`) are NATS users that authenticate with their seeds; the
+        node then gets a user and password of its own unless ``nats_credentials`` says.
+        ``nats_users`` are more NATS users, as entries of NATS's ``authorization.users``
+        (with ``permissions`` if wanted); the node again gets a user of its own.
         """
         root = self._setup_dir(base_dir, "liftbridge-single-")
         workdir = root / server_id
         workdir.mkdir(parents=True, exist_ok=True)
-        port, self.nats_port = free_ports(2)
+        free_port, free_nats_port = free_ports(2)
+        port = port or free_port
+        self.nats_port = nats_port or free_nats_port
         nats_config = workdir / "nats.conf"
-        nats_config.write_text(nats_embedded_config(self.nats_port, nats_credentials))
+        if (nats_nkeys or nats_users) and nats_credentials is None:
+            nats_credentials = ("liftbridge", uuid.uuid4().hex)
+        server_tls = None
+        if nats_tls is not None:
+            pki = nats_tls.pki
+            server_tls = NatsServerTLS(
+                pki.server_cert, pki.server_key, pki.ca_cert, verify=nats_tls.client_auth
+            )
+        nats_config.write_text(
+            nats_embedded_config(
+                self.nats_port,
+                nats_credentials,
+                tls=server_tls,
+                nkeys=nats_nkeys,
+                users=nats_users,
+            )
+        )
         auth: dict[str, Setting] = {}
         if nats_credentials is not None:
             auth = {"nats.user": nats_credentials[0], "nats.password": nats_credentials[1]}
+        if nats_tls is not None:
+            auth["nats.tls.cert"] = str(nats_tls.pki.client_cert)
+            auth["nats.tls.key"] = str(nats_tls.pki.client_key)
+            auth["nats.tls.ca"] = str(nats_tls.pki.ca_cert)
         config = NodeConfig(
             server_id=server_id,
             port=port,
@@ -177,17 +216,19 @@ class SingleNode(_LocalDeployment):
             extra={**(tls.settings() if tls else {}), **auth, **(settings or {})},
         )
         self.tls = tls
+        self.version = server_version(version).name
         self.node = LiftbridgeNode(
             config,
             workdir,
             binary=binary,
             probe_credentials=tls.probe_credentials() if tls else None,
+            version=self.version,
         )
         self._arm_finalizer([[self.node.process]])
 
     def __repr__(self) -> str:
         """Address and NATS URL."""
-        return f"<SingleNode {self.address} nats={self.nats_url}>"
+        return f"<SingleNode {self.version} {self.address} nats={self.nats_url}>"
 
     def _servers(self) -> list[LiftbridgeNode | NatsServer]:
         return [self.node]
@@ -232,6 +273,9 @@ class Cluster(_LocalDeployment):
     cache); ``settings`` adds or overrides keys.
     Kill, stop and restart single nodes or NATS freely; :meth:`ensure_all_running` brings
     everything back and waits until the cluster is whole again.
+
+    ``versions`` is one server version for every node, or one per node (a mixed cluster,
+    as in a rolling upgrade: ``("v1.9.0", "v1.9.0", "master")``).
     """
 
     def __init__(
@@ -241,14 +285,23 @@ class Cluster(_LocalDeployment):
         base_dir: Path | None = None,
         settings: Mapping[str, Setting] | None = None,
         binary: Path | None = None,
+        versions: str | Sequence[str] = LIFTBRIDGE_VERSION,
     ) -> None:
         """Pick ports and write configurations; :meth:`start` (or ``with``) runs it."""
         if size < 1:
             raise ConfigError(f"a cluster needs at least one node, not {size}")
+        per_node = [versions] * size if isinstance(versions, str) else list(versions)
+        if len(per_node) != size:
+            raise ConfigError(f"{len(per_node)} versions given for a {size}-node cluster")
+        self.versions = [server_version(v).name for v in per_node]
+        if binary is not None and len(set(self.versions)) > 1:
+            raise ConfigError("binary= runs one binary everywhere; it cannot mix versions")
         root = self._setup_dir(base_dir, "liftbridge-cluster-")
-        binary = binary or liftbridge_binary()
+        binaries = {v: binary or liftbridge_binary(v) for v in dict.fromkeys(self.versions)}
         self.namespace = _namespace()
-        self.nats = NatsServer(root / "nats")
+        # All ports at once: picked separately, NATS and a node could get the same one.
+        nats_port, *ports = free_ports(size + 1)
+        self.nats = NatsServer(root / "nats", port=nats_port)
         ids = tuple(f"n{index}" for index in range(1, size + 1))
         extra = {**CLUSTER_SETTINGS, **(settings or {})}
         self._nodes = [
@@ -263,9 +316,10 @@ class Cluster(_LocalDeployment):
                     extra=extra,
                 ),
                 root / server_id,
-                binary=binary,
+                binary=binaries[version],
+                version=version,
             )
-            for server_id, port in zip(ids, free_ports(size), strict=True)
+            for server_id, port, version in zip(ids, ports, self.versions, strict=True)
         ]
         # Nodes stop before the NATS server they talk through.
         self._arm_finalizer([[node.process for node in self._nodes], [self.nats.process]])
@@ -320,7 +374,8 @@ class Cluster(_LocalDeployment):
         """Block until the whole cluster works.
 
         Every node must be running and able to create a stream; a stream replicated on every
-        node must be creatable; and every node's FetchMetadata must list every broker.
+        node must be creatable and known to every node (so restarted nodes have recovered);
+        and every node's FetchMetadata must list every broker.
         """
         deadline = time.monotonic() + timeout
         for node in self._nodes:
@@ -332,6 +387,7 @@ class Cluster(_LocalDeployment):
             replication_factor=len(self._nodes),
             timeout=max(1.0, deadline - time.monotonic()),
             check_alive=self._check_all_alive,
+            applied_on=[node.address for node in self._nodes],
         )
         expected = set(self.server_ids)
         for node in self._nodes:

@@ -4,6 +4,7 @@ The tree::
 
     HarnessError
     ├── ProvisionError     a server binary could not be found, built or verified
+    │   └── SnapshotMissingError  the source snapshot of a version (master) is absent
     ├── ServerStartError   a server process exited early or never became ready
     └── ConfigError        a deployment description is invalid (also ValueError)
 
@@ -28,3 +29,7 @@ class ServerStartError(HarnessError):
 
 class ConfigError(HarnessError, ValueError):
     """A deployment description (environment variables, settings) is invalid."""
+
+
+class SnapshotMissingError(ProvisionError):
+    """The source snapshot a server version is built from is not there (a clone without it)."""

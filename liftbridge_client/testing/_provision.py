@@ -5,6 +5,12 @@ outside the source tree::
 
     ${LIFTBRIDGE_CLIENT_CACHE:-~/.cache/liftbridge-client}/liftbridge-v1.9.0/bin/liftbridge
 
+Versions (see ``_versions``): the releases v1.9.0 (the default) and v1.7.1 come from the Go
+module proxy; ``master-50ac358b41eb`` is built from the source snapshot
+``../shared/servers/liftbridge-50ac358b41eb.tar.gz`` beside the checkout (or
+``$LIFTBRIDGE_MASTER_SNAPSHOT``), because the proxy refuses that pseudo-version. A master
+build reports ``dev``, so its cache entry is trusted by a stamp file naming the commit.
+
 The build first tries ``go install <module>@<version>``. Some module proxies refuse the
 version-list lookup that ``go install`` makes for its deprecation check; the fallback then
 downloads the module source with ``go mod download`` and runs ``go build`` inside it. The
@@ -16,7 +22,9 @@ beside the Python interpreter.
 
 Environment variables:
 
-- ``LIFTBRIDGE_BIN``: use this Liftbridge binary; nothing is built or checked.
+- ``LIFTBRIDGE_BIN``: use this Liftbridge binary for the default version; nothing is built
+  or checked. Other versions are always provisioned.
+- ``LIFTBRIDGE_MASTER_SNAPSHOT``: the master source snapshot (a ``.tar.gz``).
 - ``LIFTBRIDGE_CLIENT_CACHE``: the cache root (default ``~/.cache/liftbridge-client``).
 - ``NATS_SERVER_BIN``: use this ``nats-server`` binary.
 """
@@ -32,13 +40,20 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from liftbridge_client.testing._errors import ProvisionError
+from liftbridge_client.testing._errors import ProvisionError, SnapshotMissingError
+from liftbridge_client.testing._versions import (
+    DEFAULT_VERSION,
+    MASTER_COMMIT,
+    ServerVersion,
+    server_version,
+)
 
 __all__ = [
     "LIFTBRIDGE_MODULE",
@@ -50,11 +65,13 @@ __all__ = [
     "liftbridge_binary",
     "liftbridge_install_dir",
     "liftbridge_needs_build",
+    "master_snapshot",
     "nats_server_binary",
     "provision",
+    "snapshot_available",
 ]
 
-LIFTBRIDGE_VERSION = "v1.9.0"
+LIFTBRIDGE_VERSION = DEFAULT_VERSION
 """The Liftbridge server release the harness provisions and the client is tested against."""
 
 LIFTBRIDGE_MODULE = "github.com/liftbridge-io/liftbridge"
@@ -63,13 +80,15 @@ LIFTBRIDGE_MODULE = "github.com/liftbridge-io/liftbridge"
 ENV_LIFTBRIDGE_BIN = "LIFTBRIDGE_BIN"
 ENV_CACHE = "LIFTBRIDGE_CLIENT_CACHE"
 ENV_NATS_SERVER_BIN = "NATS_SERVER_BIN"
+ENV_MASTER_SNAPSHOT = "LIFTBRIDGE_MASTER_SNAPSHOT"
+_STAMP = ".built-from"
 
 _BUILD_TIMEOUT = 20 * 60.0
 _VERSION_TIMEOUT = 10.0
 _TAIL_LINES = 40
 _VERSION_RE = re.compile(r"v\d+\.\d+\.\d+[0-9A-Za-z.+-]*")
 
-_log = logging.getLogger("liftbridge_client.testing")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +121,17 @@ def binary_version(binary: Path, *, flag: str = "--version") -> str | None:
 
     None means the binary is missing, not executable, failed, or printed no version.
     """
+    text = binary_version_text(binary, flag=flag)
+    match = _VERSION_RE.search(text) if text is not None else None
+    return match.group(0) if match else None
+
+
+def binary_version_text(binary: Path, *, flag: str = "--version") -> str | None:
+    """What ``binary --version`` prints (stdout and stderr), or None if it cannot run or fails.
+
+    Only ever pass ``--version``-like flags: a Liftbridge binary given an unknown word
+    (``version``) starts a server.
+    """
     try:
         completed = subprocess.run(
             [os.fspath(binary), flag],
@@ -116,8 +146,7 @@ def binary_version(binary: Path, *, flag: str = "--version") -> str | None:
         return None
     if completed.returncode != 0:
         return None
-    match = _VERSION_RE.search(completed.stdout + completed.stderr)
-    return match.group(0) if match else None
+    return completed.stdout + completed.stderr
 
 
 def go_version() -> str | None:
@@ -142,12 +171,15 @@ def go_version() -> str | None:
 def liftbridge_binary(version: str = LIFTBRIDGE_VERSION) -> Path:
     """Return a Liftbridge server binary of ``version``, building it first if needed.
 
-    ``$LIFTBRIDGE_BIN`` wins when set (it must name an executable file). Otherwise the cached
-    binary is used when ``liftbridge --version`` reports ``version``; else it is built with
-    the local Go toolchain (about a minute), which raises :class:`ProvisionError` when Go is
-    missing or the build fails.
+    For the default version ``$LIFTBRIDGE_BIN`` wins when set (it must name an executable
+    file). Otherwise the cached binary is used when it is ``version`` (``--version`` for a
+    release, the stamp for a snapshot build); else it is built with the local Go toolchain
+    (a minute or two), which raises :class:`ProvisionError` when Go is missing or the build
+    fails, and :class:`SnapshotMissingError` when a snapshot version has no snapshot.
     """
-    override = os.environ.get(ENV_LIFTBRIDGE_BIN)
+    spec = server_version(version)
+    version = spec.name
+    override = os.environ.get(ENV_LIFTBRIDGE_BIN) if version == LIFTBRIDGE_VERSION else None
     if override:
         path = Path(override).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
@@ -160,17 +192,52 @@ def liftbridge_binary(version: str = LIFTBRIDGE_VERSION) -> Path:
         install_dir.mkdir(parents=True, exist_ok=True)
         with _exclusive_lock(install_dir / ".lock"):
             # Another process may have finished the build while we waited for the lock.
-            if binary_version(target) != version:
-                _install(version, target)
-    _link_into_checkout(target, "liftbridge")
+            if not _installed(spec, target):
+                _install(spec, target)
+    if version == LIFTBRIDGE_VERSION:
+        _link_into_checkout(target, "liftbridge")
     return target
 
 
 def liftbridge_needs_build(version: str = LIFTBRIDGE_VERSION) -> bool:
     """True when :func:`liftbridge_binary` would have to build (no override, no good cache)."""
-    if os.environ.get(ENV_LIFTBRIDGE_BIN):
+    spec = server_version(version)
+    if spec.name == LIFTBRIDGE_VERSION and os.environ.get(ENV_LIFTBRIDGE_BIN):
         return False
-    return binary_version(liftbridge_install_dir(version) / "bin" / "liftbridge") != version
+    return not _installed(spec, liftbridge_install_dir(spec.name) / "bin" / "liftbridge")
+
+
+def _installed(spec: ServerVersion, target: Path) -> bool:
+    """True when ``target`` is a finished build of ``spec``."""
+    if spec.is_release:
+        return binary_version(target) == spec.name
+    stamp = target.parent / _STAMP
+    try:
+        return os.access(target, os.X_OK) and stamp.read_text().strip() == spec.name
+    except OSError:
+        return False
+
+
+def master_snapshot() -> Path:
+    """Where the master source snapshot is expected (it may be absent).
+
+    ``$LIFTBRIDGE_MASTER_SNAPSHOT``, else ``../shared/servers/`` beside the checkout.
+    """
+    configured = os.environ.get(ENV_MASTER_SNAPSHOT)
+    if configured:
+        return Path(configured).expanduser()
+    root = _checkout_root() or Path.cwd()
+    spec = server_version("master")
+    assert spec.snapshot is not None
+    return root.parent / "shared" / "servers" / spec.snapshot
+
+
+def snapshot_available(version: str) -> bool:
+    """True when ``version`` can be provisioned here: a release, a cached or buildable snapshot."""
+    spec = server_version(version)
+    if spec.is_release or not liftbridge_needs_build(spec.name):
+        return True
+    return master_snapshot().is_file()
 
 
 def nats_server_binary() -> Path:
@@ -197,12 +264,14 @@ def nats_server_binary() -> Path:
 def provision(version: str = LIFTBRIDGE_VERSION) -> ProvisionReport:
     """Make sure both server binaries exist and report their paths and versions."""
     started = time.monotonic()
-    liftbridge = liftbridge_binary(version)
+    spec = server_version(version)
+    liftbridge = liftbridge_binary(spec.name)
     nats = nats_server_binary()
     _link_into_checkout(nats, "nats-server")
+    reported = binary_version(liftbridge) if spec.is_release else spec.name
     return ProvisionReport(
         liftbridge=liftbridge,
-        liftbridge_version=binary_version(liftbridge) or "unknown",
+        liftbridge_version=reported or "unknown",
         nats_server=nats,
         nats_server_version=binary_version(nats) or "unknown",
         go_version=go_version(),
@@ -221,8 +290,16 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _install(version: str, target: Path) -> None:
-    """Build ``version`` into a temporary directory and rename it to ``target``."""
+def _install(spec: ServerVersion, target: Path) -> None:
+    """Build ``spec`` into a temporary directory and rename it to ``target``."""
+    version = spec.name
+    snapshot = None if spec.is_release else master_snapshot()
+    if snapshot is not None and not snapshot.is_file():
+        raise SnapshotMissingError(
+            f"cannot build Liftbridge {version}: its source snapshot {snapshot} is missing "
+            f"(it lives in ../shared/servers/ beside the checkout; set ${ENV_MASTER_SNAPSHOT} "
+            "to point elsewhere)"
+        )
     go = shutil.which("go")
     if go is None:
         raise ProvisionError(
@@ -234,13 +311,18 @@ def _install(version: str, target: Path) -> None:
     started = time.monotonic()
     _log.info("building Liftbridge %s with %s (takes about a minute)", version, go)
     with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent.parent) as tmp:
-        built = _build_liftbridge(go, version, Path(tmp))
-        got = binary_version(built)
-        if got != version:
-            raise ProvisionError(
-                f"the freshly built {built} reports version {got!r}, expected {version!r}"
-            )
+        if snapshot is None:
+            built = _build_liftbridge(go, version, Path(tmp))
+            got = binary_version(built)
+            if got != version:
+                raise ProvisionError(
+                    f"the freshly built {built} reports version {got!r}, expected {version!r}"
+                )
+        else:
+            built = _build_snapshot(go, snapshot, Path(tmp))
         os.replace(built, target)
+        if snapshot is not None:
+            (target.parent / _STAMP).write_text(version + "\n")
     _log.info("built %s in %.1f s", target, time.monotonic() - started)
 
 
@@ -273,6 +355,33 @@ def _build_liftbridge(go: str, version: str, out_dir: Path) -> Path:
         raise ProvisionError(
             f"building Liftbridge {version} in {source_dir} failed. `go build` said:\n"
             f"{_tail(output)}"
+        )
+    return binary
+
+
+def _build_snapshot(go: str, snapshot: Path, out_dir: Path) -> Path:
+    """Unpack a source snapshot into ``out_dir`` and build the server there."""
+    source = out_dir / "src"
+    source.mkdir()
+    try:
+        with tarfile.open(snapshot) as archive:
+            archive.extractall(source, filter="data")
+    except (OSError, tarfile.TarError) as exc:
+        raise ProvisionError(f"cannot unpack {snapshot}: {exc}") from exc
+    roots = [p for p in source.iterdir() if (p / "go.mod").is_file()]
+    if (source / "go.mod").is_file():
+        roots = [source]
+    if len(roots) != 1:
+        raise ProvisionError(f"{snapshot} does not hold one Go module (found {roots})")
+    binary = out_dir / "liftbridge"
+    # The snapshot has no vendor directory: dependencies come from the module proxy.
+    ok, output = _run_go(
+        [go, "build", "-o", os.fspath(binary), "."], env=_go_env(GOFLAGS="-mod=mod"), cwd=roots[0]
+    )
+    if not ok or not binary.is_file():
+        raise ProvisionError(
+            f"building Liftbridge {MASTER_COMMIT} from {snapshot} failed (it needs Go >= "
+            f"1.25.3; found {go_version()}). `go build` said:\n{_tail(output)}"
         )
     return binary
 

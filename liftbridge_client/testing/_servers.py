@@ -7,6 +7,9 @@ so a restarted server is the same server to its peers and clients. Output goes t
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import os
 import socket
 import time
 from pathlib import Path
@@ -16,10 +19,21 @@ from typing import Self
 import grpc
 
 from liftbridge_client.testing._config import LOOPBACK, NodeConfig, nats_server_argv, nats_url
-from liftbridge_client.testing._errors import ServerStartError
+from liftbridge_client.testing._errors import ConfigError, ServerStartError
 from liftbridge_client.testing._probe import wait_serving
 from liftbridge_client.testing._process import ServerProcess, free_ports
-from liftbridge_client.testing._provision import liftbridge_binary, nats_server_binary
+from liftbridge_client.testing._provision import (
+    LIFTBRIDGE_VERSION,
+    binary_version,
+    binary_version_text,
+    liftbridge_binary,
+    nats_server_binary,
+)
+from liftbridge_client.testing._versions import (
+    TELEMETRY_OFF_LINE,
+    needs_telemetry_off,
+    server_version,
+)
 
 __all__ = ["LiftbridgeNode", "NatsServer"]
 
@@ -98,11 +112,32 @@ class _Server:
 class NatsServer(_Server):
     """A standalone ``nats-server`` on ``127.0.0.1:port``, restartable on the same port."""
 
-    def __init__(self, workdir: Path, *, port: int | None = None, binary: Path | None = None):
-        """Describe the server (a free port is picked when ``port`` is None); not started."""
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        port: int | None = None,
+        binary: Path | None = None,
+        config: str | None = None,
+    ):
+        """Describe the server (a free port is picked when ``port`` is None); not started.
+
+        ``config`` is NATS configuration text (accounts, authorization, operator mode...)
+        written to a file the server reads; the harness adds the loopback ``listen`` line,
+        so ``config`` may not set ``listen``, ``host``, ``net`` or ``port``.
+        """
         self.workdir = workdir
         self.port = port if port is not None else free_ports(1)[0]
         argv = nats_server_argv(binary or nats_server_binary(), self.port)
+        if config is not None:
+            for line in config.splitlines():
+                key = line.strip().split(":", 1)[0].split("=", 1)[0].strip().lower()
+                if key in {"listen", "host", "net", "port"}:
+                    raise ConfigError(f"NATS config may not set {key!r}: the harness owns it")
+            workdir.mkdir(parents=True, exist_ok=True)
+            path = workdir / "nats.conf"
+            path.write_text(f"listen: {LOOPBACK}:{self.port}\n{config}")
+            argv = [argv[0], "-c", str(path)]
         self.process = ServerProcess(f"nats-server:{self.port}", argv, workdir / "server.log")
 
     def __repr__(self) -> str:
@@ -162,18 +197,25 @@ class LiftbridgeNode(_Server):
         *,
         binary: Path | None = None,
         probe_credentials: grpc.ChannelCredentials | None = None,
+        version: str = LIFTBRIDGE_VERSION,
     ):
         """Write ``<workdir>/config.yaml`` for ``config``; the node is not started.
 
+        ``version`` (see ``_versions``) picks the binary unless ``binary`` is given; a
+        version that needs it gets ``telemetry.enabled: false`` in its config.
         ``probe_credentials``: TLS credentials for the readiness probe of a TLS node.
         """
+        self.version = server_version(version).name
+        if needs_telemetry_off(self.version) and not config.telemetry_off:
+            config = dataclasses.replace(config, telemetry_off=True)
         self.config = config
         self.probe_credentials = probe_credentials
         self.workdir = workdir
         self.config_path = workdir / "config.yaml"
         workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(config.render())
-        argv = [str(binary or liftbridge_binary()), "-c", str(self.config_path)]
+        self.binary = binary or liftbridge_binary(self.version)
+        argv = [str(self.binary), "-c", str(self.config_path)]
         self.process = ServerProcess(f"liftbridge:{config.server_id}", argv, workdir / "server.log")
 
     def __repr__(self) -> str:
@@ -202,7 +244,13 @@ class LiftbridgeNode(_Server):
         return self.config.data_dir
 
     def start(self, *, wait: bool = True, timeout: float = _NODE_START_TIMEOUT) -> Self:
-        """Start the process; with ``wait``, block until it can create a stream."""
+        """Start the process; with ``wait``, block until it can create a stream.
+
+        Refuses (:class:`ConfigError`) to start a build that may send telemetry (master, or
+        any binary that does not report a release up to v1.9.0) unless its config file
+        says ``telemetry.enabled: false``.
+        """
+        check_telemetry_off(self.binary, self.version, self.config_path)
         self.process.start()
         if wait:
             self.wait_ready(timeout)
@@ -212,6 +260,20 @@ class LiftbridgeNode(_Server):
         """Stop the node gracefully if it runs, then start it again with the same state."""
         self.stop()
         return self.start(wait=wait, timeout=timeout)
+
+    def switch_version(self, version: str, *, binary: Path | None = None) -> None:
+        """Run ``version`` from the next start on, with the same id, ports and data (an
+        upgrade or downgrade in place). The node must be stopped; its config is rewritten
+        (telemetry off for builds that need it, the key dropped for releases)."""
+        if self.running:
+            raise ConfigError(f"stop {self.server_id} before switching it to {version}")
+        self.version = server_version(version).name
+        self.config = dataclasses.replace(
+            self.config, telemetry_off=needs_telemetry_off(self.version)
+        )
+        self.config_path.write_text(self.config.render())
+        self.binary = binary or liftbridge_binary(self.version)
+        self.process.argv = [str(self.binary), "-c", str(self.config_path)]
 
     def wait_ready(self, timeout: float = _NODE_START_TIMEOUT) -> None:
         """Block until a probe stream can be created through this node.
@@ -232,3 +294,31 @@ class LiftbridgeNode(_Server):
                 f"Liftbridge {self.server_id} is not ready: {exc}; last lines of "
                 f"{self.log_path}:\n{self.tail()}"
             ) from exc
+
+
+@functools.lru_cache(maxsize=32)
+def _reports_unreleased(binary: Path, mtime_ns: int) -> bool:
+    """True when ``binary --version`` names a build newer than v1.9.0 (master says ``dev``)."""
+    text = binary_version_text(binary)
+    if text is None:
+        return False  # not runnable here: the declared version decides
+    release = binary_version(binary)
+    return release is None or needs_telemetry_off(release)
+
+
+def check_telemetry_off(binary: Path, version: str, config_path: Path) -> None:
+    """Raise :class:`ConfigError` unless a build that may phone home has telemetry off."""
+    try:
+        mtime_ns = os.stat(binary).st_mtime_ns
+    except OSError:
+        mtime_ns = 0
+    if not (needs_telemetry_off(version) or _reports_unreleased(binary, mtime_ns)):
+        return
+    reported = version
+    lines = {line.strip() for line in config_path.read_text().splitlines()}
+    if TELEMETRY_OFF_LINE not in lines:
+        raise ConfigError(
+            f"refusing to start {binary} ({reported} or a build newer than v1.9.0): it sends "
+            f"telemetry unless its config says `{TELEMETRY_OFF_LINE}`, and {config_path} "
+            "does not"
+        )

@@ -13,6 +13,9 @@ import pytest
 pytestmark = pytest.mark.integration
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"))
+# Spark examples run in-process on the Spark tests' session (test_spark_write.py): a JVM
+# start per example would cost half a minute each.
+EXAMPLES = [p for p in EXAMPLES if not p.name.startswith("spark_")]
 
 
 def test_there_are_examples() -> None:

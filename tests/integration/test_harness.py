@@ -91,7 +91,9 @@ async def test_single_node_embedded_nats_takes_clients(liftbridge_server: Deploy
         await connection.close()
 
 
-def test_single_node_logs_are_captured(liftbridge_server: Deployment) -> None:
+def test_single_node_logs_are_captured(
+    liftbridge_server: Deployment, liftbridge_server_version: str
+) -> None:
     tails = liftbridge_server.log_tails(5)
     if not isinstance(liftbridge_server, SingleNode):
         assert tails == {}  # external servers: their logs are not ours
@@ -99,7 +101,10 @@ def test_single_node_logs_are_captured(liftbridge_server: Deployment) -> None:
     node = liftbridge_server.node
     assert node.log_path.is_file()
     assert f"Starting Liftbridge server on {node.address}" in node.logs()
-    assert "Liftbridge Version:        v1.9.0" in node.logs()
+    reported = (
+        "dev" if liftbridge_server_version.startswith("master") else liftbridge_server_version
+    )
+    assert f"Liftbridge Version:        {reported}" in node.logs()
     assert list(tails) == ["liftbridge:n1"]
     assert len(tails["liftbridge:n1"].splitlines()) <= 5
 
@@ -155,7 +160,15 @@ def test_ensure_all_running_restores_a_crashed_node(liftbridge_cluster: Cluster)
     assert liftbridge_cluster.ensure_all_running() == []  # nothing to do: returns at once
 
 
-async def test_nats_stops_and_restarts_on_the_same_port(liftbridge_cluster: Cluster) -> None:
+async def test_nats_stops_and_restarts_on_the_same_port(tmp_path: Path) -> None:
+    # A deployment of its own: on v1.9.0 a NATS outage can leave a replicated partition led
+    # by a node outside its ISR, which then panics on every start (docs/testing.md), so no
+    # shared cluster is put through one.
+    with Cluster(1, base_dir=tmp_path) as own:
+        await _nats_restarts_on_the_same_port(own)
+
+
+async def _nats_restarts_on_the_same_port(liftbridge_cluster: Cluster) -> None:
     nats_server = liftbridge_cluster.nats
     url, port = nats_server.url, nats_server.port
     assert nats_server.stop() == 0

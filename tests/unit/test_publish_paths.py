@@ -441,6 +441,7 @@ async def test_stream_ending_cleanly_fails_its_publishes() -> None:
         ),
         (grpc.StatusCode.NOT_FOUND, "no such stream: x", errors.NotFoundError),
         (grpc.StatusCode.INVALID_ARGUMENT, "no stream provided", errors.InvalidArgumentError),
+        (grpc.StatusCode.UNKNOWN, "context deadline exceeded", errors.AckTimeoutError),  # v1.7.1
     ],
 )
 def test_unary_publish_error_mapping(

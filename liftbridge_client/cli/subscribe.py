@@ -1,0 +1,183 @@
+"""``liftbridge subscribe``: read a partition, to a stop position or following it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from liftbridge_client.cli._app import cli, fail, run, settings_of
+from liftbridge_client.cli._exit import ExitStatus
+from liftbridge_client.cli._output import message_dict
+from liftbridge_client.cli._params import DURATION, TIME
+from liftbridge_client.client import Client
+from liftbridge_client.models import Message, StartPosition, StopPosition
+from liftbridge_client.subscription import SubscribeArgs
+
+__all__ = ["format_message", "subscribe"]
+
+
+def format_message(msg: Message, output: str, template: str | None) -> bytes:
+    """One output line (without its newline) for ``--output``."""
+    if output == "raw":
+        return msg.value
+    fields = message_dict(msg)
+    if output == "json":
+        return json.dumps(fields).encode()
+    assert template is not None
+    fields["key"] = msg.key.decode(errors="replace")
+    fields["value"] = msg.value.decode(errors="replace")
+    fields["headers"] = {k: v.decode(errors="replace") for k, v in msg.headers.items()}
+    return template.format_map(fields).encode()
+
+
+def _start_args(
+    earliest: bool,
+    latest: bool,
+    new_only: bool,
+    offset: int | None,
+    at: int | None,
+    since: float | None,
+) -> SubscribeArgs:
+    chosen = [
+        name
+        for name, on in (
+            ("--earliest", earliest),
+            ("--latest", latest),
+            ("--new-only", new_only),
+            ("--offset", offset is not None),
+            ("--time", at is not None),
+            ("--since", since is not None),
+        )
+        if on
+    ]
+    if len(chosen) > 1:
+        raise click.UsageError(f"choose one start position, not {' and '.join(chosen)}")
+    if offset is not None:
+        return {"start_offset": offset}
+    if at is not None:
+        return {"start_timestamp_ns": at}
+    if since is not None:
+        return {"start_time_delta": since}
+    if latest:
+        return {"start": StartPosition.LATEST}
+    if new_only:
+        return {"start": StartPosition.NEW_ONLY}
+    return {"start": StartPosition.EARLIEST}
+
+
+def _stop_args(follow: bool, stop_offset: int | None, stop_at: int | None) -> SubscribeArgs:
+    if follow and (stop_offset is not None or stop_at is not None):
+        raise click.UsageError("--follow reads forever: no --stop-offset or --stop-time with it")
+    if stop_offset is not None and stop_at is not None:
+        raise click.UsageError("choose one of --stop-offset and --stop-time")
+    if follow:
+        return {"stop": StopPosition.ON_CANCEL}
+    if stop_offset is not None:
+        return {"stop_offset": stop_offset}
+    if stop_at is not None:
+        return {"stop_timestamp_ns": stop_at}
+    return {"stop": StopPosition.LATEST}
+
+
+@cli.command()
+@click.argument("stream")
+@click.option("-p", "--partition", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--earliest", is_flag=True, help="Start at the oldest message (the default).")
+@click.option("--latest", is_flag=True, help="Start at the newest message.")
+@click.option("--new-only", is_flag=True, help="Start after the newest message (with --follow).")
+@click.option("--offset", type=click.IntRange(min=0), help="Start at this offset.")
+@click.option("--time", "at", type=TIME, help="Start at this time (ISO 8601, UTC by default).")
+@click.option("--since", type=DURATION, help="Start this long ago (e.g. 10m).")
+@click.option(
+    "-f", "--follow", is_flag=True, help="Keep reading new messages until Ctrl-C, like tail -f."
+)
+@click.option("--stop-offset", type=click.IntRange(min=0), help="Stop after this offset.")
+@click.option("--stop-time", "stop_at", type=TIME, help="Stop at this time.")
+@click.option("-n", "--count", type=click.IntRange(min=1), help="Stop after COUNT messages.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["raw", "json", "template"]),
+    default="raw",
+    show_default=True,
+    help="Values as they are, JSON lines, or --template.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Same as --output json.")
+@click.option(
+    "-t",
+    "--template",
+    help="Python format string, e.g. '{offset} {key}={value}' (fields: stream, partition, "
+    "offset, key, value, headers, timestamp, timestamp_ns, subject). Implies --output template.",
+)
+@click.option("--resume", is_flag=True, help="Resume the partition if it is paused.")
+@click.option("--read-isr-replica", is_flag=True, help="Read from any in-sync replica.")
+@click.pass_context
+def subscribe(
+    ctx: click.Context,
+    stream: str,
+    partition: int,
+    earliest: bool,
+    latest: bool,
+    new_only: bool,
+    offset: int | None,
+    at: int | None,
+    since: float | None,
+    follow: bool,
+    stop_offset: int | None,
+    stop_at: int | None,
+    count: int | None,
+    output: str,
+    as_json: bool,
+    template: str | None,
+    resume: bool,
+    read_isr_replica: bool,
+) -> None:
+    """Print messages of a STREAM partition: from the oldest to the newest by default.
+
+    Without --follow, reading stops at the newest message when it starts (or at
+    --stop-offset / --stop-time).
+    """
+    if as_json:
+        output = "json"
+    if template is not None:
+        output = "template"
+    elif output == "template":
+        raise click.UsageError("--output template needs --template")
+    args: SubscribeArgs = {
+        **_start_args(earliest, latest, new_only, offset, at, since),
+        **_stop_args(follow, stop_offset, stop_at),
+    }
+    if resume:
+        args["resume"] = True
+    if read_isr_replica:
+        args["read_isr_replica"] = True
+    out = sys.stdout.buffer
+    # Each line reaches a terminal or a follower at once; a pipe gets whole buffers.
+    flush_each = follow or sys.stdout.isatty()
+
+    def render(msg: Message) -> bytes:
+        try:
+            return format_message(msg, output, template)
+        except (KeyError, IndexError, ValueError) as exc:
+            fail(f"--template: {exc!r}", ExitStatus.USAGE)
+            raise AssertionError("unreachable") from None
+
+    async def main(client: Client) -> int:
+        seen = 0
+        write: Callable[[bytes], Any] = out.write
+        async with client.subscribe(stream, partition, **args) as sub:
+            async for msg in sub:
+                write(render(msg) + b"\n")
+                if flush_each:
+                    out.flush()
+                seen += 1
+                if count is not None and seen >= count:
+                    break
+        out.flush()
+        return seen
+
+    run(settings_of(ctx), main)

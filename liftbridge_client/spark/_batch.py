@@ -1,0 +1,166 @@
+"""Batch reads and writes: ``spark.read.format("liftbridge")`` and ``df.write``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from liftbridge_client.client import Client
+from liftbridge_client.errors import InvalidInputError
+from liftbridge_client.options import ClientOptions
+from liftbridge_client.spark import _positions
+from liftbridge_client.spark._idempotent import TaskIdentity
+from liftbridge_client.spark._offsets import OffsetMap, PartitionRange, plan_ranges
+from liftbridge_client.spark._options import SinkOptions, SourceOptions
+from liftbridge_client.spark._read import RangePartition, read_range
+from liftbridge_client.spark._runtime import TaskRuntime
+from liftbridge_client.spark._write import WriteStats, publish_rows, rows_to_publish
+
+__all__ = ["BatchReader", "BatchWriter", "LiftbridgePartition", "WriteCommit", "to_inputs"]
+
+log = logging.getLogger(__name__)
+
+
+class LiftbridgePartition(InputPartition):
+    """One Spark partition: offsets ``[start, end)`` of one Liftbridge partition."""
+
+    def __init__(self, part: RangePartition) -> None:
+        super().__init__(part.range)
+        self.part = part
+
+
+def to_inputs(ranges: Sequence[PartitionRange], options: SourceOptions) -> list[InputPartition]:
+    return [LiftbridgePartition(RangePartition(r, options)) for r in ranges]
+
+
+def driver_runtime(options: SourceOptions) -> TaskRuntime:
+    return TaskRuntime(
+        options.brokers,
+        options.nats_servers,
+        ClientOptions(connect_timeout=options.connect_timeout),
+    )
+
+
+async def batch_bounds(client: Client, options: SourceOptions) -> tuple[OffsetMap, OffsetMap]:
+    """The start and end offsets of a batch read (ends past latest are capped at latest)."""
+    partitions = await _positions.list_partitions(client, options)
+    latest = await _positions.latest_offsets(client, partitions)
+    start = await _positions.resolve(
+        client, partitions, options.starting, options.starting_timestamp, options, latest=latest
+    )
+    end = await _positions.resolve(
+        client, partitions, options.ending, options.ending_timestamp, options, latest=latest
+    )
+    for stream, ends in end.items():
+        for pid, stop in ends.items():
+            if stop > latest[stream][pid]:
+                log.warning(
+                    "endingOffsets %s/%s=%d is past the latest offset %d: reading to latest",
+                    stream,
+                    pid,
+                    stop,
+                    latest[stream][pid],
+                )
+                ends[pid] = latest[stream][pid]
+    return start, end
+
+
+class BatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions) -> None:
+        self._options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        runtime = driver_runtime(self._options)
+        try:
+            start, end = runtime.run(batch_bounds(runtime.client, self._options))
+        finally:
+            runtime.close()
+        ranges = plan_ranges(
+            start,
+            end,
+            min_partitions=self._options.min_partitions,
+            max_records=self._options.max_records_per_partition,
+        )
+        return to_inputs(ranges, self._options)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LiftbridgePartition)
+        return read_range(partition.part)
+
+
+@dataclass
+class WriteCommit(WriterCommitMessage):
+    """A task's commit message: what it published."""
+
+    rows: int
+    per_partition: dict[str, int]
+    skipped: int = 0
+
+
+def task_identity(options: SinkOptions) -> TaskIdentity | None:
+    """The identity of the running task in idempotent mode (None otherwise)."""
+    if not options.idempotent:
+        return None
+    context = TaskContext.get()
+    if context is None:
+        raise InvalidInputError("idempotent writes run inside Spark tasks only")
+    query = context.getLocalProperty("sql.streaming.queryId")
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    write_id = options.write_id or query
+    if write_id is None:  # checked with the options for batch writes
+        raise InvalidInputError("option 'idempotent' needs the option 'writeId'")
+    return TaskIdentity(write_id, int(batch) if batch is not None else 0, context.partitionId())
+
+
+def write_task(
+    rows: Iterator[Any], columns: Mapping[str, int], options: SinkOptions
+) -> WriteCommit:
+    publishes = rows_to_publish(rows, columns, options.stream)
+    stats = publish_rows(publishes, options, task_identity(options))
+    return WriteCommit(stats.rows, stats.per_partition, stats.skipped)
+
+
+def summarize(messages: Sequence[WriterCommitMessage | None]) -> WriteStats:
+    total = WriteStats()
+    for message in messages:
+        if isinstance(message, WriteCommit):
+            total.merge(WriteStats(message.rows, dict(message.per_partition), message.skipped))
+    return total
+
+
+class BatchWriter(DataSourceWriter):
+    """Publishes each task's rows; the job is at-least-once (see `_write`)."""
+
+    def __init__(self, options: SinkOptions, columns: Mapping[str, int]) -> None:
+        self._options = options
+        self._columns = dict(columns)
+
+    def write(self, iterator: Iterator[Any]) -> WriteCommit:
+        return write_task(iterator, self._columns, self._options)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        total = summarize(messages)
+        log.info(
+            "liftbridge write committed: %d rows %s (%d skipped: published by earlier attempts)",
+            total.rows,
+            total.per_partition,
+            total.skipped,
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        total = summarize(messages)
+        log.warning(
+            "liftbridge write aborted: %d rows published by finished tasks stay in the streams",
+            total.rows,
+        )

@@ -1,0 +1,160 @@
+"""Idempotent sink writes: a retried task or a replayed micro-batch publishes no row twice.
+
+Each task of a write has an identity: the write (the streaming query's id, or the
+``writeId`` option of a batch write), the batch (the micro-batch id; 0 for a batch write)
+and the Spark partition. Every row it publishes carries a header ``lbspark-id``: that
+identity plus a digest of the row's content and its occurrence number among identical rows,
+so the identity does not depend on the order rows arrive in (it may change after a shuffle).
+
+Progress is kept in Liftbridge cursors of the target stream (``cursors.stream.partitions``
+must be >= 1 on the servers), per write and Spark partition:
+
+- ``done`` (on partition 0): the last batch this task published completely. A replayed
+  batch whose task is done publishes nothing.
+- ``from`` (on every partition): where the partition ended when the task's first attempt
+  began, written before ``started``.
+- ``started`` (on partition 0): the batch whose first attempt began.
+
+A task whose batch was started but is not done (an earlier attempt failed, or the driver
+died mid-batch) reads each partition from ``from`` to its end, collects the ``lbspark-id``
+of its own earlier attempts and skips those rows.
+
+Limits: rows must be the same multiset on replay (deterministic queries); every publish of
+a failed attempt must have reached the server before the retry scans (the failed attempt's
+client is closed first; a publish still in flight in the network then can be duplicated);
+ack policy ``none`` is refused. This module is separate from the publishing so the
+exactly-once layer's UUID producer can replace it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from liftbridge_client import errors
+from liftbridge_client.client import Client
+from liftbridge_client.models import StopPosition
+
+__all__ = ["HEADER", "TaskIdentity", "WriteGuard", "row_ids"]
+
+log = logging.getLogger(__name__)
+
+HEADER = "lbspark-id"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskIdentity:
+    """Which write, batch and Spark partition a task publishes for."""
+
+    write_id: str
+    batch_id: int
+    task: int
+
+    @property
+    def tag(self) -> str:
+        return f"{self.write_id}/{self.batch_id}/{self.task}"
+
+    def cursor(self, what: str) -> str:
+        return f"lbspark:{self.write_id}:{self.task}:{what}"
+
+
+def row_ids(
+    identity: TaskIdentity,
+    rows: Sequence[tuple[bytes, bytes | None, int | None, Mapping[str, bytes] | None]],
+    seen: dict[bytes, int],
+) -> list[str]:
+    """The ``lbspark-id`` of each ``(value, key, partition, headers)``; ``seen`` counts the
+    digests met so far in the task (carried from chunk to chunk)."""
+    ids = []
+    for value, key, partition, headers in rows:
+        h = hashlib.blake2b(digest_size=12)
+        h.update(len(value).to_bytes(8, "big") + value)
+        h.update(b"\x00" if key is None else b"\x01" + len(key).to_bytes(8, "big") + key)
+        h.update(b"" if partition is None else partition.to_bytes(8, "big", signed=True))
+        for name, data in sorted((headers or {}).items()):
+            h.update(name.encode() + b"\x00" + len(data).to_bytes(8, "big") + data)
+        digest = h.digest()
+        n = seen.get(digest, 0)
+        seen[digest] = n + 1
+        ids.append(f"{identity.tag}/{digest.hex()}/{n}")
+    return ids
+
+
+@dataclass(slots=True)
+class Plan:
+    """What a task attempt must do: nothing (``done``), or publish rows not ``published``."""
+
+    done: bool
+    published: set[str]
+
+
+class WriteGuard:
+    """The cursor bookkeeping of one task attempt on one target stream."""
+
+    def __init__(self, client: Client, stream: str, identity: TaskIdentity, timeout: float):
+        self._client = client
+        self._stream = stream
+        self._identity = identity
+        self._timeout = timeout
+
+    async def _fetch(self, what: str, partition: int = 0) -> int:
+        try:
+            return await self._client.fetch_cursor(
+                self._identity.cursor(what), self._stream, partition=partition
+            )
+        except errors.CursorsDisabledError as exc:
+            raise errors.FeatureNotSupportedError(
+                "idempotent Spark writes keep their progress in cursors: enable them on the "
+                "servers (cursors.stream.partitions >= 1)",
+                feature="cursors",
+            ) from exc
+
+    async def prepare(self) -> Plan:
+        ident = self._identity
+        done = await self._fetch("done")
+        if done >= ident.batch_id:
+            log.info("%s: already published by an earlier attempt; skipping", ident.tag)
+            return Plan(done=True, published=set())
+        metadata = await self._client.fetch_metadata(self._stream)
+        info = metadata.streams.get(self._stream)
+        if info is None:
+            raise errors.NotFoundError(f"option 'stream': no stream named {self._stream}")
+        partitions = sorted(info.partitions)
+        if await self._fetch("started") == ident.batch_id:
+            return Plan(done=False, published=await self._published(partitions))
+        for p in partitions:
+            end = (await self._client.fetch_partition_metadata(self._stream, p)).high_watermark
+            await self._client.set_cursor(ident.cursor("from"), self._stream, end + 1, partition=p)
+        await self._client.set_cursor(ident.cursor("started"), self._stream, ident.batch_id)
+        return Plan(done=False, published=set())
+
+    async def _published(self, partitions: list[int]) -> set[str]:
+        """The ids of rows earlier attempts of this task published (a scan from ``from``)."""
+        prefix = self._identity.tag + "/"
+        found: set[str] = set()
+        for p in partitions:
+            start = max(await self._fetch("from", p), 0)
+            end = (await self._client.fetch_partition_metadata(self._stream, p)).high_watermark
+            if end < start:
+                continue
+            async with self._client.subscribe(
+                self._stream, p, start_offset=start, stop=StopPosition.LATEST
+            ) as sub:
+                while True:
+                    try:
+                        message = await sub.next(self._timeout)
+                    except errors.StopPositionReached:
+                        break
+                    value = message.headers.get(HEADER, b"").decode(errors="replace")
+                    if value.startswith(prefix):
+                        found.add(value)
+                    if message.offset >= end:
+                        break
+        log.info("%s: retry; %d rows were published before", self._identity.tag, len(found))
+        return found
+
+    async def finish(self) -> None:
+        ident = self._identity
+        await self._client.set_cursor(ident.cursor("done"), self._stream, ident.batch_id)

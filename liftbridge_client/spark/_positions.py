@@ -1,0 +1,140 @@
+"""Where partitions begin and end, asked of the servers (driver side).
+
+Liftbridge reports a partition's high watermark (its last committed offset) but not its
+first offset, which retention moves: the earliest offset is the first message a
+subscription from EARLIEST returns. Offsets here are next-offsets (exclusive ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from liftbridge_client import errors
+from liftbridge_client.client import Client
+from liftbridge_client.models import StartPosition, StopPosition
+from liftbridge_client.spark._offsets import OffsetMap
+from liftbridge_client.spark._options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    SourceOptions,
+    TimestampSpec,
+)
+from liftbridge_client.spark._read import EMPTY_PROBE
+
+__all__ = ["Partitions", "earliest_offsets", "latest_offsets", "list_partitions", "resolve"]
+
+log = logging.getLogger(__name__)
+
+Partitions = dict[str, list[int]]
+
+
+async def list_partitions(client: Client, options: SourceOptions) -> Partitions:
+    """The selected streams and their partition ids; `NotFoundError` for a named stream
+    that does not exist."""
+    metadata = await client.fetch_metadata(*options.streams)
+    found: Partitions = {}
+    for name, info in metadata.streams.items():
+        if options.matches(name):
+            found[name] = sorted(info.partitions)
+    missing = [name for name in options.streams if name not in found]
+    if missing:
+        raise errors.NotFoundError(f"option 'stream': no stream named {', '.join(missing)}")
+    return found
+
+
+async def latest_offsets(client: Client, partitions: Partitions) -> OffsetMap:
+    """The next offset to be written of each partition (high watermark + 1)."""
+    keys = [(stream, pid) for stream, pids in partitions.items() for pid in pids]
+    infos = await asyncio.gather(
+        *(client.fetch_partition_metadata(stream, pid) for stream, pid in keys)
+    )
+    result: OffsetMap = {stream: {} for stream in partitions}
+    for (stream, pid), info in zip(keys, infos, strict=True):
+        result[stream][str(pid)] = info.high_watermark + 1
+    return result
+
+
+async def _first_offset(
+    client: Client, stream: str, pid: int, latest: int, timeout: float, **kw: object
+) -> int:
+    """Offset of the first message a subscription returns (``latest`` if none)."""
+    if latest <= 0:
+        return latest
+    try:
+        async with client.subscribe(stream, pid, stop=StopPosition.LATEST, **kw) as sub:  # type: ignore[arg-type]
+            message = await sub.next(min(timeout, EMPTY_PROBE))
+    except errors.StopPositionReached:
+        return latest  # nothing at or after the position (the server says stop < start)
+    except errors.LiftbridgeTimeoutError:
+        # Every message was removed by retention: the subscription waits for the next one.
+        log.info("%s/%d: no message retained; taking the latest offset %d", stream, pid, latest)
+        return latest
+    return min(message.offset, latest)
+
+
+async def earliest_offsets(
+    client: Client, partitions: Partitions, latest: OffsetMap, timeout: float
+) -> OffsetMap:
+    keys = [(stream, pid) for stream, pids in partitions.items() for pid in pids]
+    firsts = await asyncio.gather(
+        *(
+            _first_offset(client, s, p, latest[s][str(p)], timeout, start=StartPosition.EARLIEST)
+            for s, p in keys
+        )
+    )
+    result: OffsetMap = {stream: {} for stream in partitions}
+    for (stream, pid), first in zip(keys, firsts, strict=True):
+        result[stream][str(pid)] = first
+    return result
+
+
+async def resolve(
+    client: Client,
+    partitions: Partitions,
+    spec: OffsetSpec,
+    timestamps: TimestampSpec | None,
+    options: SourceOptions,
+    *,
+    latest: OffsetMap | None = None,
+) -> OffsetMap:
+    """Concrete next-offsets for an offset spec (timestamps win where they are given)."""
+    latest = latest if latest is not None else await latest_offsets(client, partitions)
+    wanted_earliest = {
+        stream: [p for p in pids if spec.for_partition(stream, p) == EARLIEST]
+        for stream, pids in partitions.items()
+    }
+    earliest = await earliest_offsets(client, wanted_earliest, latest, options.poll_timeout)
+    result: OffsetMap = {stream: {} for stream in partitions}
+    lookups = []
+    for stream, pids in partitions.items():
+        for pid in pids:
+            key = str(pid)
+            ts_ms = timestamps.for_partition(stream, pid) if timestamps else None
+            if ts_ms is not None:
+                lookups.append((stream, key, ts_ms))
+                continue
+            value = spec.for_partition(stream, pid)
+            if value == EARLIEST:
+                result[stream][key] = earliest[stream][key]
+            elif value == LATEST:
+                result[stream][key] = latest[stream][key]
+            else:
+                result[stream][key] = value
+    offsets = await asyncio.gather(
+        *(
+            _first_offset(
+                client,
+                stream,
+                int(key),
+                latest[stream][key],
+                options.poll_timeout,
+                start_timestamp_ns=ts_ms * 1_000_000,
+            )
+            for stream, key, ts_ms in lookups
+        )
+    )
+    for (stream, key, _), offset in zip(lookups, offsets, strict=True):
+        result[stream][key] = offset
+    return result

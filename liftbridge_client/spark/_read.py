@@ -1,0 +1,131 @@
+"""Reading one offset range on an executor, as Arrow record batches.
+
+The subscription asks for ``[start, end)`` (stop offset ``end - 1``). The server starts at
+its earliest offset when ``start`` was removed by retention, and may then deliver offsets
+past the stop offset: the first offset tells whether data was lost, and anything at or past
+``end`` ends the read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from liftbridge_client import errors
+from liftbridge_client.models import Message
+from liftbridge_client.options import ClientOptions
+from liftbridge_client.spark._offsets import PartitionRange
+from liftbridge_client.spark._options import SourceOptions
+from liftbridge_client.spark._runtime import TaskRuntime
+from liftbridge_client.spark._schema import HEADER_TYPE, arrow_schema
+from liftbridge_client.subscription import Subscription
+
+__all__ = ["RangePartition", "read_range"]
+
+log = logging.getLogger(__name__)
+
+BATCH_ROWS = 4096  # messages per Arrow record batch handed to Spark
+
+# Liftbridge (v1.9.0) cannot tell a partition's first offset, and a subscription to a
+# partition whose every message was removed by retention waits for the next message, even
+# with a stop offset behind it. A subscription that returns no first message within this
+# many seconds, for offsets the server committed, finds them gone.
+EMPTY_PROBE = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class RangePartition:
+    """What one Spark task reads (pickled to the executor with the options)."""
+
+    range: PartitionRange
+    options: SourceOptions
+
+
+def data_loss(options: SourceOptions, what: str) -> None:
+    """Fail with `DataLossError`, or only warn with ``failOnDataLoss=false``."""
+    if options.fail_on_data_loss:
+        raise errors.DataLossError(
+            f"{what}; set the option failOnDataLoss=false to skip lost offsets"
+        )
+    log.warning("%s (skipped: failOnDataLoss=false)", what)
+
+
+async def _take(sub: Subscription, count: int, end: int, timeout: float) -> list[Message]:
+    """Up to ``count`` messages below ``end``; fewer when the range (or the stream) ends."""
+    out: list[Message] = []
+    try:
+        async with asyncio.timeout(timeout):
+            async for message in sub:
+                if message.offset >= end:
+                    break
+                out.append(message)
+                if message.offset == end - 1 or len(out) >= count:
+                    break
+    except TimeoutError:
+        raise errors.LiftbridgeTimeoutError(
+            f"reading {sub.stream}/{sub.partition}: no message for {timeout}s below offset "
+            f"{end} (option pollTimeoutMs)"
+        ) from None
+    return out
+
+
+def _to_batch(messages: list[Message], include_headers: bool) -> pa.RecordBatch:
+    columns: list[pa.Array] = [
+        pa.array([m.key or None for m in messages], pa.binary()),
+        pa.array([m.value for m in messages], pa.binary()),
+        pa.array([m.stream for m in messages], pa.string()),
+        pa.array([m.subject for m in messages], pa.string()),
+        pa.array([m.partition for m in messages], pa.int32()),
+        pa.array([m.offset for m in messages], pa.int64()),
+        pa.array([m.timestamp_ns // 1000 for m in messages], pa.int64()).cast(
+            pa.timestamp("us", tz="UTC")
+        ),
+    ]
+    if include_headers:
+        headers = [[{"key": k, "value": v} for k, v in m.headers.items()] for m in messages]
+        columns.append(pa.array(headers, HEADER_TYPE))
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+
+
+def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
+    """Messages ``[start, end)`` of one partition; everything is closed however it stops."""
+    r, options = part.range, part.options
+    if r.start >= r.end:
+        return
+    runtime = TaskRuntime(
+        options.brokers,
+        options.nats_servers,
+        ClientOptions(connect_timeout=options.connect_timeout, metadata_refresh_interval=None),
+    )
+    try:
+        client = runtime.client
+        sub = client.subscribe(r.stream, r.partition, start_offset=r.start, stop_offset=r.end - 1)
+        runtime.run(sub.__aenter__())
+        expected = r.start
+        while expected < r.end:
+            want = min(BATCH_ROWS, r.end - expected)
+            if expected == r.start:
+                try:
+                    probe = min(options.poll_timeout, EMPTY_PROBE)
+                    messages = runtime.run(_take(sub, want, r.end, probe))
+                except errors.LiftbridgeTimeoutError:
+                    messages = []  # nothing retained from start on (see EMPTY_PROBE)
+            else:
+                messages = runtime.run(_take(sub, want, r.end, options.poll_timeout))
+            first = messages[0].offset if messages else r.end
+            if expected == r.start and first > expected:
+                data_loss(
+                    options,
+                    f"{r.stream}/{r.partition}: offsets {expected} to {first - 1} are gone "
+                    "(removed by retention)",
+                )
+            if not messages:
+                break  # the stream ended (stop offset reached) or lost the rest
+            yield _to_batch(messages, options.include_headers)
+            expected = messages[-1].offset + 1
+    finally:
+        runtime.close(drain=False)

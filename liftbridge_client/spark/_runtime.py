@@ -1,0 +1,75 @@
+"""An event loop and a connected client, for one Spark task or driver-side reader.
+
+Spark runs the data source's methods in plain Python worker processes with no running
+event loop. Each task (and the driver-side stream reader, for the query's life) gets its
+own `Client`, created on first use - never in ``__init__``, which Spark runs in
+short-lived processes and pickles - and closed in `close()`.
+
+The event loop is one per process, made on first use and never closed: Spark runs the
+tasks of a worker process one after another in the same process, and grpc.aio binds its
+completion-queue poller to the first loop it met, so a process that closed a loop and
+opened another gets "Event loop is closed" errors from gRPC's poller thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+from liftbridge_client.client import Client
+from liftbridge_client.options import ClientOptions
+
+__all__ = ["TaskRuntime", "run"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_runner: asyncio.Runner | None = None
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion on this process's loop."""
+    global _runner  # noqa: PLW0603 - one loop per process, see the module docstring
+    if _runner is None:
+        _runner = asyncio.Runner()
+    return _runner.run(coro)
+
+
+class TaskRuntime:
+    """`run` coroutines on the process's loop with a lazily connected `client`."""
+
+    def __init__(
+        self,
+        brokers: Sequence[str],
+        nats_servers: Sequence[str] = (),
+        options: ClientOptions | None = None,
+    ) -> None:
+        self._brokers = list(brokers)
+        self._nats = list(nats_servers)
+        self._options = options or ClientOptions()
+        self._client: Client | None = None
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return run(coro)
+
+    @property
+    def client(self) -> Client:
+        """The connected client (connects on first use)."""
+        if self._client is None:
+            client = Client(self._brokers, nats_servers=self._nats or None, options=self._options)
+            run(client.connect())  # a failed connect has closed what it opened
+            self._client = client
+        return self._client
+
+    def close(self, *, drain: bool = True) -> None:
+        """Close the client; idempotent, and never raises (logs instead)."""
+        client, self._client = self._client, None
+        if client is None:
+            return
+        try:
+            run(client.close(drain=drain))
+        except Exception:
+            log.warning("closing the Liftbridge client failed", exc_info=True)

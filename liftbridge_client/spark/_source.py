@@ -1,0 +1,51 @@
+"""The data source Spark instantiates for ``format("liftbridge")``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource
+
+from liftbridge_client.errors import InvalidInputError
+from liftbridge_client.spark._batch import BatchReader, BatchWriter
+from liftbridge_client.spark._options import SinkOptions, SourceOptions, get_option
+from liftbridge_client.spark._schema import check_sink_schema, read_schema_ddl
+from liftbridge_client.spark._streaming import StreamReader, StreamWriter
+
+__all__ = ["LiftbridgeDataSource"]
+
+
+def _include_headers(options: Any) -> bool:
+    raw = get_option(options, "includeHeaders")
+    return raw is not None and raw.strip().lower() == "true"
+
+
+class LiftbridgeDataSource(DataSource):
+    """Liftbridge streams as a Spark data source (batch and streaming, read and write).
+
+    Cheap to construct: Spark builds it in short-lived processes, so nothing connects here.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "liftbridge"
+
+    def schema(self) -> str:
+        return read_schema_ddl(_include_headers(self.options))
+
+    def reader(self, schema: Any) -> BatchReader:
+        return BatchReader(SourceOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: Any) -> StreamReader:
+        return StreamReader(SourceOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: Any, overwrite: bool) -> BatchWriter:
+        if overwrite:
+            raise InvalidInputError("Liftbridge streams are append-only: use mode('append')")
+        options = SinkOptions.parse(self.options)
+        return BatchWriter(options, check_sink_schema(schema, stream_option=options.stream))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> StreamWriter:
+        # Complete and update modes append their result rows, as the Kafka sink does.
+        options = SinkOptions.parse(self.options, streaming=True)
+        return StreamWriter(options, check_sink_schema(schema, stream_option=options.stream))

@@ -1,0 +1,238 @@
+"""Publishing a Spark task's rows (executor side), at least once.
+
+Rows are published with the client's pipelined ``send`` (its ``max_inflight`` window
+bounds what awaits an ack), in chunks between which arrived acks are counted and failures
+raised, and the task waits for every ack before it returns: a task that returns has had
+every row acked (with ack policy ``none``: written to the connection). A failed publish
+fails the task with the client's typed error; Spark retries the task, which publishes its
+rows again: without the idempotent mode a retry can duplicate rows (at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+from liftbridge_client import errors
+from liftbridge_client._correlation import PublishFuture
+from liftbridge_client.client import Client
+from liftbridge_client.models import Ack, AckPolicy
+from liftbridge_client.options import ClientOptions
+from liftbridge_client.spark._idempotent import HEADER, TaskIdentity, WriteGuard, row_ids
+from liftbridge_client.spark._options import SinkOptions
+from liftbridge_client.spark._runtime import TaskRuntime
+
+__all__ = ["CHUNK_ROWS", "PublishedRow", "WriteStats", "publish_rows", "rows_to_publish"]
+
+CHUNK_ROWS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedRow:
+    """One row as a publish: the sink's columns, decoded and checked."""
+
+    stream: str
+    value: bytes
+    key: bytes | None = None
+    partition: int | None = None
+    headers: Mapping[str, bytes] | None = None
+
+
+@dataclass(slots=True)
+class WriteStats:
+    """What one task published: rows per ``stream/partition`` (acked ones only)."""
+
+    rows: int = 0
+    per_partition: dict[str, int] = field(default_factory=dict)
+    skipped: int = 0  # idempotent mode: rows an earlier attempt had published
+
+    def add(self, ack: Ack | None) -> None:
+        self.rows += 1
+        if ack is not None:
+            key = f"{ack.stream}/{ack.partition}"
+            self.per_partition[key] = self.per_partition.get(key, 0) + 1
+
+    def merge(self, other: WriteStats) -> None:
+        self.rows += other.rows
+        self.skipped += other.skipped
+        for key, count in other.per_partition.items():
+            self.per_partition[key] = self.per_partition.get(key, 0) + count
+
+
+def _bytes(column: str, value: object) -> bytes:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    raise errors.InvalidInputError(f"column {column!r} must be binary or string, got {value!r}")
+
+
+def _headers(value: object) -> dict[str, bytes] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Iterable):
+        raise errors.InvalidInputError(f"column 'headers' must be an array, got {value!r}")
+    result: dict[str, bytes] = {}
+    for item in value:
+        key, raw = item[0], item[1]
+        if not isinstance(key, str) or not key:
+            raise errors.InvalidInputError(f"a header key must be a non-empty string: {key!r}")
+        result[key] = b"" if raw is None else _bytes("headers", raw)
+    return result
+
+
+def rows_to_publish(
+    rows: Iterable[Sequence[Any]], columns: Mapping[str, int], stream_option: str | None
+) -> Iterator[PublishedRow]:
+    """The publishes of Spark rows (tuples), by the column indices the schema check found."""
+    iv = columns["value"]
+    ik, ih, ip, i_s = (columns.get(c) for c in ("key", "headers", "partition", "stream"))
+    for row in rows:
+        value = row[iv]
+        if value is None:
+            raise errors.InvalidInputError("column 'value' is null in a row to write")
+        stream = stream_option or (row[i_s] if i_s is not None else None)
+        if not stream:
+            raise errors.InvalidInputError("a row to write has no stream (null 'stream' column)")
+        key = row[ik] if ik is not None else None
+        partition = row[ip] if ip is not None else None
+        yield PublishedRow(
+            stream=stream,
+            value=_bytes("value", value),
+            key=None if key is None else _bytes("key", key),
+            partition=None if partition is None else int(partition),
+            headers=_headers(row[ih]) if ih is not None else None,
+        )
+
+
+def _mark(chunk: list[PublishedRow], ids: list[str], published: set[str]) -> list[PublishedRow]:
+    """The rows not yet published, each with its ``lbspark-id`` header."""
+    return [
+        PublishedRow(
+            row.stream,
+            row.value,
+            row.key,
+            row.partition,
+            {**(row.headers or {}), HEADER: i.encode()},
+        )
+        for row, i in zip(chunk, ids, strict=True)
+        if i not in published
+    ]
+
+
+class InFlight:
+    """A task's publishes awaiting their acks, across chunks: the client's ``max_inflight``
+    window bounds them, acks are counted as they arrive, and the first failure is raised."""
+
+    def __init__(self, stats: WriteStats) -> None:
+        self._stats = stats
+        self._pending: list[PublishFuture[Ack | None]] = []
+
+    def add(self, future: PublishFuture[Ack | None]) -> None:
+        self._pending.append(future)
+
+    def collect(self) -> None:
+        """Count the acks that arrived; raise the error of a failed publish."""
+        waiting = []
+        for future in self._pending:
+            if future.done():
+                self._stats.add(future.result())
+            else:
+                waiting.append(future)
+        self._pending = waiting
+
+    async def wait_all(self) -> None:
+        if self._pending:
+            await asyncio.wait(self._pending)
+        self.collect()
+
+    def cancel_all(self) -> None:
+        """The task fails: withdraw what was not sent, and retrieve every outcome."""
+        for future in self._pending:
+            if future.done():
+                if not future.cancelled():
+                    future.exception()
+            else:
+                future.cancel()
+        self._pending = []
+
+
+async def _publish_chunk(
+    client: Client, chunk: list[PublishedRow], options: SinkOptions, inflight: InFlight
+) -> None:
+    for row in chunk:
+        inflight.add(
+            await client.send(
+                row.stream,
+                row.value,
+                key=row.key,
+                headers=row.headers,
+                partition=row.partition,
+                ack_policy=options.ack_policy,
+                ack_wait=options.ack_timeout,
+            )
+        )
+    inflight.collect()
+
+
+def client_options(options: SinkOptions) -> ClientOptions:
+    return ClientOptions(
+        connect_timeout=options.connect_timeout,
+        max_inflight=options.max_inflight,
+        transport=options.transport,
+        ack_wait=options.ack_timeout,
+        metadata_refresh_interval=None,
+    )
+
+
+def publish_rows(
+    publishes: Iterable[PublishedRow], options: SinkOptions, identity: TaskIdentity | None = None
+) -> WriteStats:
+    """Publish every row and wait for the acks; raises the first publish error.
+
+    With an ``identity`` (idempotent mode) rows that an earlier attempt of the same task
+    published are skipped, and a task already done publishes nothing (see `_idempotent`).
+    """
+    stats = WriteStats()
+    runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
+    failed = True
+    try:
+        client = runtime.client
+        guard = plan = None
+        if identity is not None:
+            assert options.stream is not None  # checked with the options
+            guard = WriteGuard(client, options.stream, identity, options.ack_timeout)
+            plan = runtime.run(guard.prepare())
+            if plan.done:
+                failed = False
+                return stats
+        seen: dict[bytes, int] = {}
+        inflight = InFlight(stats)
+        iterator = iter(publishes)
+        while chunk := list(islice(iterator, CHUNK_ROWS)):
+            if identity is not None and plan is not None:
+                keys = [(r.value, r.key, r.partition, r.headers) for r in chunk]
+                before = len(chunk)
+                chunk = _mark(chunk, row_ids(identity, keys, seen), plan.published)
+                stats.skipped += before - len(chunk)
+            try:
+                runtime.run(_publish_chunk(client, chunk, options, inflight))
+            except BaseException:
+                inflight.cancel_all()
+                raise
+        try:
+            runtime.run(inflight.wait_all())
+        except BaseException:
+            inflight.cancel_all()
+            raise
+        if options.ack_policy is AckPolicy.NONE:
+            runtime.run(client.flush(options.ack_timeout))
+        if guard is not None:
+            runtime.run(guard.finish())
+        failed = False
+    finally:
+        runtime.close(drain=not failed)
+    return stats

@@ -1,0 +1,304 @@
+"""Deployments whose servers run in docker containers built by :mod:`._docker_images`.
+
+:class:`DockerSingleNode` and :class:`DockerCluster` mirror
+:class:`~liftbridge_client.testing.SingleNode` and :class:`~liftbridge_client.testing.Cluster`
+(same topology, same :class:`~liftbridge_client.testing.Deployment` protocol, nodes that can
+be stopped, killed and started again), so the same tests run against either. The images are
+built on first use when missing (see :func:`ensure_images`). Every container carries the label
+:data:`DEPLOYMENT_LABEL` with the deployment's name; :meth:`close` (or a ``weakref.finalize``
+at interpreter exit) removes the containers and their volumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+import weakref
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Self
+
+from liftbridge_client.testing._config import nats_url
+from liftbridge_client.testing._containers import (
+    Container,
+    LiftbridgeContainer,
+    NatsContainer,
+)
+from liftbridge_client.testing._docker_cli import DockerCLI, docker_cli
+from liftbridge_client.testing._docker_images import NATS_IMAGE, ensure_images
+from liftbridge_client.testing._errors import ConfigError, ServerStartError
+from liftbridge_client.testing._probe import wait_brokers, wait_serving
+from liftbridge_client.testing._process import free_ports
+
+__all__ = ["DockerCluster", "DockerSingleNode"]
+
+_log = logging.getLogger("liftbridge_client.testing")
+
+
+def _remove(containers: Sequence[Container]) -> None:
+    for container in containers:
+        container.remove()
+
+
+class _DockerDeployment:
+    """Shared lifecycle: a unique name, image check, removal of every container."""
+
+    def _setup(self, cli: DockerCLI | None, image: str | None) -> tuple[DockerCLI, str]:
+        cli = cli or docker_cli()
+        self.name = f"lbtest-{uuid.uuid4().hex[:10]}"
+        if image is None:
+            image = ensure_images(cli=cli).liftbridge_image
+        return cli, image
+
+    def _containers(self) -> list[Container]:
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        """Start every container and wait until the deployment is usable."""
+        raise NotImplementedError
+
+    def _arm_finalizer(self) -> None:
+        self._finalizer = weakref.finalize(self, _remove, self._containers())
+
+    def close(self) -> None:
+        """Remove every container of this deployment with its data."""
+        self._finalizer()
+
+    def __enter__(self) -> Self:
+        if not any(container.running for container in self._containers()):
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def log_tails(self, lines: int = 80) -> dict[str, str]:
+        """The last ``lines`` lines of each container's output, by container name."""
+        return {container.name: container.tail(lines) for container in self._containers()}
+
+    def unexpected_exits(self) -> dict[str, int | None]:
+        """Containers that stopped without the harness stopping them: name -> exit code."""
+        return {
+            container.name: container.returncode
+            for container in self._containers()
+            if container.exited_unexpectedly
+        }
+
+
+class DockerSingleNode(_DockerDeployment):
+    """One Liftbridge node with embedded NATS in a container, both on 127.0.0.1.
+
+    The image's ``single.yaml``: seeds its own Raft group, cursors on. ``image`` defaults to
+    the locally built ``liftbridge-client/liftbridge:<pinned version>``.
+    """
+
+    def __init__(self, *, image: str | None = None, cli: DockerCLI | None = None) -> None:
+        """Pick ports and describe the container; :meth:`start` (or ``with``) runs it."""
+        cli, image = self._setup(cli, image)
+        port, self.nats_port = free_ports(2)
+        self.node = LiftbridgeContainer(
+            cli,
+            f"{self.name}-n1",
+            image,
+            [
+                "-c",
+                "/etc/liftbridge/single.yaml",
+                "--port",
+                str(port),
+                "--nats-servers",
+                nats_url(self.nats_port),
+                "--ns",
+                self.name,
+            ],
+            server_id="n1",
+            port=port,
+            deployment=self.name,
+            env={"NATS_PORT": str(self.nats_port)},
+        )
+        self._arm_finalizer()
+
+    def __repr__(self) -> str:
+        """Container, address and NATS URL."""
+        return f"<DockerSingleNode {self.node.name} {self.address} nats={self.nats_url}>"
+
+    def _containers(self) -> list[Container]:
+        return [self.node]
+
+    @property
+    def address(self) -> str:
+        """The node's gRPC address, ``127.0.0.1:<port>``."""
+        return self.node.address
+
+    @property
+    def addresses(self) -> list[str]:
+        """``[address]``."""
+        return [self.node.address]
+
+    @property
+    def nats_url(self) -> str:
+        """URL of the embedded NATS server."""
+        return nats_url(self.nats_port)
+
+    def start(self, *, timeout: float = 30.0) -> Self:
+        """Start the container and wait until the node can create streams."""
+        try:
+            self.node.start(timeout=timeout)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def ensure_all_running(self, *, timeout: float = 30.0) -> list[str]:
+        """Start the node if it is down; return the ids started (``[]`` or ``["n1"]``)."""
+        if self.node.running:
+            return []
+        self.node.start(timeout=timeout)
+        return [self.node.server_id]
+
+
+class DockerCluster(_DockerDeployment):
+    """``size`` Liftbridge containers (``n1`` ... ``nN``) on one nats-server container.
+
+    The image's ``cluster.yaml`` (fast failover like
+    :data:`~liftbridge_client.testing.CLUSTER_SETTINGS`) with the full peer list of ``n1``,
+    ``n2``, ``n3``, so ``size`` is 3.
+    """
+
+    def __init__(
+        self,
+        size: int = 3,
+        *,
+        image: str | None = None,
+        nats_image: str = NATS_IMAGE,
+        cli: DockerCLI | None = None,
+    ) -> None:
+        """Pick ports and describe the containers; :meth:`start` (or ``with``) runs them."""
+        if size != 3:
+            raise ConfigError(f"size: the image's cluster.yaml names 3 peers, not {size}")
+        cli, image = self._setup(cli, image)
+        nats_port, *ports = free_ports(size + 1)
+        self.nats = NatsContainer(
+            cli, f"{self.name}-nats", nats_image, nats_port, deployment=self.name
+        )
+        self._nodes = [
+            LiftbridgeContainer(
+                cli,
+                f"{self.name}-{server_id}",
+                image,
+                [
+                    "-c",
+                    "/etc/liftbridge/cluster.yaml",
+                    "--id",
+                    server_id,
+                    "--port",
+                    str(port),
+                    "--nats-servers",
+                    self.nats.url,
+                    "--ns",
+                    self.name,
+                ],
+                server_id=server_id,
+                port=port,
+                deployment=self.name,
+            )
+            for server_id, port in zip(("n1", "n2", "n3"), ports, strict=True)
+        ]
+        self.namespace = self.name
+        self._arm_finalizer()
+
+    def __repr__(self) -> str:
+        """Name, nodes and NATS."""
+        return f"<DockerCluster {self.name} {self._nodes} nats={self.nats.url}>"
+
+    def _containers(self) -> list[Container]:
+        return [*self._nodes, self.nats]
+
+    @property
+    def nodes(self) -> list[LiftbridgeContainer]:
+        """The nodes, in id order."""
+        return list(self._nodes)
+
+    @property
+    def server_ids(self) -> list[str]:
+        """``["n1", "n2", "n3"]``."""
+        return [node.server_id for node in self._nodes]
+
+    def node(self, server_id: str) -> LiftbridgeContainer:
+        """The node with ``server_id``."""
+        for node in self._nodes:
+            if node.server_id == server_id:
+                return node
+        raise KeyError(f"no node {server_id!r} in this cluster (have {self.server_ids})")
+
+    @property
+    def addresses(self) -> list[str]:
+        """gRPC addresses of every node, running or not."""
+        return [node.address for node in self._nodes]
+
+    @property
+    def nats_url(self) -> str:
+        """URL of the shared NATS server."""
+        return self.nats.url
+
+    def start(self, *, timeout: float = 60.0) -> Self:
+        """Start NATS and every node, then wait until the cluster is whole."""
+        try:
+            self.nats.start()
+            for node in self._nodes:
+                node.start(wait=False)
+            self.wait_ready(timeout=timeout)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def wait_ready(self, *, timeout: float = 60.0) -> None:
+        """Block until every node creates streams, a 3-replica stream can be created, and
+        every node's FetchMetadata lists every broker."""
+        deadline = time.monotonic() + timeout
+        for node in self._nodes:
+            if not node.running:
+                raise ServerStartError(f"{node!r} is not running; start it first")
+            node.wait_ready(timeout=max(1.0, deadline - time.monotonic()))
+        wait_serving(
+            self._nodes[0].address,
+            replication_factor=len(self._nodes),
+            timeout=max(1.0, deadline - time.monotonic()),
+            check_alive=self._check_all_alive,
+        )
+        for node in self._nodes:
+            wait_brokers(
+                node.address,
+                set(self.server_ids),
+                timeout=max(1.0, deadline - time.monotonic()),
+                check_alive=self._check_all_alive,
+            )
+
+    def _check_all_alive(self) -> None:
+        for container in self._containers():
+            container.check_alive()
+
+    def ensure_all_running(self, *, timeout: float = 60.0) -> list[str]:
+        """Start NATS and every node that is down, then wait until the cluster is whole.
+
+        Returns the names started (``"nats"`` and/or server ids); ``[]`` when everything
+        was running.
+        """
+        restarted: list[str] = []
+        if not self.nats.running:
+            self.nats.start()
+            restarted.append("nats")
+        for node in self._nodes:
+            if not node.running:
+                node.start(wait=False)
+                restarted.append(node.server_id)
+        if restarted:
+            _log.info("started %s again in %s", ", ".join(restarted), self.name)
+            self.wait_ready(timeout=timeout)
+        return restarted

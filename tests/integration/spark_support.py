@@ -1,0 +1,113 @@
+"""A local SparkSession for the connector's tests (loopback only, UI off), and helpers.
+
+Java is required: without it the fixture fails with a message saying so (never skips).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from liftbridge_client import AckPolicy, Client, ClientOptions, Message, StopPosition, Transport
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+OPTIONS = ClientOptions(transport=Transport.GRPC)
+
+
+def java_or_fail() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        pytest.fail(
+            "the Spark connector tests need Java 17+ (PySpark starts a JVM): install a JDK "
+            "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME",
+            pytrace=False,
+        )
+
+
+def start_spark(tmp: Path) -> Iterator[SparkSession]:
+    """A local session (2 cores; a failed task is retried once) bound to 127.0.0.1, with the
+    "liftbridge" format registered."""
+    java_or_fail()
+    for var in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        os.environ[var] = sys.executable  # workers must run this venv's python
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from pyspark.sql import SparkSession
+
+    from liftbridge_client.spark import register
+
+    spark = (
+        SparkSession.builder.master("local[2,2]")  # 2 cores, 2 attempts per task
+        .appName("liftbridge-client-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp / 'derby'}")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        # Plain Python UDFs in the tests (the Arrow-optimized ones want pandas).
+        .config("spark.sql.execution.pythonUDF.arrow.enabled", "false")
+        # Rows reach a Python sink in Arrow batches of this size: small, so a task failing
+        # mid-way has already published some (the retry tests need that).
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    # Not stopped here: the next test module gets the same session from getOrCreate (one
+    # JVM start per pytest run); pyspark kills its JVM when the interpreter exits.
+    yield spark
+
+
+async def _publish(
+    addresses: Sequence[str], stream: str, messages: Sequence[tuple[bytes, bytes, int]]
+) -> None:
+    async with Client(addresses, options=OPTIONS) as client:
+        futures = [
+            await client.send(stream, value, key=key, partition=p, ack_policy=AckPolicy.ALL)
+            for key, value, p in messages
+        ]
+        await asyncio.gather(*futures)
+
+
+def publish(
+    addresses: Sequence[str], stream: str, messages: Sequence[tuple[bytes, bytes, int]]
+) -> None:
+    """Publish ``(key, value, partition)`` messages and wait for every ack."""
+    asyncio.run(_publish(addresses, stream, messages))
+
+
+def create_stream(addresses: Sequence[str], subject: str, name: str, **settings: Any) -> None:
+    async def go() -> None:
+        async with Client(addresses, options=OPTIONS) as client:
+            await client.create_stream(subject, name, **settings)
+
+    asyncio.run(go())
+
+
+async def _read_all(addresses: Sequence[str], stream: str, partitions: int) -> list[Message]:
+    out: list[Message] = []
+    async with Client(addresses, options=OPTIONS) as client:
+        for p in range(partitions):
+            info = await client.fetch_partition_metadata(stream, p)
+            if info.high_watermark < 0:
+                continue
+            async with client.subscribe(stream, p, start_offset=0, stop=StopPosition.LATEST) as sub:
+                out.extend([m async for m in sub])
+    return out
+
+
+def read_all(addresses: Sequence[str], stream: str, partitions: int = 1) -> list[Message]:
+    """Every message of the stream, as the plain client reads it."""
+    return asyncio.run(_read_all(addresses, stream, partitions))

@@ -1,0 +1,159 @@
+"""The command line's pure parts: value parsing, exit statuses, percentiles, output."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from liftbridge_client import errors
+from liftbridge_client.cli._commands import cli
+from liftbridge_client.cli._exit import ExitStatus, status_for
+from liftbridge_client.cli._inputs import split_key
+from liftbridge_client.cli._output import iso, message_dict
+from liftbridge_client.cli._params import parse_duration, parse_header, parse_time_ns
+from liftbridge_client.cli._percentiles import percentile, summarize
+from liftbridge_client.cli.subscribe import format_message
+from liftbridge_client.models import Message
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1.5", 1.5), ("0", 0.0), ("500ms", 0.5), ("30s", 30.0), ("5m", 300.0), ("1h30m", 5400.0)],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "-1", "nan", "5 m", "5x", "m5", "1h-", "1.5.5s"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+def test_times() -> None:
+    assert parse_time_ns("1970-01-01T00:00:01Z") == 1_000_000_000
+    assert parse_time_ns("1970-01-01T00:00:01") == 1_000_000_000  # no offset: UTC
+    assert parse_time_ns("1970-01-01T01:00:01+01:00") == 1_000_000_000
+    assert parse_time_ns("1970-01-01T00:00:00.000002Z") == 2000
+    assert parse_time_ns("@1.5") == 1_500_000_000
+    assert parse_time_ns("@1795438263.682048999") == 1_795_438_263_682_048_999
+    for bad in ("yesterday", "@soon", "@inf", "@"):
+        with pytest.raises(ValueError, match="time"):
+            parse_time_ns(bad)
+
+
+def test_iso_floors_to_the_microsecond_and_parses_back() -> None:
+    ns = 1_795_438_263_682_048_999
+    assert iso(ns) == "2026-11-23T12:51:03.682048Z"
+    assert parse_time_ns(iso(ns) or "") == ns - 999
+    assert iso(0) is None
+
+
+def test_headers_and_keys() -> None:
+    assert parse_header("a=b=c") == ("a", b"b=c")
+    assert parse_header("empty=") == ("empty", b"")
+    for bad in ("novalue", "=x"):
+        with pytest.raises(ValueError, match="name=value"):
+            parse_header(bad)
+    assert split_key(b"k:v:w", b":") == (b"k", b"v:w")
+    assert split_key(b"plain", b":") == (None, b"plain")
+
+
+@pytest.mark.parametrize(
+    ("exc", "status"),
+    [
+        (errors.InvalidInputError("x"), ExitStatus.USAGE),
+        (errors.NoBrokerAvailableError("x"), ExitStatus.UNREACHABLE),
+        (errors.UnavailableError("x"), ExitStatus.UNREACHABLE),
+        (errors.NotFoundError("x"), ExitStatus.NOT_FOUND),
+        (errors.StreamDeletedEnd("x"), ExitStatus.NOT_FOUND),
+        (errors.AlreadyExistsError("x"), ExitStatus.ALREADY_EXISTS),
+        (errors.AckTimeoutError("x"), ExitStatus.TIMEOUT),
+        (errors.DeadlineExceededError("x"), ExitStatus.TIMEOUT),
+        (errors.ReadonlyPartitionError("x"), ExitStatus.REFUSED),
+        (errors.CursorsDisabledError("x"), ExitStatus.ERROR),
+        (errors.FeatureNotSupportedError("x", feature="cursors"), ExitStatus.UNSUPPORTED),
+        (OSError("x"), ExitStatus.ERROR),
+    ],
+)
+def test_exit_statuses(exc: BaseException, status: ExitStatus) -> None:
+    assert status_for(exc) is status
+
+
+def test_percentiles() -> None:
+    samples = [float(i) for i in range(1, 1001)]
+    assert percentile(samples, 50) == 500.0
+    assert percentile(samples, 99.9) == 999.0
+    assert percentile(samples, 100) == 1000.0
+    summary = summarize(list(reversed(samples)))
+    assert summary == {
+        "min": 1.0,
+        "mean": 500.5,
+        "p50": 500.0,
+        "p95": 950.0,
+        "p99": 990.0,
+        "p99.9": 999.0,
+        "max": 1000.0,
+    }
+    with pytest.raises(ValueError, match="no samples"):
+        percentile([], 50)
+
+
+def test_message_output_formats() -> None:
+    msg = Message(
+        "s", 1, 7, b"\xff\x00", key=b"k", timestamp_ns=5_000, headers={"h": b"\xfe", "t": b"v"}
+    )
+    record = message_dict(msg)
+    assert record["key"] == "k"
+    assert record["value"] is None
+    assert record["value_base64"] == "/wA="
+    assert record["headers"] == {"h": {"base64": "/g=="}, "t": "v"}
+    assert json.loads(format_message(msg, "json", None)) == record
+    assert format_message(msg, "raw", None) == b"\xff\x00"
+    line = format_message(msg, "template", "{partition}/{offset} {key} {headers[t]}")
+    assert line == b"1/7 k v"
+
+
+def test_usage_errors_exit_2() -> None:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["subscribe", "s", "--follow", "--stop-offset", "3"])
+    assert result.exit_code == 2
+    assert "--follow reads forever" in result.output
+    result = runner.invoke(cli, ["streams", "create", "s", "--partitions", "0"])
+    assert result.exit_code == 2
+    result = runner.invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    assert "Exit status:" in result.output
+    assert isinstance(cli, click.Group)
+    assert sorted(cli.commands) == [
+        "bench", "cursors", "metadata", "publish", "server", "streams", "subscribe",
+    ]  # fmt: skip
+
+
+def test_the_documented_exit_statuses_are_the_real_ones() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    table = text[text.index("| Status | Meaning |") :].split("\n\n")[0]
+    documented = sorted(int(m) for m in re.findall(r"^\| (\d+) \|", table, re.MULTILINE))
+    assert documented == sorted(int(s) for s in ExitStatus)
+    epilog = cli.epilog or ""
+    assert all(f"{int(s)} " in epilog for s in ExitStatus)
+
+
+def test_without_the_cli_extra_the_command_says_what_to_install() -> None:
+    code = (
+        "import sys; sys.modules['click'] = None\n"
+        "from liftbridge_client.cli import main\n"
+        "main(['--help'])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert result.returncode == 1
+    assert "needs the [cli] extra" in result.stderr

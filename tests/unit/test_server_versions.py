@@ -1,0 +1,247 @@
+"""Server versions in the harness without servers: telemetry off for master, snapshots."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from test_testing_config import fake_liftbridge, parse_config, write_script
+
+from liftbridge_client.testing import (
+    KNOWN_VERSIONS,
+    MASTER_VERSION,
+    Cluster,
+    ConfigError,
+    NodeConfig,
+    SingleNode,
+    SnapshotMissingError,
+    _deployments,
+    _provision,
+    server_version,
+)
+from liftbridge_client.testing._servers import LiftbridgeNode, check_telemetry_off
+from liftbridge_client.testing._versions import TELEMETRY_OFF_LINE, needs_telemetry_off
+
+FAKE_BINARY = Path("/nonexistent/liftbridge")
+
+
+def node_config(tmp_path: Path, **kw: object) -> NodeConfig:
+    return NodeConfig(
+        server_id="n1",
+        port=9292,
+        data_dir=tmp_path / "data",
+        nats_servers=("nats://127.0.0.1:4222",),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_known_versions_and_aliases() -> None:
+    assert [v.name for v in KNOWN_VERSIONS] == ["v1.9.0", "v1.7.1", MASTER_VERSION]
+    assert server_version("master").name == MASTER_VERSION
+    assert server_version("default").name == "v1.9.0"
+    assert not server_version("master").is_release
+    assert server_version("v1.7.1").is_release
+    with pytest.raises(ConfigError, match=r"unknown Liftbridge server version 'v1\.8\.0'"):
+        server_version("v1.8.0")
+
+
+@pytest.mark.parametrize(
+    ("version", "off"),
+    [
+        ("v1.9.0", False),
+        ("v1.7.1", False),
+        ("v1.0.0", False),
+        ("v1.9.1", True),
+        ("v26.01.1", True),
+        (MASTER_VERSION, True),
+        ("dev", True),
+        ("", True),
+    ],
+)
+def test_only_releases_up_to_v1_9_0_may_run_without_telemetry_off(version: str, off: bool) -> None:
+    assert needs_telemetry_off(version) is off
+
+
+def test_master_node_config_disables_telemetry_and_releases_have_no_key(tmp_path: Path) -> None:
+    master = LiftbridgeNode(
+        node_config(tmp_path), tmp_path / "m", binary=FAKE_BINARY, version="master"
+    )
+    text = master.config_path.read_text()
+    assert TELEMETRY_OFF_LINE in text.splitlines()
+    assert parse_config(text)["telemetry.enabled"] is False
+    for release in ("v1.9.0", "v1.7.1"):
+        node = LiftbridgeNode(
+            node_config(tmp_path), tmp_path / release, binary=FAKE_BINARY, version=release
+        )
+        assert not any(
+            k.startswith("telemetry") for k in parse_config(node.config_path.read_text())
+        )
+    with pytest.raises(ConfigError, match="telemetry is set by the harness"):
+        node_config(tmp_path, extra={"telemetry.enabled": True}).settings()
+
+
+def test_every_config_a_deployment_writes_for_master_disables_telemetry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    single = SingleNode(base_dir=tmp_path / "s", binary=FAKE_BINARY, version="master")
+    assert TELEMETRY_OFF_LINE in single.node.config_path.read_text().splitlines()
+    single.close()
+    monkeypatch.setattr(_deployments, "liftbridge_binary", lambda version: FAKE_BINARY)
+    mixed = Cluster(3, base_dir=tmp_path / "c", versions=("v1.9.0", "v1.9.0", "master"))
+    lines = {n.server_id: n.config_path.read_text().splitlines() for n in mixed.nodes}
+    assert [TELEMETRY_OFF_LINE in lines[i] for i in ("n1", "n2", "n3")] == [False, False, True]
+    assert [n.version for n in mixed.nodes] == ["v1.9.0", "v1.9.0", MASTER_VERSION]
+    mixed.close()
+    with pytest.raises(ConfigError, match="2 versions given for a 3-node cluster"):
+        Cluster(3, base_dir=tmp_path / "d", versions=("v1.9.0", "master"))
+    with pytest.raises(ConfigError, match="cannot mix versions"):
+        Cluster(2, base_dir=tmp_path / "e", versions=("v1.9.0", "master"), binary=FAKE_BINARY)
+
+
+def test_harness_refuses_to_start_a_build_that_may_phone_home(tmp_path: Path) -> None:
+    dev = write_script(tmp_path / "dev" / "liftbridge", 'echo "liftbridge version dev"')
+    release = fake_liftbridge(tmp_path / "rel" / "liftbridge", "v1.9.0")
+    without = tmp_path / "without.yaml"
+    without.write_text('host: "127.0.0.1"\n')
+    with_line = tmp_path / "with.yaml"
+    with_line.write_text(f'host: "127.0.0.1"\n{TELEMETRY_OFF_LINE}\n')
+    # A binary that reports dev needs the line whatever version it was declared as.
+    with pytest.raises(ConfigError, match="refusing to start"):
+        check_telemetry_off(dev, "v1.9.0", without)
+    check_telemetry_off(dev, "v1.9.0", with_line)
+    # A master declaration needs it even when the binary cannot tell.
+    with pytest.raises(ConfigError, match="telemetry"):
+        check_telemetry_off(FAKE_BINARY, MASTER_VERSION, without)
+    check_telemetry_off(release, "v1.9.0", without)
+    # Through the node: a v1.9.0 node whose binary is really a dev build never starts.
+    node = LiftbridgeNode(node_config(tmp_path), tmp_path / "n", binary=dev, version="v1.9.0")
+    with pytest.raises(ConfigError, match="refusing to start"):
+        node.start(wait=False)
+    assert not node.running
+    assert node.process.returncode is None  # never spawned
+
+
+def test_master_build_needs_its_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIFTBRIDGE_CLIENT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LIFTBRIDGE_MASTER_SNAPSHOT", str(tmp_path / "missing.tar.gz"))
+    assert _provision.liftbridge_needs_build("master")
+    assert not _provision.snapshot_available("master")
+    assert _provision.snapshot_available("v1.7.1")
+    with pytest.raises(SnapshotMissingError, match=r"missing\.tar\.gz"):
+        _provision.liftbridge_binary("master")
+
+
+def test_master_build_unpacks_the_snapshot_and_stamps_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LIFTBRIDGE_CLIENT_CACHE", str(tmp_path / "cache"))
+    source = tmp_path / "src" / "liftbridge-50ac358b41eb"
+    source.mkdir(parents=True)
+    (source / "go.mod").write_text("module github.com/liftbridge-io/liftbridge\n")
+    snapshot = tmp_path / "snap.tar.gz"
+    with tarfile.open(snapshot, "w:gz") as archive:
+        archive.add(source, arcname=source.name)
+    monkeypatch.setenv("LIFTBRIDGE_MASTER_SNAPSHOT", str(snapshot))
+    # A stand-in `go` that "builds" by writing the -o file, and records its environment.
+    log = tmp_path / "go.log"
+    write_script(
+        tmp_path / "gobin" / "go",
+        f'echo "$PWD $GOFLAGS" >> {log}\n'
+        'out=$3; printf \'#!/bin/sh\\necho "liftbridge version dev"\\n\' > "$out"; '
+        'chmod +x "$out"',
+    )
+    monkeypatch.setenv("PATH", f"{tmp_path / 'gobin'}:/usr/bin:/bin")
+    binary = _provision.liftbridge_binary("master")
+    assert binary == tmp_path / "cache" / f"liftbridge-{MASTER_VERSION}" / "bin" / "liftbridge"
+    assert (binary.parent / ".built-from").read_text().strip() == MASTER_VERSION
+    built_in, goflags = log.read_text().split()
+    assert built_in.endswith("/src/liftbridge-50ac358b41eb")
+    assert goflags == "-mod=mod"
+    assert not _provision.liftbridge_needs_build("master")  # the stamp is trusted
+    assert _provision.binary_version(binary) is None  # master reports "dev"
+
+
+_PLUGIN_TESTS = """
+import pytest
+
+
+@pytest.mark.liftbridge_version("master")
+def test_needs_master(liftbridge_versions):
+    liftbridge_versions.single("master")
+
+
+@pytest.mark.server_versions("v1.7.1")
+def test_only_on_v1_7_1():
+    pass
+
+
+def test_plain():
+    pass
+"""
+
+
+def _run_plugin(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_plugin_versions.py").write_text(_PLUGIN_TESTS)
+    environ = {k: v for k, v in os.environ.items() if k not in {"CI", "LIFTBRIDGE_SERVER_VERSION"}}
+    environ.update(
+        LIFTBRIDGE_CLIENT_CACHE=str(tmp_path / "cache"),
+        LIFTBRIDGE_MASTER_SNAPSHOT=str(tmp_path / "absent.tar.gz"),
+        **env,
+    )
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "liftbridge_client.testing.plugin",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_plugin_deselects_master_tests_without_the_snapshot_and_says_so(tmp_path: Path) -> None:
+    run = _run_plugin(tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed, 2 deselected" in run.stdout
+    assert "test_needs_master: no source snapshot for master-50ac358b41eb" in run.stdout
+
+
+def test_plugin_fails_master_tests_without_the_snapshot_in_ci(tmp_path: Path) -> None:
+    run = _run_plugin(tmp_path, CI="true")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "SnapshotMissingError" in run.stdout
+    assert "absent.tar.gz is missing" in run.stdout
+    assert "1 failed, 1 passed, 1 deselected" in run.stdout
+
+
+def test_plugin_selects_tests_by_the_default_server_version(tmp_path: Path) -> None:
+    run = _run_plugin(tmp_path, LIFTBRIDGE_SERVER_VERSION="v1.7.1")
+    assert "2 passed, 1 deselected" in run.stdout, run.stdout
+    bad = _run_plugin(tmp_path, LIFTBRIDGE_SERVER_VERSION="v0.1")
+    assert bad.returncode != 0
+    assert "unknown Liftbridge server version 'v0.1'" in bad.stdout + bad.stderr
+
+
+def test_switching_a_node_version_rewrites_its_telemetry_setting(tmp_path: Path) -> None:
+    node = LiftbridgeNode(node_config(tmp_path), tmp_path / "n", binary=FAKE_BINARY)
+    assert TELEMETRY_OFF_LINE not in node.config_path.read_text()
+    node.switch_version("master", binary=FAKE_BINARY)
+    assert node.version == MASTER_VERSION
+    assert TELEMETRY_OFF_LINE in node.config_path.read_text().splitlines()
+    assert node.process.argv == [str(FAKE_BINARY), "-c", str(node.config_path)]
+    node.switch_version("v1.9.0", binary=FAKE_BINARY)  # a downgrade drops the key again
+    assert "telemetry" not in node.config_path.read_text()

@@ -1,0 +1,221 @@
+"""The Spark source's options and offset arithmetic (pure: no Spark, no server)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from liftbridge_client.errors import FeatureNotSupportedError, InvalidInputError
+from liftbridge_client.models import AckPolicy
+from liftbridge_client.options import Transport
+from liftbridge_client.spark._idempotent import TaskIdentity, row_ids
+from liftbridge_client.spark._offsets import (
+    PartitionRange,
+    cap_by_backlog,
+    offsets_from_checkpoint,
+    plan_ranges,
+)
+from liftbridge_client.spark._options import (
+    EARLIEST,
+    LATEST,
+    SinkOptions,
+    SourceOptions,
+    get_option,
+)
+
+BASE = {"brokers": "127.0.0.1:9292", "stream": "orders"}
+
+
+def parse(streaming: bool = False, **extra: str) -> SourceOptions:
+    return SourceOptions.parse({**BASE, **extra}, streaming=streaming)
+
+
+def test_defaults_follow_the_kafka_source() -> None:
+    batch, stream = parse(), parse(streaming=True)
+    assert batch.starting.default == EARLIEST  # batch reads everything by default
+    assert stream.starting.default == LATEST  # a stream starts at the end
+    assert batch.ending.default == LATEST
+    assert batch.fail_on_data_loss is True
+    assert batch.include_headers is False
+    assert batch.streams == ("orders",)
+    assert batch.isolation == "read_uncommitted"
+
+
+def test_option_names_are_case_insensitive() -> None:
+    opts = SourceOptions.parse(
+        {"BROKERS": "h:1", "Stream": "a, b", "failondataloss": "FALSE"}, streaming=False
+    )
+    assert opts.brokers == ("h:1",)
+    assert opts.streams == ("a", "b")
+    assert opts.fail_on_data_loss is False
+    assert get_option({"MaxOffsetsPerTrigger": "5"}, "maxOffsetsPerTrigger") == "5"
+
+
+def test_offsets_json_per_stream_and_partition() -> None:
+    opts = parse(
+        startingOffsets=json.dumps({"orders": {"0": 5, "1": -2, "2": -1}}),
+        endingOffsets=json.dumps({"orders": {"0": 9}}),
+    )
+    assert opts.starting.for_partition("orders", 0) == 5
+    assert opts.starting.for_partition("orders", 1) == EARLIEST
+    assert opts.starting.for_partition("orders", 2) == LATEST
+    assert opts.starting.for_partition("orders", 3) == EARLIEST  # unlisted: the default
+    assert opts.ending.for_partition("orders", 0) == 9
+    assert opts.ending.for_partition("orders", 1) == LATEST
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"startingOffsets": "{not json"}, "startingOffsets"),
+        ({"startingOffsets": '{"orders": {"x": 1}}'}, "startingOffsets"),
+        ({"startingOffsets": '{"orders": {"0": -3}}'}, "startingOffsets"),
+        ({"startingOffsets": '{"orders": {"0": true}}'}, "startingOffsets"),
+        ({"startingOffsets": "[]"}, "startingOffsets"),
+        ({"endingOffsets": "earliest"}, "endingOffsets"),
+        ({"endingOffsets": '{"orders": {"0": -2}}'}, "endingOffsets"),
+        ({"failOnDataLoss": "yes"}, "failOnDataLoss"),
+        ({"minPartitions": "0"}, "minPartitions"),
+        ({"pollTimeoutMs": "-1"}, "pollTimeoutMs"),
+        ({"brokers": "nohost"}, "brokers"),
+        ({"brokers": "h:1,,h:2"}, "brokers"),
+        ({"streamPattern": "("}, "streamPattern"),
+        ({"isolation": "serializable"}, "isolation"),
+        ({"startingTimestamp": "1", "startingOffsetsByTimestamp": "{}"}, "startingTimestamp"),
+        ({"maxOffsetsPerTrigger": "10"}, "maxOffsetsPerTrigger"),  # batch: streaming only
+    ],
+)
+def test_bad_values_name_the_option(extra: dict[str, str], named: str) -> None:
+    with pytest.raises(InvalidInputError, match=named):
+        SourceOptions.parse({**BASE, **extra}, streaming=False)
+
+
+def test_read_committed_says_what_it_needs() -> None:
+    with pytest.raises(FeatureNotSupportedError, match="exactly-once layer") as info:
+        parse(isolation="read_committed")
+    assert info.value.feature == "exactly_once"
+
+
+def test_row_ids_do_not_depend_on_row_order() -> None:
+    ident = TaskIdentity("query", 3, 1)
+    rows = [(b"a", None, None, None), (b"b", b"k", 1, {"h": b"x"}), (b"a", None, None, None)]
+    ids = row_ids(ident, rows, {})
+    assert len(set(ids)) == 3  # identical rows get distinct ids by occurrence
+    assert all(i.startswith("query/3/1/") for i in ids)
+    reordered = row_ids(ident, [rows[1], rows[0], rows[2]], {})
+    assert set(reordered) == set(ids)
+    seen: dict[bytes, int] = {}  # chunk by chunk gives the same ids as all at once
+    assert row_ids(ident, rows[:2], seen) + row_ids(ident, rows[2:], seen) == ids
+    assert row_ids(TaskIdentity("query", 4, 1), rows, {}) != ids
+    assert row_ids(ident, [(b"a", b"", None, None)], {}) != row_ids(ident, rows[:1], {})
+
+
+def test_stream_and_pattern_exclude_each_other() -> None:
+    with pytest.raises(InvalidInputError, match="exactly one"):
+        SourceOptions.parse({"brokers": "h:1"}, streaming=False)
+    with pytest.raises(InvalidInputError, match="exactly one"):
+        parse(streamPattern="orders.*")
+    opts = SourceOptions.parse({"brokers": "h:1", "streamPattern": "orders-.*"}, streaming=True)
+    assert opts.matches("orders-eu")
+    assert not opts.matches("x-orders-eu")
+
+
+def test_streaming_rejects_batch_only_options() -> None:
+    with pytest.raises(InvalidInputError, match="endingOffsets"):
+        parse(streaming=True, endingOffsets="latest")
+    assert parse(streaming=True, maxOffsetsPerTrigger="7").max_offsets_per_trigger == 7
+
+
+def test_sink_options() -> None:
+    opts = SinkOptions.parse({"brokers": "h:1", "ackPolicy": "ALL"})
+    assert opts.ack_policy is AckPolicy.ALL
+    assert opts.stream is None
+    assert opts.transport is None
+    with pytest.raises(InvalidInputError, match="natsServers"):
+        SinkOptions.parse({"brokers": "h:1", "transport": "nats"})
+    nats = SinkOptions.parse({"brokers": "h:1", "transport": "nats", "natsServers": "nats://h:4"})
+    assert nats.transport is Transport.NATS
+    with pytest.raises(InvalidInputError, match="writeId"):  # a name a rerun repeats
+        SinkOptions.parse({"brokers": "h:1", "stream": "s", "idempotent": "true"})
+    with pytest.raises(InvalidInputError, match="'stream'"):
+        SinkOptions.parse({"brokers": "h:1", "idempotent": "true"}, streaming=True)
+    with pytest.raises(InvalidInputError, match="ackPolicy"):
+        SinkOptions.parse(
+            {"brokers": "h:1", "stream": "s", "idempotent": "true", "ackPolicy": "none"},
+            streaming=True,
+        )
+    assert SinkOptions.parse(
+        {"brokers": "h:1", "stream": "s", "idempotent": "true"}, streaming=True
+    ).idempotent
+    for bad in ({"ackPolicy": "some"}, {"stream": "a,b"}, {"maxInflight": "0"}):
+        with pytest.raises(InvalidInputError, match=next(iter(bad))):
+            SinkOptions.parse({"brokers": "h:1", **bad})
+
+
+def test_checkpointed_offsets_round_trip_through_json() -> None:
+    offsets = {"orders": {"0": 4, "10": 7}}
+    assert offsets_from_checkpoint(json.loads(json.dumps(offsets))) == offsets
+    with pytest.raises(InvalidInputError):
+        offsets_from_checkpoint({"orders": {"0": -1}})
+
+
+def test_cap_by_backlog_shares_the_limit_by_backlog() -> None:
+    start = {"s": {"0": 0, "1": 0, "2": 0}}
+    latest = {"s": {"0": 60, "1": 25, "2": 5}}
+    assert cap_by_backlog(start, latest, 20) == {"s": {"0": 13, "1": 6, "2": 1}}
+    assert cap_by_backlog(start, latest, 1000) == latest
+
+
+backlogs = st.dictionaries(
+    st.sampled_from([str(i) for i in range(8)]),
+    st.tuples(st.integers(0, 10_000), st.integers(0, 5_000)),
+    min_size=1,
+)
+
+
+@given(backlogs, st.integers(1, 20_000))
+def test_cap_by_backlog_takes_exactly_the_limit(
+    parts: dict[str, tuple[int, int]], limit: int
+) -> None:
+    start = {"s": {p: begin for p, (begin, _) in parts.items()}}
+    latest = {"s": {p: begin + size for p, (begin, size) in parts.items()}}
+    capped = cap_by_backlog(start, latest, limit)
+    total = sum(size for _, size in parts.values())
+    taken = [capped["s"][p] - start["s"][p] for p in parts]
+    assert sum(taken) == min(limit, total)
+    for p, (begin, size) in parts.items():
+        assert begin <= capped["s"][p] <= begin + size
+
+
+def test_plan_ranges_one_spark_partition_per_partition() -> None:
+    start = {"a": {"0": 0, "1": 5}, "b": {"0": 3}}
+    end = {"a": {"0": 10, "1": 5}, "b": {"0": 4}}
+    assert plan_ranges(start, end) == [
+        PartitionRange("a", 0, 0, 10),
+        PartitionRange("b", 0, 3, 4),
+    ]
+
+
+@given(
+    st.lists(st.integers(0, 1000), min_size=1, max_size=6),
+    st.one_of(st.none(), st.integers(1, 40)),
+    st.one_of(st.none(), st.integers(1, 300)),
+)
+def test_plan_ranges_split_covers_each_range_exactly(
+    sizes: list[int], min_partitions: int | None, max_records: int | None
+) -> None:
+    start = {"s": {str(i): 100 for i in range(len(sizes))}}
+    end = {"s": {str(i): 100 + n for i, n in enumerate(sizes)}}
+    pieces = plan_ranges(start, end, min_partitions=min_partitions, max_records=max_records)
+    for i, size in enumerate(sizes):
+        mine = [r for r in pieces if r.partition == i]
+        covered = [o for r in mine for o in range(r.start, r.end)]
+        assert covered == list(range(100, 100 + size))  # in order, no gap, no overlap
+        if max_records is not None:
+            assert all(r.size <= max_records for r in mine)
+    total = sum(sizes)
+    if min_partitions is not None and total >= min_partitions:
+        assert len(pieces) >= min_partitions
