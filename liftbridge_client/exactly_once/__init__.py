@@ -21,7 +21,12 @@ from liftbridge_client.exactly_once.publisher import (
     intents_from_json,
     intents_to_json,
 )
-from liftbridge_client.exactly_once.reader import CommittedReader, read_uncommitted, uuid_of
+from liftbridge_client.exactly_once.reader import (
+    CommittedReader,
+    read_committed,
+    read_uncommitted,
+    uuid_of,
+)
 from liftbridge_client.exactly_once.sequencer import (
     Checkpoint,
     Envelope,
@@ -64,6 +69,7 @@ __all__ = [
     "intents_to_json",
     "new_producer_id",
     "producer_of",
+    "read_committed",
     "read_uncommitted",
     "uuid_of",
 ]

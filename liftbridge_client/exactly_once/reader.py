@@ -37,7 +37,14 @@ from liftbridge_client.models import Message
 if TYPE_CHECKING:
     from liftbridge_client.client import Client
 
-__all__ = ["CommittedReader", "envelope_of", "read_range", "read_uncommitted", "uuid_of"]
+__all__ = [
+    "CommittedReader",
+    "envelope_of",
+    "read_committed",
+    "read_range",
+    "read_uncommitted",
+    "uuid_of",
+]
 
 _ZERO = bytes(16)
 _DONE = object()
@@ -213,3 +220,25 @@ class CommittedReader:
                 self.replays += 1
                 replayed = await read_range(self._client, ref.stream, ref.partition, begin, end)
                 self._seq.start_replay(envelope_of(m) for m in replayed)
+
+
+def read_committed(
+    client: Client,
+    stream: str,
+    partition: int = 0,
+    *,
+    checkpoint: Checkpoint | None = None,
+    stop_at_latest: bool = False,
+    include_acks: bool = False,
+    buffer: int = 4096,
+) -> CommittedReader:
+    """A `CommittedReader` over one partition: ``async with read_committed(...) as r``
+    then ``async for message in r``; ``r.checkpoint()`` saves where it stands."""
+    return CommittedReader(
+        client,
+        [(stream, partition)],
+        checkpoint=checkpoint,
+        stop_at_latest=stop_at_latest,
+        include_acks=include_acks,
+        buffer=buffer,
+    )

@@ -17,6 +17,7 @@ from liftbridge_client.exactly_once import (
     ExactlyOncePublisher,
     intents_from_json,
     intents_to_json,
+    read_committed,
     read_uncommitted,
     uuid_of,
 )
@@ -167,7 +168,7 @@ async def test_checkpoint_resume_yields_exactly_the_rest(
     everything = values(await committed(client, stream))
     assert everything == [b"c0", b"c1", b"x0", b"x1", b"c2"]
     for cut in range(len(everything) + 1):
-        async with CommittedReader(client, [(stream, 0)], stop_at_latest=True) as reader:
+        async with read_committed(client, stream, stop_at_latest=True) as reader:
             head = [(await anext(reader)).value for _ in range(cut)]
             saved = reader.checkpoint().to_bytes()
         restored = Checkpoint.from_bytes(saved)
