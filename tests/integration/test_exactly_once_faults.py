@@ -9,7 +9,8 @@ EO_FAULT_MESSAGES=20000.
 
 A transaction over two replicated streams survives a leader kill in its middle and a writer
 crash between storing its ACK intents and writing them all: re-written intents commit it
-once, and a later transaction the writer never checkpointed is rolled back.
+once, and a later transaction the writer never checkpointed is rolled back. A NATS outage
+of 2 s under publish_committed (on a node of its own) loses and duplicates nothing either.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import asyncio
 import logging
 import os
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -179,3 +182,58 @@ async def test_transaction_across_a_leader_kill_and_a_writer_crash_commits_once(
         got = await committed()
     expected = Counter([b"a-%d" % i for i in range(50)] + [b"b-%d" % i for i in range(50)])
     assert got == expected  # each once; the uncheckpointed transaction rolled back
+
+
+@pytest.fixture
+def eo_node_on_external_nats(tmp_path: Path) -> Iterator[Cluster]:
+    """A node of this test's own on a NATS server it does not embed, so NATS can restart
+    (not the shared cluster: see test_faults.py on v1.9.0 and NATS outages)."""
+    with Cluster(1, base_dir=tmp_path) as cluster:
+        yield cluster
+
+
+@pytest.mark.timeout(300)
+async def test_nats_outage_with_retries_read_committed_exactly_once(
+    eo_node_on_external_nats: Cluster, stream_names: StreamNames
+) -> None:
+    node = eo_node_on_external_nats
+    count = 1000
+    async with Client(node.addresses, nats_servers=[node.nats_url], options=OPTIONS) as client:
+        name, subject = stream_names("eo-nats")
+        await client.create_stream(subject, name, partitions=PARTITIONS)
+        publishers = [ExactlyOncePublisher(client) for _ in range(PUBLISHERS)]
+        acked: list[bytes] = []
+        third = asyncio.Event()
+
+        async def worker(pub: ExactlyOncePublisher, partition: int, values: list[bytes]) -> None:
+            for value in values:
+                await pub.publish_committed(name, value, partition=partition)
+                acked.append(value)
+                if len(acked) >= count // 3:
+                    third.set()
+
+        lanes = [(pub, p) for pub in publishers for p in range(PARTITIONS)]
+        publishing = asyncio.gather(
+            *(
+                worker(pub, p, [b"n-%05d" % i for i in range(k, count, len(lanes))])
+                for k, (pub, p) in enumerate(lanes)
+            )
+        )
+        await third.wait()
+        await asyncio.to_thread(node.nats.stop)
+        await asyncio.sleep(2.0)
+        await asyncio.to_thread(node.nats.start)
+        async with asyncio.timeout(240):
+            await publishing
+        committed = await read_with_retries(client, name, committed=True)
+        uncommitted = await read_with_retries(client, name, committed=False)
+    got = Counter(m.value for m in committed)
+    assert set(got) == set(acked)
+    assert len(acked) == count
+    assert all(n == 1 for n in got.values())
+    log.warning(
+        "eo NATS outage: %d acked, %d retries, %d duplicates stored, 0 in read_committed",
+        len(acked),
+        sum(p.retries for p in publishers),
+        len(uncommitted) - len({m.value for m in uncommitted}),
+    )
