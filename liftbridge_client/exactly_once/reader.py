@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid as _uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -137,6 +137,8 @@ class CommittedReader:
         self._include_acks = include_acks
         self._queue: asyncio.Queue[object] = asyncio.Queue(queue_size)
         self._tasks: list[asyncio.Task[None]] = []
+        self._direct: AsyncGenerator[Message, None] | None = None
+        self._started = False
         self._running = 0
         self.replays = 0  # how many replays the Sequencer asked for
 
@@ -171,28 +173,50 @@ class CommittedReader:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self._direct is not None:
+            await self._direct.aclose()
 
     def _start_feeders(self) -> None:
-        if self._tasks:
+        if self._started:
+            return
+        self._started = True
+        if len(self._refs) == 1:
+            # One partition: read it in place, without a task and a queue in between.
+            self._direct = self._messages(self._refs[0])
             return
         self._running = len(self._refs)
         self._tasks = [asyncio.create_task(self._feed(ref)) for ref in self._refs]
 
+    async def _messages(self, ref: PartitionRef) -> AsyncGenerator[Message, None]:
+        kw: SubscribeArgs = {"start_offset": self._start.get(ref, 0)}
+        if self._stop_at_latest:
+            newest = await _stop_offset(self._client, ref.stream, ref.partition)
+            if newest < kw["start_offset"]:
+                return
+            kw["stop_offset"] = newest
+        async with self._client.subscribe(ref.stream, ref.partition, **kw) as sub:
+            async for message in sub:
+                yield message
+
     async def _feed(self, ref: PartitionRef) -> None:
         try:
-            kw: SubscribeArgs = {"start_offset": self._start.get(ref, 0)}
-            newest = -1
-            if self._stop_at_latest:
-                newest = await _stop_offset(self._client, ref.stream, ref.partition)
-                kw["stop_offset"] = newest
-            if newest >= kw["start_offset"] or not self._stop_at_latest:
-                async with self._client.subscribe(ref.stream, ref.partition, **kw) as sub:
-                    async for message in sub:
-                        await self._queue.put(message)
+            async for message in self._messages(ref):
+                await self._queue.put(message)
         except errors.LiftbridgeError as exc:
             await self._queue.put(exc)  # raised to the reader, which then stops
             return
         await self._queue.put(_DONE)
+
+    async def _next_read(self) -> object:
+        if self._direct is not None:
+            return await anext(self._direct, _DONE)
+        while True:
+            if self._running == 0 and self._queue.empty():
+                return _DONE
+            item = await self._queue.get()
+            if item is not _DONE:
+                return item
+            self._running -= 1
 
     def __aiter__(self) -> Self:
         return self
@@ -206,12 +230,9 @@ class CommittedReader:
                     message: Message = env.message
                     return message
                 continue
-            if self._running == 0 and self._queue.empty():
-                raise StopAsyncIteration
-            item = await self._queue.get()
+            item = await self._next_read()
             if item is _DONE:
-                self._running -= 1
-                continue
+                raise StopAsyncIteration
             if isinstance(item, BaseException):
                 raise item
             assert isinstance(item, Message)
