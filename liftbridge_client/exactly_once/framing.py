@@ -227,7 +227,12 @@ class FixedProtoFraming:
     def marshal(self, message: Any) -> bytes:
         if isinstance(message, bytes | bytearray):
             return encode_fixed_frame(bytes(message))
-        return encode_fixed_frame(message.SerializeToString())
+        serialize = getattr(message, "SerializeToString", None)
+        if serialize is None:
+            raise errors.InvalidInputError(
+                "message must be bytes or a protobuf message (with SerializeToString)"
+            )
+        return encode_fixed_frame(serialize())
 
     def unmarshal(self, data: bytes) -> Any:
         frame = FixedFrameReader(data).next_frame()

@@ -38,6 +38,16 @@ def test_desync_is_reported_with_the_skipped_bytes_then_reading_resumes() -> Non
     assert reader.next_frame() is None
 
 
+def test_fixed_framing_of_protobuf_messages_round_trips() -> None:
+    from liftbridge_client._proto import api_pb2
+
+    fixed = framing.FixedProtoFraming(api_pb2.Ack)
+    ack = api_pb2.Ack(stream="s", offset=7)
+    assert fixed.unmarshal(fixed.marshal(ack)) == ack
+    with pytest.raises(errors.InvalidInputError, match="protobuf"):
+        fixed.marshal(3.5)
+
+
 def test_truncated_frame_is_a_typed_error() -> None:
     with pytest.raises(errors.TruncatedFrameError):
         framing.FixedFrameReader(framing.encode_fixed_frame(b"abcdef")[:-1]).next_frame()
