@@ -74,6 +74,16 @@ async def read_with_retries(client: Client, stream: str, committed: bool) -> lis
                 await asyncio.sleep(0.5)
 
 
+async def leader_of(client: Client, stream: str, partition: int) -> str:
+    try:
+        meta = await client.fetch_metadata(stream)
+    except Exception as exc:
+        if getattr(exc, "retriable", False):
+            return ""
+        raise
+    return meta.streams[stream].partitions[partition].leader
+
+
 @pytest.mark.timeout(600)
 async def test_leader_kills_with_retries_read_committed_exactly_once(
     liftbridge_cluster: Cluster, stream_names: StreamNames
@@ -106,10 +116,14 @@ async def test_leader_kills_with_retries_read_committed_exactly_once(
             target = MESSAGES * k // (KILLS + 1)
             async with progress:
                 await progress.wait_for(lambda: len(acked) >= target)  # noqa: B023
-            meta = await client.fetch_metadata(name)
-            leader = meta.streams[name].partitions[k % PARTITIONS].leader
+            partition = k % PARTITIONS
+            leader = await leader_of(client, name, partition)
             await asyncio.to_thread(liftbridge_cluster.node(leader).kill)
             killed.append(leader)
+            # Restart it only once another node leads: else it may simply resume leading.
+            async with asyncio.timeout(60):
+                while (await leader_of(client, name, partition)) in (leader, ""):  # noqa: ASYNC110
+                    await asyncio.sleep(0.2)  # the cluster offers no event to wait on
             await asyncio.to_thread(liftbridge_cluster.ensure_all_running, timeout=90)
         async with asyncio.timeout(420):
             await publishing
