@@ -299,7 +299,7 @@ def _normalise(events: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
 
 
 @settings(
-    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=400
+    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=1000
 )
 @given(log=eo_logs.logs(max_size=40), buffer=st.integers(1, 8), data=st.data())
 def test_sequencer_commits_the_same_sequences(
