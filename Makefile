@@ -73,11 +73,13 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	@touch $(BENCH_STAMP)
 
 # Benchmarks are never part of `make test`; they fail only on errors or lost messages.
+# Quick (under 2 min): interleaved medians against go-liftbridge, the three goal ratios last.
 bench: servers $(BENCH_STAMP)
-	$(BIN)/python -m bench --quick
+	$(BIN)/python -m bench.ratios
 
 bench-full: servers $(BENCH_STAMP)
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench.ratios --full --docs
 
 # The documentation site (mkdocs.yml) into site/; --strict fails on any warning.
 # `make test` builds it too (tests/unit/test_docs_site.py).

@@ -9,7 +9,7 @@ from typing import Any
 
 from liftbridge_client import Client
 from liftbridge_client.models import AckPolicy, StartPosition, StopPosition
-from liftbridge_client.options import ClientOptions, Transport
+from liftbridge_client.options import ClientOptions, StreamTransport, Transport
 
 __all__ = ["Target", "client_for", "publish_one", "publish_pipelined", "publish_rate", "subscribe"]
 
@@ -24,9 +24,20 @@ class Target:
     partitions: int = 1
 
 
-def client_for(target: Target, transport: Transport, *, window: int = 1024) -> Client:
+def client_for(
+    target: Target,
+    transport: Transport,
+    *,
+    window: int = 1024,
+    stream_transport: StreamTransport = "grpc",
+) -> Client:
     """A client for one measurement; no keepalive pings (the server throttles them)."""
-    options = ClientOptions(max_inflight=window, transport=transport, keepalive_time=None)
+    options = ClientOptions(
+        max_inflight=window,
+        transport=transport,
+        keepalive_time=None,
+        stream_transport=stream_transport,
+    )
     return Client([target.address], nats_servers=[target.nats_url], options=options)
 
 
@@ -40,13 +51,22 @@ def _policy(name: str) -> AckPolicy:
 
 
 async def publish_pipelined(
-    target: Target, transport: Transport, n: int, size: int, ack: str, *, window: int = 1024
+    target: Target,
+    transport: Transport,
+    n: int,
+    size: int,
+    ack: str,
+    *,
+    window: int = 1024,
+    stream_transport: StreamTransport = "grpc",
 ) -> dict[str, Any]:
     """``send()`` n messages with at most ``window`` in flight, then wait for every ack."""
     value = value_of(size)
     policy = _policy(ack)
     parts = target.partitions
-    async with client_for(target, transport, window=window) as client:
+    async with client_for(
+        target, transport, window=window, stream_transport=stream_transport
+    ) as client:
         await client.fetch_metadata(target.stream)
         futures: list[asyncio.Future[Any]] = []
         cpu0 = time.process_time()
@@ -68,7 +88,13 @@ async def publish_pipelined(
 
 
 async def publish_one(
-    target: Target, transport: Transport, n: int, size: int, ack: str
+    target: Target,
+    transport: Transport,
+    n: int,
+    size: int,
+    ack: str,
+    *,
+    stream_transport: StreamTransport = "grpc",
 ) -> dict[str, Any]:
     """``await publish()`` n times: one message in flight; latency of each."""
     value = value_of(size)
@@ -76,7 +102,7 @@ async def publish_one(
     parts = target.partitions
     latencies: list[float] = []
     acked = 0
-    async with client_for(target, transport) as client:
+    async with client_for(target, transport, stream_transport=stream_transport) as client:
         await client.fetch_metadata(target.stream)
         cpu0 = time.process_time()
         start = time.perf_counter()
@@ -139,9 +165,11 @@ async def publish_rate(
     }
 
 
-async def subscribe(target: Target, counts: list[int]) -> dict[str, Any]:
+async def subscribe(
+    target: Target, counts: list[int], *, stream_transport: StreamTransport = "grpc"
+) -> dict[str, Any]:
     """Read offsets 0..count-1 of every partition from EARLIEST, partitions concurrently."""
-    async with client_for(target, Transport.GRPC) as client:
+    async with client_for(target, Transport.GRPC, stream_transport=stream_transport) as client:
         await client.fetch_metadata(target.stream)
 
         async def one(partition: int, count: int) -> tuple[int, int, int]:

@@ -26,7 +26,7 @@ from bench.external import GUFO_VERSION, ROOT, GoBench, Gufo
 from bench.machine import machine_details
 from bench.stats import mb_per_s, per_second, summarize_latencies
 from liftbridge_client import Client
-from liftbridge_client.options import ClientOptions, Transport
+from liftbridge_client.options import ClientOptions, StreamTransport, Transport
 from liftbridge_client.testing import LIFTBRIDGE_VERSION, SingleNode
 
 __all__ = ["Plan", "main"]
@@ -188,17 +188,26 @@ class Run:
         for size, parts, ack in itertools.product(plan.sizes, plan.partitions, plan.acks):
             cfg = {"kind": "publish", "size": size, "partitions": parts, "ack": ack}
             await self.go_publish(cfg, "sync", plan.n_one)
+            await self.go_publish(cfg, "go-async", plan.n_pipelined)  # the pipelined anchor
             await self.go_publish(cfg, "batch-100", plan.n_pipelined)
-            for transport in (Transport.NATS, Transport.GRPC):
-                label = transport.name.lower()
-                await self.ours_publish(cfg, f"{label}-pipelined", transport, plan.n_pipelined)
-                await self.ours_publish(cfg, f"{label}-one", transport, plan.n_one)
+            rows: tuple[tuple[Transport, StreamTransport, str], ...] = (
+                (Transport.NATS, "grpc", "nats"),
+                (Transport.GRPC, "grpc", "grpc"),
+                (Transport.GRPC, "h2", "grpc-h2"),
+            )
+            for transport, stream_transport, label in rows:
+                await self.ours_publish(
+                    cfg, f"{label}-pipelined", transport, plan.n_pipelined, stream_transport
+                )
+                await self.ours_publish(
+                    cfg, f"{label}-one", transport, plan.n_one, stream_transport
+                )
             await self.gufo_publish(cfg, "publish", plan.n_one)
             await self.gufo_publish(cfg, "publish_bulk", plan.n_pipelined)
 
     async def go_publish(self, cfg: dict[str, Any], mode: str, n: int) -> None:
         stream = await self.new_stream(cfg["partitions"])
-        go_mode = "batch" if mode.startswith("batch") else mode
+        go_mode = {"batch-100": "batch", "go-async": "async"}.get(mode, mode)
         args = [
             "pub",
             f"-addr={self.node.address}",
@@ -215,7 +224,12 @@ class Run:
         await self.finish_publish(record, stream)
 
     async def ours_publish(
-        self, cfg: dict[str, Any], mode: str, transport: Transport, n: int
+        self,
+        cfg: dict[str, Any],
+        mode: str,
+        transport: Transport,
+        n: int,
+        stream_transport: StreamTransport = "grpc",
     ) -> None:
         stream = await self.new_stream(cfg["partitions"])
         target = self.target(stream, cfg["partitions"])
@@ -224,11 +238,16 @@ class Run:
             base["window"] = 1024
             record = await self.measure(
                 base,
-                lambda: ours.publish_pipelined(target, transport, n, cfg["size"], cfg["ack"]),
+                lambda: ours.publish_pipelined(
+                    target, transport, n, cfg["size"], cfg["ack"], stream_transport=stream_transport
+                ),
             )
         else:
             record = await self.measure(
-                base, lambda: ours.publish_one(target, transport, n, cfg["size"], cfg["ack"])
+                base,
+                lambda: ours.publish_one(
+                    target, transport, n, cfg["size"], cfg["ack"], stream_transport=stream_transport
+                ),
             )
         await self.finish_publish(record, stream)
 
@@ -306,11 +325,16 @@ class Run:
             self.go.run, "sub", f"-addr={self.node.address}", f"-stream={stream}", f"-counts={n}"
         )
         self.finish_subscribe({**base, "client": GO, "mode": "earliest", **_go_fields(out)}, n)
-        target = self.target(stream, 1)
-        record = await self.measure(
-            {**base, "client": OURS, "mode": "earliest"}, lambda: ours.subscribe(target, [n])
-        )
-        self.finish_subscribe(record, n)
+        for stream_transport, mode in (("h2", "earliest-h2"), ("grpc", "earliest")):
+            # In a process of its own, as the Go consumer runs in its own.
+            task: dict[str, Any] = {"op": "sub", "stream": stream, "n": n}
+            task.update(address=self.node.address, nats_url=self.node.nats_url)
+            task["stream_transport"] = stream_transport
+            record = await self.measure(
+                {**base, "client": OURS, "mode": mode},
+                lambda t=task: _proc(t),  # type: ignore[misc]
+            )
+            self.finish_subscribe(record, n)
         task = {"op": "sub", "stream": stream, "counts": [n], "timeout": 900}
         (out,) = await asyncio.to_thread(self.gufo.run, self.node.address, [task])
         out.pop("task", None)
@@ -398,6 +422,23 @@ class Run:
                 await self.profile()
         finally:
             await self.admin.close()
+
+
+async def _proc(task: dict[str, Any]) -> dict[str, Any]:
+    """One measurement of this client in a child process (bench/proc.py)."""
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bench.proc", json.dumps(task)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        timeout=900,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip()[-2000:] or f"exit status {done.returncode}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
 
 
 def _go_fields(out: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from liftbridge_client import AckPolicy, Client, ClientOptions, StopPosition, Transport
+from liftbridge_client.spark._offsets import PartitionRange
+from liftbridge_client.spark._options import SinkOptions, SourceOptions
+from liftbridge_client.spark._read import RangePartition, read_range
+from liftbridge_client.spark._runtime import run as run_async
+from liftbridge_client.spark._write import publish_rows, rows_to_publish
 from liftbridge_client.testing import LIFTBRIDGE_VERSION, SingleNode
 
 OPTIONS = ClientOptions(transport=Transport.GRPC)
@@ -111,22 +116,52 @@ def session(cores: int, tmp: Path) -> Any:
 def run(rows: int, cores: int) -> list[Result]:
     partitions = cores
     results: list[Result] = []
-    # One event loop for the whole run: grpc.aio stays bound to the first loop it runs on.
-    with tempfile.TemporaryDirectory() as tmp, SingleNode() as node, asyncio.Runner() as loop:
+    # One event loop for the whole run, the connector's (grpc.aio stays bound to the first
+    # loop it runs on).
+    with tempfile.TemporaryDirectory() as tmp, SingleNode() as node:
         address = node.addresses[0]
         pid = os.getpid()
         plain, plain_nats = f"plain-{pid}", f"plain-nats-{pid}"
         spark_out, spark_nats = f"spark-{pid}", f"spark-nats-{pid}"
         for name in (plain, plain_nats, spark_out, spark_nats):
-            loop.run(create(address, name, partitions))
+            run_async(create(address, name, partitions))
 
-        seconds = loop.run(plain_publish(address, plain, rows, partitions))
+        seconds = run_async(plain_publish(address, plain, rows, partitions))
         results.append(Result("publish: client send() pipelined, gRPC", rows, seconds, 1))
-        seconds = loop.run(plain_publish(address, plain_nats, rows, partitions, node.nats_url))
+        seconds = run_async(plain_publish(address, plain_nats, rows, partitions, node.nats_url))
         results.append(Result("publish: client send() pipelined, NATS", rows, seconds, 1))
-        count, seconds = loop.run(plain_subscribe(address, plain, partitions))
+        count, seconds = run_async(plain_subscribe(address, plain, partitions))
         assert count == rows, f"plain subscribe read {count} of {rows}"
         results.append(Result("subscribe: client, partitions one after another", count, seconds, 1))
+
+        # The connector's executor-side code in this process, without Spark around it.
+        opts = SourceOptions.parse({"brokers": address, "stream": plain}, streaming=False)
+        start = time.perf_counter()
+        count = sum(
+            batch.num_rows
+            for p in range(partitions)
+            for batch in read_range(RangePartition(PartitionRange(plain, p, 0, rows), opts))
+        )
+        seconds = time.perf_counter() - start
+        assert count == rows, f"read_range read {count} of {rows}"
+        results.append(Result("connector read_range() in-process, no Spark", count, seconds, 1))
+        direct = f"direct-{pid}"
+        run_async(create(address, direct, partitions))
+        sink = SinkOptions.parse({"brokers": address, "stream": direct})
+        value = "x" * VALUE_SIZE
+        start = time.perf_counter()
+        publish_rows(
+            rows_to_publish(
+                ((value, i % partitions) for i in range(rows)), {"value": 0, "partition": 1}, direct
+            ),
+            sink,
+        )
+        seconds = time.perf_counter() - start
+        written = run_async(stored(address, direct, partitions))
+        assert written == rows, f"publish_rows wrote {written} of {rows}"
+        results.append(
+            Result("connector publish_rows() in-process, no Spark, gRPC", rows, seconds, 1)
+        )
 
         spark = session(cores, Path(tmp))
         source = spark.read.format("liftbridge").option("brokers", address).option("stream", plain)
@@ -149,12 +184,12 @@ def run(rows: int, cores: int) -> list[Result]:
             df.write.format("liftbridge").option("brokers", address).option("stream", spark_out)
         )
         seconds = timed(lambda: writer.mode("append").save())
-        written = loop.run(stored(address, spark_out, partitions))
+        written = run_async(stored(address, spark_out, partitions))
         assert written == rows, f"Spark wrote {written} of {rows}"
         results.append(Result(f"Spark batch write, gRPC (local[{cores}])", rows, seconds, cores))
         writer = writer.option("stream", spark_nats).option("natsServers", node.nats_url)
         seconds = timed(lambda: writer.mode("append").save())
-        written = loop.run(stored(address, spark_nats, partitions))
+        written = run_async(stored(address, spark_nats, partitions))
         assert written == rows, f"Spark wrote {written} of {rows} over NATS"
         results.append(Result(f"Spark batch write, NATS (local[{cores}])", rows, seconds, cores))
         spark.stop()

@@ -132,7 +132,9 @@ def map_rpc_error(exc: grpc.RpcError) -> errors.ServerError:
     code = getattr(exc, "code", None)
     result = code() if callable(code) else None
     status = result if isinstance(result, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
-    return map_status(status, "")
+    details = getattr(exc, "details", None)  # the h2 stream transport's errors have them
+    text = details() if callable(details) else ""
+    return map_status(status, text if isinstance(text, str) else "")
 
 
 def is_no_metadata_leader(exc: errors.LiftbridgeError) -> bool:

@@ -12,6 +12,7 @@ import grpc.aio
 
 from liftbridge_client import errors
 from liftbridge_client._errors_map import map_rpc_error
+from liftbridge_client._h2 import H2Pool
 from liftbridge_client._proto import api_pb2_grpc
 from liftbridge_client.options import ClientOptions, RetryPolicy
 
@@ -35,6 +36,7 @@ class BrokerPool:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, Stub] = {}
         self._credentials: grpc.ChannelCredentials | None = None
+        self._h2: H2Pool | None = None
         self._closed = False
 
     def stub(self, address: str) -> Stub:
@@ -47,6 +49,14 @@ class BrokerPool:
             self._channels[address] = channel
             stub = self._stubs[address] = api_pb2_grpc.APIStub(channel)
         return stub
+
+    def h2(self) -> H2Pool:
+        """The h2 connections for streaming calls (``stream_transport="h2"``)."""
+        if self._closed:
+            raise errors.ConnectionClosedError("client is closed")
+        if self._h2 is None:
+            self._h2 = H2Pool(self._options)
+        return self._h2
 
     def addresses(self) -> set[str]:
         """Advertised addresses with an open channel."""
@@ -83,6 +93,8 @@ class BrokerPool:
     async def forget(self, address: str) -> None:
         """Close the channel to a broker that left the cluster."""
         self._stubs.pop(address, None)
+        if self._h2 is not None:
+            await self._h2.forget(address)
         channel = self._channels.pop(address, None)
         if channel is not None:
             await channel.close()
@@ -92,7 +104,11 @@ class BrokerPool:
         channels = list(self._channels.values())
         self._channels.clear()
         self._stubs.clear()
-        await asyncio.gather(*(c.close() for c in channels), return_exceptions=True)
+        h2_pool, self._h2 = self._h2, None
+        closing = [c.close() for c in channels]
+        if h2_pool is not None:
+            closing.append(h2_pool.close())
+        await asyncio.gather(*closing, return_exceptions=True)
 
 
 async def call(fn: Callable[[], Awaitable[T]]) -> T:

@@ -58,6 +58,7 @@ _ACK_OK = api_pb2.Ack.OK
 _Unwritten = Callable[[list[tuple[api_pb2.PublishRequest, AckFuture]]], None]
 # Starts a supervised background task (`TaskSupervisor.spawn`).
 _Spawn = Callable[..., TaskHandle]
+Spawn = _Spawn
 
 
 class OutageLog:

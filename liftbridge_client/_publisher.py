@@ -65,6 +65,7 @@ from liftbridge_client._grpc_publish import (
     check_request_size,
     publish_to_subject,
 )
+from liftbridge_client._h2_publish import H2PublishStream
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._nats import NatsPublisher
 from liftbridge_client._proto import api_pb2
@@ -444,6 +445,23 @@ class Publisher:
             if written % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)
 
+    def _new_stream(self, address: str) -> PublishStream:
+        if self._options.stream_transport == "h2":
+            return H2PublishStream(
+                address,
+                self._pool,
+                self._correlator,
+                spawn=self._tasks.spawn,
+                outages=self._outages,
+            )
+        return PublishStream(
+            address,
+            self._pool.stub(address),
+            self._correlator,
+            spawn=self._tasks.spawn,
+            outages=self._outages,
+        )
+
     async def _send_grpc(self, item: Item, fut: AckFuture) -> None:
         assert item.request is not None
         assert item.partition is not None
@@ -459,13 +477,7 @@ class Publisher:
                     address = await self._metadata.leader_address(item.stream, item.partition)
             stream = self._streams.get(address)
             if stream is None or not stream.usable:
-                stream = PublishStream(
-                    address,
-                    self._pool.stub(address),
-                    self._correlator,
-                    spawn=self._tasks.spawn,
-                    outages=self._outages,
-                )
+                stream = self._new_stream(address)
                 stream.open()
                 self._streams[address] = stream
         stream.submit(item.request, fut, item.ack_policy is AckPolicy.NONE, self._requeue)

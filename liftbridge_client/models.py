@@ -8,7 +8,7 @@ nanoseconds (``*_ns`` fields); ``datetime`` views are properties.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -249,6 +249,63 @@ def message_from_proto(pb: api_pb2.Message) -> Message:
         pb.subject,
         pb.replySubject,
         MappingProxyType(dict(headers)) if headers else _EMPTY,
+    )
+
+
+class _LazyHeaders(Mapping[str, bytes]):
+    """A message's headers, copied out of its protobuf on first use.
+
+    The server adds ``subject`` and ``reply`` headers to every stored message, so a
+    subscriber would otherwise copy a map per message that most readers never look at.
+    Only for a protobuf nobody changes afterwards (`owned_message_from_proto`).
+    """
+
+    __slots__ = ("_dict", "_pb")
+
+    def __init__(self, pb: Mapping[str, bytes]) -> None:
+        self._pb: Mapping[str, bytes] | None = pb
+        self._dict: dict[str, bytes] | None = None
+
+    def _get(self) -> dict[str, bytes]:
+        d = self._dict
+        if d is None:
+            assert self._pb is not None
+            d = self._dict = dict(self._pb)
+            self._pb = None
+        return d
+
+    def __getitem__(self, key: str) -> bytes:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._get()
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
+def owned_message_from_proto(pb: api_pb2.Message) -> Message:
+    """`message_from_proto` for a protobuf the caller hands over (never changed again).
+
+    The subscribe hot path: headers are copied out only when read.
+    """
+    headers = pb.headers
+    return Message(
+        pb.stream,
+        pb.partition,
+        pb.offset,
+        pb.value,
+        pb.key,
+        pb.timestamp,
+        pb.subject,
+        pb.replySubject,
+        _LazyHeaders(headers) if headers else _EMPTY,
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TypedDict
+from typing import Final, Literal, TypedDict
 
 from liftbridge_client import _validate
 from liftbridge_client._option_fields import OptionalSeconds, Seconds
@@ -28,6 +28,7 @@ __all__ = [
     "RetryPolicy",
     "StreamConfig",
     "StreamSettings",
+    "StreamTransport",
     "TLSConfig",
     "TracingOptions",
     "Transport",
@@ -168,6 +169,9 @@ class TracingOptions:
 
 KEEPALIVE_DEFAULT = 330.0
 
+StreamTransport = Literal["grpc", "h2"]
+STREAM_TRANSPORTS: Final = ("grpc", "h2")
+
 
 @dataclass(frozen=True)
 class ClientOptions:
@@ -222,6 +226,9 @@ class ClientOptions:
     # OpenTelemetry trace propagation through message headers (the [otel] extra); None: off,
     # and then publishing and subscribing do no tracing work at all.
     tracing: TracingOptions | None = None
+    # How the streaming RPCs (Subscribe, PublishAsync) travel: "h2" (asyncio + the h2
+    # library, several times faster per message) or "grpc" (grpc.aio). Unary RPCs use grpc.aio.
+    stream_transport: StreamTransport = "h2"
 
     def __post_init__(self) -> None:
         _validate.int_arg("max_inflight", self.max_inflight, 1, _validate.INT32_MAX)
@@ -245,6 +252,10 @@ class ClientOptions:
             raise InvalidInputError(f"tracing must be a TracingOptions, got {self.tracing!r}")
         if self.transport is not None and not isinstance(self.transport, Transport):
             raise InvalidInputError(f"transport must be a Transport, got {self.transport!r}")
+        if self.stream_transport not in STREAM_TRANSPORTS:
+            raise InvalidInputError(
+                f"stream_transport must be 'grpc' or 'h2', got {self.stream_transport!r}"
+            )
         if not isinstance(self.address_overrides, Mapping):
             raise InvalidInputError(
                 f"address_overrides must be a mapping, got {self.address_overrides!r}"

@@ -23,6 +23,7 @@ import grpc.aio
 from liftbridge_client import _admin, _reverse, _validate, errors
 from liftbridge_client._errors_map import map_rpc_error
 from liftbridge_client._grpc import BrokerPool
+from liftbridge_client._h2 import ServerStreamCall
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._reverse import ReverseReader
@@ -34,13 +35,17 @@ from liftbridge_client._subscribe_spec import (
     SubscribeSpec,
     classify,
 )
-from liftbridge_client.models import Message, StartPosition, message_from_proto
+from liftbridge_client.models import Message, StartPosition, owned_message_from_proto
 from liftbridge_client.options import ClientOptions
 
 if TYPE_CHECKING:
     from liftbridge_client._feature_probe import FeatureDetector
 
-    SubscribeCall = grpc.aio.UnaryStreamCall[api_pb2.SubscribeRequest, api_pb2.Message]
+    GrpcSubscribeCall = grpc.aio.UnaryStreamCall[api_pb2.SubscribeRequest, api_pb2.Message]
+    SubscribeCall = GrpcSubscribeCall | ServerStreamCall[api_pb2.Message]
+
+_SUBSCRIBE_PATH = "/proto.API/Subscribe"
+_decode_message = api_pb2.Message.FromString
 
 log = logging.getLogger(__name__)
 
@@ -242,6 +247,8 @@ class Subscription:
 
     async def _read_call(self, call: SubscribeCall) -> object:
         """``call.read()`` that survives the reader's cancellation (see ``_inflight``)."""
+        if type(call) is ServerStreamCall:
+            return await call.read()  # h2 reads are cancellation-safe by themselves
         inflight = self._inflight
         if inflight is None:
             inflight = self._inflight = asyncio.ensure_future(call.read())
@@ -263,6 +270,22 @@ class Subscription:
         return self
 
     async def __anext__(self) -> Message:
+        call = self._call
+        if (
+            type(call) is ServerStreamCall
+            and self._pending is None
+            and not self._closed
+            and not self._lock.locked()
+        ):
+            # h2 with a message already received: nothing to wait for, so no lock needed.
+            try:
+                ready = call.read_nowait()
+            except grpc.RpcError:
+                ready = None  # the call failed: the path below reads the failure and acts on it
+            if ready is not None:
+                if self._progress.accept(ready.offset):
+                    return owned_message_from_proto(ready)  # never used again
+                log.debug("%r: dropping replayed offset %d", self, ready.offset)
         try:
             async with self._lock:
                 # Hot path inlined (one coroutine frame less per message): read from an
@@ -273,7 +296,10 @@ class Subscription:
                     if call is None or self._pending is not None or self._closed:
                         return await self._next()
                     try:
-                        pb = await self._read_call(call)
+                        if type(call) is ServerStreamCall:  # h2: no task per read needed
+                            pb: object = await call.read()
+                        else:
+                            pb = await self._read_call(call)
                     except grpc.RpcError as exc:
                         self._broken(exc)
                         continue
@@ -281,7 +307,7 @@ class Subscription:
                         self._broken(None)
                         continue
                     if self._progress.accept(pb.offset):
-                        return message_from_proto(pb)
+                        return owned_message_from_proto(pb)  # pb is never used again
                     log.debug("%r: dropping replayed offset %d", self, pb.offset)
         except asyncio.CancelledError:
             if self._closed and not _being_cancelled():
@@ -305,7 +331,7 @@ class Subscription:
             if not self._progress.accept(pb.offset):
                 log.debug("%r: dropping replayed offset %d", self, pb.offset)
                 continue
-            return message_from_proto(pb)
+            return owned_message_from_proto(pb)  # pb is never used again
 
     async def _next_emulated(self, reader: ReverseReader) -> Message:
         message = await reader.next()
@@ -398,6 +424,8 @@ class Subscription:
             try:
                 await self._subscribe_once(resume_at, deadline)
             except errors.LiftbridgeError as exc:
+                if self._closed:  # close() cancelled the call (h2 reports it as CANCELLED)
+                    return
                 verdict = classify(exc, self._spec, phase)
                 if verdict.action is not Action.RESUBSCRIBE:
                     self._conclude(verdict.action, verdict.error)
@@ -526,7 +554,7 @@ class Subscription:
                     address = await self._metadata.replica_address(spec.stream, spec.partition)
                 else:
                     address = await self._metadata.leader_address(spec.stream, spec.partition)
-                call = self._opening = self._pool.stub(address).Subscribe(spec.request(resume_at))
+                call = self._opening = self._open_call(address, spec.request(resume_at))
                 try:
                     first = await call.read()
                 except BaseException:
@@ -552,6 +580,13 @@ class Subscription:
         self._address = address
         if first.ByteSize():  # not the empty handshake: a message (kept for the reader)
             self._pending = first
+
+    def _open_call(self, address: str, request: api_pb2.SubscribeRequest) -> SubscribeCall:
+        if self._options.stream_transport == "h2":
+            return self._pool.h2().server_stream(
+                address, _SUBSCRIBE_PATH, request.SerializeToString(), _decode_message
+            )
+        return self._pool.stub(address).Subscribe(request)
 
 
 def _retrieve(fut: asyncio.Future[object]) -> None:

@@ -4,7 +4,7 @@
 // Every run prints exactly one JSON object on stdout; failures go to stderr
 // with exit status 1. Streams are created by the runner beforehand.
 //
-//	bench-go pub -addr A -stream S -n N -size B -partitions P -ack leader|all -mode sync|batch|rate [-batch 100] [-rate R]
+//	bench-go pub -addr A -stream S -n N -size B -partitions P -ack leader|all -mode sync|batch|async|rate [-batch 100] [-rate R]
 //	bench-go sub -addr A -stream S -counts C0,C1,...
 //
 // pub modes:
@@ -12,6 +12,8 @@
 //	sync   Publish and wait for each ack before the next message.
 //	batch  PublishAsync -batch messages, wait for all their acks, repeat
 //	       (the "pub-batch" style of the upstream producer benchmark).
+//	async  PublishAsync every message back to back, never waiting, then wait
+//	       for every ack: go-liftbridge's fastest pipelined publish ("go-async").
 //	rate   PublishAsync at a fixed offered rate (-rate msgs/s), never waiting.
 //
 // Messages go to partitions round robin (message i to partition i % P).
@@ -29,6 +31,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	lift "github.com/liftbridge-io/go-liftbridge/v2"
@@ -43,6 +46,7 @@ type pubResult struct {
 	Errors      int64     `json:"errors"`
 	FirstError  string    `json:"first_error,omitempty"`
 	Seconds     float64   `json:"seconds"`
+	CPUSeconds  float64   `json:"cpu_s"`
 	LatenciesUs []float64 `json:"latencies_us"`
 }
 
@@ -53,6 +57,16 @@ type subResult struct {
 	Bytes      int64   `json:"bytes"`
 	OutOfOrder int64   `json:"out_of_order"`
 	Seconds    float64 `json:"seconds"`
+	CPUSeconds float64 `json:"cpu_s"`
+}
+
+// cpuSeconds is the process's user+system CPU time so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 func main() {
@@ -104,7 +118,7 @@ func runPub(args []string) (*pubResult, error) {
 	size := fs.Int("size", 256, "value size in bytes")
 	partitions := fs.Int("partitions", 1, "partitions of the stream")
 	ack := fs.String("ack", "leader", "ack policy: leader|all")
-	mode := fs.String("mode", "sync", "sync|batch|rate")
+	mode := fs.String("mode", "sync", "sync|batch|async|rate")
 	batch := fs.Int("batch", 100, "messages per batch (batch mode)")
 	rate := fs.Float64("rate", 1000, "offered msgs/s (rate mode)")
 	timeout := fs.Duration("timeout", 120*time.Second, "overall deadline")
@@ -144,6 +158,7 @@ func runPub(args []string) (*pubResult, error) {
 	lat := make([]float64, *n)
 	var errs errorRecorder
 	var acked atomic.Int64
+	cpu0 := cpuSeconds()
 	start := time.Now()
 	switch *mode {
 	case "sync":
@@ -157,7 +172,7 @@ func runPub(args []string) (*pubResult, error) {
 			lat[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
 			acked.Add(1)
 		}
-	case "batch", "rate":
+	case "batch", "async", "rate":
 		var wg sync.WaitGroup
 		interval := time.Duration(float64(time.Second) / *rate)
 		for i := 0; i < *n; i++ {
@@ -192,6 +207,7 @@ func runPub(args []string) (*pubResult, error) {
 		return nil, fmt.Errorf("unknown mode %q", *mode)
 	}
 	res.Seconds = time.Since(start).Seconds()
+	res.CPUSeconds = cpuSeconds() - cpu0
 	res.Acked = acked.Load()
 	res.Errors = errs.count.Load()
 	res.FirstError = errs.first
@@ -243,6 +259,7 @@ func runSub(args []string) (*subResult, error) {
 	)
 	subCtx, subCancel := context.WithCancel(ctx)
 	defer subCancel()
+	cpu0 := cpuSeconds()
 	start := time.Now()
 	for p, n := range counts {
 		if n == 0 {
@@ -283,6 +300,7 @@ func runSub(args []string) (*subResult, error) {
 		return nil, fmt.Errorf("sub: timed out after %d messages", total.Load())
 	}
 	res.Seconds = time.Since(start).Seconds()
+	res.CPUSeconds = cpuSeconds() - cpu0
 	res.Messages = total.Load()
 	res.Bytes = bytes.Load()
 	res.OutOfOrder = disorder.Load()

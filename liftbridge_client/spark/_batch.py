@@ -20,12 +20,12 @@ from liftbridge_client.client import Client
 from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.spark import _positions
-from liftbridge_client.spark._idempotent import TaskIdentity
+from liftbridge_client.spark._idempotent import TaskIdentity, WriteGuard
 from liftbridge_client.spark._offsets import OffsetMap, PartitionRange, plan_ranges
 from liftbridge_client.spark._options import SinkOptions, SourceOptions
 from liftbridge_client.spark._read import RangePartition, read_range
 from liftbridge_client.spark._runtime import TaskRuntime
-from liftbridge_client.spark._write import WriteStats, publish_rows, rows_to_publish
+from liftbridge_client.spark._write import SinkGuard, WriteStats, publish_rows, rows_to_publish
 
 __all__ = ["BatchReader", "BatchWriter", "LiftbridgePartition", "WriteCommit", "to_inputs"]
 
@@ -127,7 +127,16 @@ def write_task(
     rows: Iterator[Any], columns: Mapping[str, int], options: SinkOptions
 ) -> WriteCommit:
     publishes = rows_to_publish(rows, columns, options.stream)
-    stats = publish_rows(publishes, options, task_identity(options))
+    identity = task_identity(options)
+    guard_for = None
+    if identity is not None:
+        stream = options.stream
+        assert stream is not None  # the idempotent mode needs the option (checked with it)
+
+        def guard_for(client: Client) -> SinkGuard:
+            return WriteGuard(client, stream, identity, options.ack_timeout)
+
+    stats = publish_rows(publishes, options, guard_for)
     return WriteCommit(stats.rows, stats.per_partition, stats.skipped)
 
 

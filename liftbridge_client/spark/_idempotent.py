@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from liftbridge_client import errors
 from liftbridge_client.client import Client
 from liftbridge_client.models import StopPosition
+from liftbridge_client.spark._rows import PublishedRow
 
 __all__ = ["HEADER", "TaskIdentity", "WriteGuard", "row_ids"]
 
@@ -82,14 +83,6 @@ def row_ids(
     return ids
 
 
-@dataclass(slots=True)
-class Plan:
-    """What a task attempt must do: nothing (``done``), or publish rows not ``published``."""
-
-    done: bool
-    published: set[str]
-
-
 class WriteGuard:
     """The cursor bookkeeping of one task attempt on one target stream."""
 
@@ -98,6 +91,8 @@ class WriteGuard:
         self._stream = stream
         self._identity = identity
         self._timeout = timeout
+        self._published: set[str] = set()  # ids earlier attempts published
+        self._seen: dict[bytes, int] = {}  # row digests met so far, for occurrence numbers
 
     async def _fetch(self, what: str, partition: int = 0) -> int:
         try:
@@ -111,26 +106,44 @@ class WriteGuard:
                 feature="cursors",
             ) from exc
 
-    async def prepare(self) -> Plan:
+    async def prepare(self) -> bool:
+        """True when an earlier attempt published everything; else find what it did."""
         ident = self._identity
         done = await self._fetch("done")
         if done >= ident.batch_id:
             log.info("%s: already published by an earlier attempt; skipping", ident.tag)
-            return Plan(done=True, published=set())
+            return True
         metadata = await self._client.fetch_metadata(self._stream)
         info = metadata.streams.get(self._stream)
         if info is None:
             raise errors.NotFoundError(f"option 'stream': no stream named {self._stream}")
         partitions = sorted(info.partitions)
         if await self._fetch("started") == ident.batch_id:
-            return Plan(done=False, published=await self._published(partitions))
+            self._published = await self._find_published(partitions)
+            return False
         for p in partitions:
             end = (await self._client.fetch_partition_metadata(self._stream, p)).high_watermark
             await self._client.set_cursor(ident.cursor("from"), self._stream, end + 1, partition=p)
         await self._client.set_cursor(ident.cursor("started"), self._stream, ident.batch_id)
-        return Plan(done=False, published=set())
+        return False
 
-    async def _published(self, partitions: list[int]) -> set[str]:
+    def mark(self, chunk: list[PublishedRow]) -> list[PublishedRow]:
+        """The rows not published before, each with its ``lbspark-id`` header."""
+        keys = [(r.value, r.key, r.partition, r.headers) for r in chunk]
+        ids = row_ids(self._identity, keys, self._seen)
+        return [
+            PublishedRow(
+                row.stream,
+                row.value,
+                row.key,
+                row.partition,
+                {**(row.headers or {}), HEADER: i.encode()},
+            )
+            for row, i in zip(chunk, ids, strict=True)
+            if i not in self._published
+        ]
+
+    async def _find_published(self, partitions: list[int]) -> set[str]:
         """The ids of rows earlier attempts of this task published (a scan from ``from``)."""
         prefix = self._identity.tag + "/"
         found: set[str] = set()

@@ -11,34 +11,30 @@ rows again: without the idempotent mode a retry can duplicate rows (at-least-onc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import Any, Protocol
 
 from liftbridge_client import errors
 from liftbridge_client._correlation import PublishFuture
 from liftbridge_client.client import Client
 from liftbridge_client.models import Ack, AckPolicy
 from liftbridge_client.options import ClientOptions
-from liftbridge_client.spark._idempotent import HEADER, TaskIdentity, WriteGuard, row_ids
 from liftbridge_client.spark._options import SinkOptions
+from liftbridge_client.spark._rows import PublishedRow
 from liftbridge_client.spark._runtime import TaskRuntime
 
-__all__ = ["CHUNK_ROWS", "PublishedRow", "WriteStats", "publish_rows", "rows_to_publish"]
+__all__ = [
+    "CHUNK_ROWS",
+    "PublishedRow",
+    "SinkGuard",
+    "WriteStats",
+    "publish_rows",
+    "rows_to_publish",
+]
 
 CHUNK_ROWS = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class PublishedRow:
-    """One row as a publish: the sink's columns, decoded and checked."""
-
-    stream: str
-    value: bytes
-    key: bytes | None = None
-    partition: int | None = None
-    headers: Mapping[str, bytes] | None = None
 
 
 @dataclass(slots=True)
@@ -108,21 +104,6 @@ def rows_to_publish(
         )
 
 
-def _mark(chunk: list[PublishedRow], ids: list[str], published: set[str]) -> list[PublishedRow]:
-    """The rows not yet published, each with its ``lbspark-id`` header."""
-    return [
-        PublishedRow(
-            row.stream,
-            row.value,
-            row.key,
-            row.partition,
-            {**(row.headers or {}), HEADER: i.encode()},
-        )
-        for row, i in zip(chunk, ids, strict=True)
-        if i not in published
-    ]
-
-
 class InFlight:
     """A task's publishes awaiting their acks, across chunks: the client's ``max_inflight``
     window bounds them, acks are counted as they arrive, and the first failure is raised."""
@@ -188,35 +169,52 @@ def client_options(options: SinkOptions) -> ClientOptions:
     )
 
 
+class SinkGuard(Protocol):
+    """The per-task hooks of a delivery mode stronger than at-least-once.
+
+    The idempotent mode (`_idempotent.WriteGuard`) is one; the exactly-once layer's
+    transactional producer (deterministic producer ids and UUIDs, ACK intents written by
+    the driver's commit) plugs in here the same way.
+    """
+
+    async def prepare(self) -> bool:
+        """Before publishing; True when this task's rows are already all published."""
+        ...
+
+    def mark(self, chunk: list[PublishedRow]) -> list[PublishedRow]:
+        """The rows of ``chunk`` to publish, as they must be published (e.g. with ids)."""
+        ...
+
+    async def finish(self) -> None:
+        """After every row was acked."""
+        ...
+
+
 def publish_rows(
-    publishes: Iterable[PublishedRow], options: SinkOptions, identity: TaskIdentity | None = None
+    publishes: Iterable[PublishedRow],
+    options: SinkOptions,
+    guard_for: Callable[[Client], SinkGuard] | None = None,
 ) -> WriteStats:
     """Publish every row and wait for the acks; raises the first publish error.
 
-    With an ``identity`` (idempotent mode) rows that an earlier attempt of the same task
-    published are skipped, and a task already done publishes nothing (see `_idempotent`).
+    ``guard_for`` makes the task's `SinkGuard` from its client (idempotent mode: rows an
+    earlier attempt of the same task published are skipped, see `_idempotent`).
     """
     stats = WriteStats()
     runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
     failed = True
     try:
         client = runtime.client
-        guard = plan = None
-        if identity is not None:
-            assert options.stream is not None  # checked with the options
-            guard = WriteGuard(client, options.stream, identity, options.ack_timeout)
-            plan = runtime.run(guard.prepare())
-            if plan.done:
-                failed = False
-                return stats
-        seen: dict[bytes, int] = {}
+        guard = guard_for(client) if guard_for is not None else None
+        if guard is not None and runtime.run(guard.prepare()):
+            failed = False
+            return stats
         inflight = InFlight(stats)
         iterator = iter(publishes)
         while chunk := list(islice(iterator, CHUNK_ROWS)):
-            if identity is not None and plan is not None:
-                keys = [(r.value, r.key, r.partition, r.headers) for r in chunk]
+            if guard is not None:
                 before = len(chunk)
-                chunk = _mark(chunk, row_ids(identity, keys, seen), plan.published)
+                chunk = guard.mark(chunk)
                 stats.skipped += before - len(chunk)
             try:
                 runtime.run(_publish_chunk(client, chunk, options, inflight))

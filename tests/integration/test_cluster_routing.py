@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -16,6 +17,7 @@ from liftbridge_client import (
     Transport,
     errors,
 )
+from liftbridge_client.options import StreamTransport
 from liftbridge_client.testing import Cluster, StreamNames
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -41,14 +43,21 @@ async def wait_for_partitions(client: Client, stream: str, count: int) -> None:
             await asyncio.sleep(0.1)
 
 
-@pytest.mark.parametrize("transport", [Transport.NATS, Transport.GRPC], ids=["nats", "grpc"])
+@pytest.mark.parametrize(
+    ("transport", "stream_transport"),
+    [(Transport.NATS, "grpc"), (Transport.GRPC, "grpc"), (Transport.GRPC, "h2")],
+    ids=["nats", "grpc", "h2"],
+)
 async def test_partitions_led_by_different_nodes(
-    liftbridge_cluster: Cluster, stream_names: StreamNames, transport: Transport
+    liftbridge_cluster: Cluster,
+    stream_names: StreamNames,
+    transport: Transport,
+    stream_transport: StreamTransport,
 ) -> None:
     async with Client(
         liftbridge_cluster.addresses,
         nats_servers=[liftbridge_cluster.nats_url],
-        options=OPTIONS,
+        options=dataclasses.replace(OPTIONS, stream_transport=stream_transport),
     ) as client:
         # v1.9.0 gives every partition of one CreateStream the same (least loaded) leader:
         # leader loads are only updated once a stream is applied. Separate streams spread.
@@ -80,11 +89,13 @@ async def test_partitions_led_by_different_nodes(
             assert got == [b"p%d-0" % partition, b"p%d-1" % partition]
 
 
+@pytest.mark.parametrize("stream_transport", ["grpc", "h2"])
 async def test_publishing_continues_after_the_leader_dies(
-    liftbridge_cluster: Cluster, stream_names: StreamNames
+    liftbridge_cluster: Cluster, stream_names: StreamNames, stream_transport: StreamTransport
 ) -> None:
     name, subject = stream_names("failover")
-    async with Client(liftbridge_cluster.addresses, options=OPTIONS) as client:
+    options = dataclasses.replace(OPTIONS, stream_transport=stream_transport)
+    async with Client(liftbridge_cluster.addresses, options=options) as client:
         await client.create_stream(subject, name, replication_factor=3)
         await wait_for_partitions(client, name, 1)
         # ALL: a LEADER ack only says the leader appended it, and a leader killed before its

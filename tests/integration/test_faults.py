@@ -7,6 +7,7 @@ Bounded: a few hundred messages each, a minute at most per test. Duplicates are 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 from collections import Counter
@@ -25,6 +26,7 @@ from liftbridge_client import (
     Transport,
     errors,
 )
+from liftbridge_client.options import StreamTransport
 from liftbridge_client.testing import Cluster, StreamNames
 
 pytestmark = pytest.mark.integration
@@ -104,12 +106,20 @@ async def new_replicated_stream(client: Client, names: StreamNames) -> str:
             await asyncio.sleep(0.1)
 
 
-@pytest.mark.parametrize("transport", [Transport.NATS, Transport.GRPC], ids=["nats", "grpc"])
+@pytest.mark.parametrize(
+    ("transport", "stream_transport"),
+    [(Transport.NATS, "grpc"), (Transport.GRPC, "grpc"), (Transport.GRPC, "h2")],
+    ids=["nats", "grpc", "h2"],
+)
 async def test_leader_sigkill_under_load_loses_no_acked_message(
-    liftbridge_cluster: Cluster, stream_names: StreamNames, transport: Transport
+    liftbridge_cluster: Cluster,
+    stream_names: StreamNames,
+    transport: Transport,
+    stream_transport: StreamTransport,
 ) -> None:
+    options = dataclasses.replace(OPTIONS, stream_transport=stream_transport)
     async with Client(
-        liftbridge_cluster.addresses, nats_servers=[liftbridge_cluster.nats_url], options=OPTIONS
+        liftbridge_cluster.addresses, nats_servers=[liftbridge_cluster.nats_url], options=options
     ) as client:
         stream = await new_replicated_stream(client, stream_names)
         leader = (await client.fetch_metadata(stream)).streams[stream].partitions[0].leader

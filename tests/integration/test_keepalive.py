@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from liftbridge_client import Client, ClientOptions, Message, StartPosition
-from liftbridge_client.options import KEEPALIVE_DEFAULT
+from liftbridge_client.options import KEEPALIVE_DEFAULT, StreamTransport
 from liftbridge_client.testing import Deployment, StreamNames
 
 pytestmark = pytest.mark.integration
@@ -23,11 +23,12 @@ def test_default_keepalive_is_inside_the_servers_policy() -> None:
     assert KEEPALIVE_DEFAULT > 300
 
 
+@pytest.mark.parametrize("stream_transport", ["grpc", "h2"])
 async def test_too_frequent_pings_get_goaway_and_the_subscription_survives(
-    liftbridge_server: Deployment, stream_names: StreamNames
+    liftbridge_server: Deployment, stream_names: StreamNames, stream_transport: StreamTransport
 ) -> None:
     name, subject = stream_names("ka")
-    options = ClientOptions(keepalive_time=1.0)
+    options = ClientOptions(keepalive_time=1.0, stream_transport=stream_transport)
     async with Client(liftbridge_server.addresses, options=options) as client:
         await client.create_stream(subject, name)
         await client.publish(name, b"before")

@@ -28,6 +28,7 @@ from liftbridge_client import (
 )
 from liftbridge_client._errors_map import publish_status_error
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
+from liftbridge_client.options import StreamTransport
 from liftbridge_client.partitioning import KeyPartitioner, RoundRobinPartitioner, key_partition
 from liftbridge_client.testing import (
     Cluster,
@@ -40,12 +41,26 @@ from liftbridge_client.testing import (
 
 pytestmark = pytest.mark.integration
 
-BOTH = pytest.mark.parametrize("transport", [Transport.NATS, Transport.GRPC], ids=["nats", "grpc"])
+# NATS, and gRPC on both stream transports (grpc.aio and h2).
+BOTH = pytest.mark.parametrize(
+    ("transport", "stream_transport"),
+    [(Transport.NATS, "grpc"), (Transport.GRPC, "grpc"), (Transport.GRPC, "h2")],
+    ids=["nats", "grpc", "h2"],
+)
+# A test that publishes over gRPC: once per stream transport.
+STREAMS = pytest.mark.parametrize("stream_transport", ["grpc", "h2"])
 
 
 @pytest.fixture
-async def client(liftbridge_server: Deployment) -> AsyncIterator[Client]:
-    options = ClientOptions(ack_wait=5.0)
+def stream_transport() -> StreamTransport:
+    return "grpc"  # parametrised by BOTH and STREAMS
+
+
+@pytest.fixture
+async def client(
+    liftbridge_server: Deployment, stream_transport: StreamTransport
+) -> AsyncIterator[Client]:
+    options = ClientOptions(ack_wait=5.0, stream_transport=stream_transport)
     async with Client(
         liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
     ) as c:
@@ -163,6 +178,7 @@ async def test_headers_and_key_round_trip(
     assert msg.headers["subject"] == stream.subject.encode()
 
 
+@STREAMS
 async def test_unknown_stream_is_not_found(client: Client) -> None:
     for transport in (Transport.NATS, Transport.GRPC):
         with pytest.raises(errors.NotFoundError):
@@ -237,10 +253,13 @@ async def test_the_key_picks_the_partition_by_default(
     assert ack.msg_subject == f"{stream.subject}.1"
 
 
+@STREAMS
 async def test_go_liftbridge_default_with_no_partitioner(
-    liftbridge_server: Deployment, stream_names: StreamNames
+    liftbridge_server: Deployment, stream_names: StreamNames, stream_transport: StreamTransport
 ) -> None:
-    options = ClientOptions(partitioner=None)  # go-liftbridge's default: partition 0
+    options = ClientOptions(
+        partitioner=None, stream_transport=stream_transport
+    )  # go-liftbridge's default: partition 0
     async with Client(
         liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
     ) as go_like:
@@ -291,6 +310,7 @@ async def test_optimistic_concurrency(
     assert [m.value for m in messages] == [b"first", b"second", b"unchecked"]
 
 
+@STREAMS
 async def test_occ_stream_refuses_ack_policy_none_over_grpc(
     client: Client, stream_names: StreamNames
 ) -> None:
@@ -337,6 +357,7 @@ async def test_publish_to_subject_nobody_listens(client: Client, stream_names: S
 # ---------------------------------------------------------------- silence and refusal
 
 
+@STREAMS
 async def test_paused_partition_over_nats_times_out(
     client: Client, stream_names: StreamNames
 ) -> None:
@@ -352,6 +373,7 @@ async def test_paused_partition_over_nats_times_out(
     assert ack.offset == 0  # the NATS publish was never stored
 
 
+@STREAMS
 async def test_readonly_partition(client: Client, stream_names: StreamNames) -> None:
     stream = await new_stream(client, stream_names)
     await client.publish(stream.name, b"before")
@@ -363,6 +385,7 @@ async def test_readonly_partition(client: Client, stream_names: StreamNames) -> 
     assert await newest_offset(client, stream.name) == 0
 
 
+@STREAMS
 async def test_too_large_for_nats(client: Client, stream_names: StreamNames) -> None:
     stream = await new_stream(client, stream_names)
     big = b"x" * (1024 * 1024)  # NATS max_payload: 1 MiB, the envelope pushes it over
@@ -389,10 +412,14 @@ def small_replication_server(tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 @BOTH
 async def test_too_large_ack_from_the_server(
-    small_replication_server: SingleNode, stream_names: StreamNames, transport: Transport
+    small_replication_server: SingleNode,
+    stream_names: StreamNames,
+    transport: Transport,
+    stream_transport: StreamTransport,
 ) -> None:
     node = small_replication_server
-    async with Client(node.addresses, nats_servers=[node.nats_url]) as client:
+    options = ClientOptions(stream_transport=stream_transport)
+    async with Client(node.addresses, nats_servers=[node.nats_url], options=options) as client:
         stream = await new_stream(client, stream_names)
         # NATS: an error ack (TOO_LARGE); gRPC: asyncError BAD_REQUEST with the server's text.
         match = "replication.max.bytes" if transport is Transport.NATS else "max replication size"
@@ -406,8 +433,11 @@ async def test_too_large_ack_from_the_server(
 # ---------------------------------------------------------------- window, flush, close
 
 
-async def test_inflight_limit(liftbridge_server: Deployment, stream_names: StreamNames) -> None:
-    options = ClientOptions(max_inflight=5, ack_wait=10)
+@STREAMS
+async def test_inflight_limit(
+    liftbridge_server: Deployment, stream_names: StreamNames, stream_transport: StreamTransport
+) -> None:
+    options = ClientOptions(max_inflight=5, ack_wait=10, stream_transport=stream_transport)
     async with Client(
         liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
     ) as client:
@@ -432,6 +462,7 @@ async def test_inflight_limit(liftbridge_server: Deployment, stream_names: Strea
         await asyncio.gather(*futs2)
 
 
+@STREAMS
 async def test_flush_waits_for_every_ack(client: Client, stream_names: StreamNames) -> None:
     stream = await new_stream(client, stream_names)
     futs = [client.publish_nowait(stream.name, b"%d" % i) for i in range(300)]
@@ -472,11 +503,14 @@ async def test_close_with_1000_pending_acks(
     assert not leftover, leftover
 
 
+@STREAMS
 async def test_close_right_after_sending_over_grpc(
-    liftbridge_server: Deployment, stream_names: StreamNames
+    liftbridge_server: Deployment, stream_names: StreamNames, stream_transport: StreamTransport
 ) -> None:
     before = asyncio.all_tasks()
-    client = Client(liftbridge_server.addresses)
+    client = Client(
+        liftbridge_server.addresses, options=ClientOptions(stream_transport=stream_transport)
+    )
     await client.connect()
     assert client._require_open().transport is Transport.GRPC  # no NATS: gRPC by default
     stream = await new_stream(client, stream_names)
@@ -502,11 +536,14 @@ async def test_nats_transport_without_nats_is_refused(liftbridge_server: Deploym
 
 
 @pytest.mark.cluster
+@STREAMS
 async def test_leader_and_all_acks_with_three_replicas(
-    liftbridge_cluster: Cluster, stream_names: StreamNames
+    liftbridge_cluster: Cluster, stream_names: StreamNames, stream_transport: StreamTransport
 ) -> None:
     async with Client(
-        liftbridge_cluster.addresses, nats_servers=[liftbridge_cluster.nats_url]
+        liftbridge_cluster.addresses,
+        nats_servers=[liftbridge_cluster.nats_url],
+        options=ClientOptions(stream_transport=stream_transport),
     ) as client:
         stream = await new_stream(client, stream_names, replication_factor=3, partitions=2)
         info = (await client.fetch_metadata(stream.name)).streams[stream.name]

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from spark_support import OPTIONS, create_stream, publish, start_spark
+from spark_support import OPTIONS, create_stream, java_or_fail, publish, start_spark
 
 from liftbridge_client import Client, StreamConfig
 from liftbridge_client.errors import LiftbridgeTimeoutError
@@ -275,3 +276,49 @@ def test_trigger_available_now_reads_what_is_there_and_ends(
     assert sorted((r.partition, r.offset) for r in rows) == [
         (p, o) for p in range(2) for o in range(25)
     ]
+
+
+def test_missing_java_is_a_clear_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent-jdk")
+    with pytest.raises(pytest.fail.Exception, match="need Java 17"):
+        java_or_fail()
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", "/nonexistent-bin")
+    with pytest.raises(pytest.fail.Exception, match="need Java 17"):
+        java_or_fail()
+
+
+def test_stream_pattern_picks_up_a_new_stream_from_its_earliest_offset(
+    spark: SparkSession,
+    liftbridge_server: Deployment,
+    stream_names: StreamNames,
+    tmp_path: Path,
+) -> None:
+    (a, a_subject), (b, b_subject) = stream_names("pa"), stream_names("pb")
+    create_stream(liftbridge_server.addresses, a_subject, a)
+    publish(liftbridge_server.addresses, a, messages(10, 1, "a"))
+    pattern = re.escape(stream_names.prefix) + "-p[ab]-.*"
+    query = (
+        spark.readStream.format("liftbridge")
+        .option("brokers", liftbridge_server.addresses[0])
+        .option("streamPattern", pattern)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("stream", "offset", "value")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        create_stream(liftbridge_server.addresses, b_subject, b)  # while the query runs
+        publish(liftbridge_server.addresses, b, messages(7, 1, "b"))
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted((r.stream, r.offset) for r in rows) == sorted(
+        [(a, o) for o in range(10)] + [(b, o) for o in range(7)]
+    )

@@ -59,6 +59,8 @@ def test_write_failures_fail_the_job_with_the_typed_error(
         sink(df, liftbridge_server, stream="no-such-stream").mode("append").save()
     with pytest.raises(Exception, match="value"):  # checked on the driver, before any task
         sink(spark.range(3), liftbridge_server, stream="x").mode("append").save()
+    with pytest.raises(Exception, match="append-only"):
+        sink(df, liftbridge_server, stream="x").mode("overwrite").save()
 
 
 def test_streaming_write_copies_a_stream(

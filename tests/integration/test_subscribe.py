@@ -8,6 +8,7 @@ replica, and a leader failover on the 3-node cluster with no gap and no duplicat
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Sequence
 
@@ -25,7 +26,9 @@ from liftbridge_client import (
     Transport,
     errors,
 )
+from liftbridge_client._h2 import ServerStreamCall
 from liftbridge_client._proto import api_pb2
+from liftbridge_client.options import StreamTransport
 from liftbridge_client.subscription import Subscription
 from liftbridge_client.testing import Cluster, Deployment, StreamName, StreamNames, wait_until
 
@@ -39,10 +42,31 @@ OPTIONS = ClientOptions(
 )
 
 
+@pytest.fixture(params=["grpc", "h2"])
+def stream_transport(request: pytest.FixtureRequest) -> StreamTransport:
+    """Every subscribe test runs on both stream transports."""
+    transport: StreamTransport = request.param
+    return transport
+
+
+def with_transport(options: ClientOptions, transport: StreamTransport) -> ClientOptions:
+    return dataclasses.replace(options, stream_transport=transport)
+
+
 @pytest.fixture
-async def client(liftbridge_server: Deployment) -> AsyncIterator[Client]:
-    async with Client(liftbridge_server.addresses, options=OPTIONS) as c:
+async def client(
+    liftbridge_server: Deployment, stream_transport: StreamTransport
+) -> AsyncIterator[Client]:
+    async with Client(
+        liftbridge_server.addresses, options=with_transport(OPTIONS, stream_transport)
+    ) as c:
         yield c
+
+
+def reading(sub: Subscription) -> bool:
+    """A reader waits on the subscription's call (grpc.aio: a read task; h2: a waiter)."""
+    call = sub._call
+    return sub._inflight is not None or (isinstance(call, ServerStreamCall) and call.waiting)
 
 
 @pytest.fixture
@@ -289,7 +313,7 @@ async def test_cancelling_the_consumer_cancels_the_grpc_call(client: Client, str
     await asyncio.wait_for(got.wait(), 5)
     call = sub._call
     assert call is not None
-    await wait_until(lambda: sub._inflight is not None, what="the consumer waiting")
+    await wait_until(lambda: reading(sub), what="the consumer waiting")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -322,21 +346,22 @@ async def test_close_from_another_task_ends_iteration(client: Client, stream: st
     sub = client.subscribe(stream)
     async with sub:
         reader = asyncio.create_task(drain(sub))
-        await wait_until(lambda: sub._inflight is not None, what="the reader waiting")
+        await wait_until(lambda: reading(sub), what="the reader waiting")
         await sub.close()
         assert await reader == []
     assert sub.end_reason is None
 
 
 async def test_closing_the_client_closes_its_subscriptions(
-    liftbridge_server: Deployment, unique_stream: StreamName
+    liftbridge_server: Deployment, unique_stream: StreamName, stream_transport: StreamTransport
 ) -> None:
-    async with Client(liftbridge_server.addresses, options=OPTIONS) as c:
+    options = with_transport(OPTIONS, stream_transport)
+    async with Client(liftbridge_server.addresses, options=options) as c:
         await c.create_stream(unique_stream.subject, unique_stream.name)
         sub = c.subscribe(unique_stream.name)
         await sub.__aenter__()
         reader = asyncio.create_task(drain(sub))
-        await wait_until(lambda: sub._inflight is not None, what="the reader waiting")
+        await wait_until(lambda: reading(sub), what="the reader waiting")
     assert await reader == []
     assert sub.closed
 
@@ -357,7 +382,14 @@ async def _cluster_stream(client: Client, cluster: Cluster, names: StreamNames) 
         for address in cluster.addresses:
             stub = client._pool.stub(address)
             while True:  # polling a server: there is no event to wait on
-                response = await stub.FetchMetadata(request, timeout=5)
+                try:
+                    response = await stub.FetchMetadata(request, timeout=5)
+                except grpc.aio.AioRpcError as exc:
+                    # A node a previous test killed and restarted may still be starting.
+                    if exc.code() is not grpc.StatusCode.UNAVAILABLE:
+                        raise
+                    await asyncio.sleep(0.2)
+                    continue
                 if response.streamMetadata[0].partitions:
                     break
                 await asyncio.sleep(0.05)
@@ -365,9 +397,10 @@ async def _cluster_stream(client: Client, cluster: Cluster, names: StreamNames) 
 
 
 async def test_read_isr_replica_reads_from_a_follower(
-    liftbridge_cluster: Cluster, stream_names: StreamNames
+    liftbridge_cluster: Cluster, stream_names: StreamNames, stream_transport: StreamTransport
 ) -> None:
-    async with Client(liftbridge_cluster.addresses, options=OPTIONS) as client:
+    options = with_transport(OPTIONS, stream_transport)
+    async with Client(liftbridge_cluster.addresses, options=options) as client:
         stream = await _cluster_stream(client, liftbridge_cluster, stream_names)
         await publish(client, stream, b"a", b"b", b"c")
         md = await client.fetch_metadata(stream)
@@ -414,7 +447,7 @@ async def _wait_for_new_leader(client: Client, stream: str, dead: str, timeout: 
 
 
 async def test_leader_failover_resubscribes_without_gap_or_duplicate(
-    liftbridge_cluster: Cluster, stream_names: StreamNames
+    liftbridge_cluster: Cluster, stream_names: StreamNames, stream_transport: StreamTransport
 ) -> None:
     options = ClientOptions(
         transport=Transport.GRPC,
@@ -423,6 +456,7 @@ async def test_leader_failover_resubscribes_without_gap_or_duplicate(
         metadata_refresh_interval=None,
         ack_wait=10.0,
         retry=RetryPolicy(attempts=5, initial_backoff=0.05, max_backoff=0.5),
+        stream_transport=stream_transport,
     )
     async with Client(liftbridge_cluster.addresses, options=options) as client:
         stream = await _cluster_stream(client, liftbridge_cluster, stream_names)
@@ -448,3 +482,5 @@ async def test_leader_failover_resubscribes_without_gap_or_duplicate(
         assert offsets(received) == list(range(10))
         assert values(received) == before + after
         await asyncio.to_thread(liftbridge_cluster.node(old_leader).start)
+        # Whole again (every node serving, metadata complete) before the next test uses it.
+        await asyncio.to_thread(liftbridge_cluster.wait_ready)

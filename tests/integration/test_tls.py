@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from liftbridge_client import (
@@ -17,6 +18,10 @@ from liftbridge_client import (
     Transport,
     errors,
 )
+from liftbridge_client._errors_map import map_rpc_error
+from liftbridge_client._h2 import H2Pool, H2RpcError
+from liftbridge_client._proto import api_pb2
+from liftbridge_client.options import StreamTransport
 from liftbridge_client.testing import ServerTLS, SingleNode, StreamNames, TestPKI, make_pki
 
 pytestmark = pytest.mark.integration
@@ -40,8 +45,13 @@ def mtls_node(pki: TestPKI, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield node
 
 
-def quick(tls: TLSConfig | None) -> ClientOptions:
-    return ClientOptions(tls=tls, connect_timeout=3.0, rpc_timeout=2.0)
+def quick(tls: TLSConfig | None, stream_transport: StreamTransport = "grpc") -> ClientOptions:
+    return ClientOptions(
+        tls=tls, connect_timeout=3.0, rpc_timeout=2.0, stream_transport=stream_transport
+    )
+
+
+BOTH = pytest.mark.parametrize("stream_transport", ["grpc", "h2"])
 
 
 async def round_trip(client: Client, names: StreamNames) -> None:
@@ -53,10 +63,12 @@ async def round_trip(client: Client, names: StreamNames) -> None:
         assert [m.value async for m in s] == [b"secret"]
 
 
+@BOTH
 async def test_tls_with_the_ca(
-    tls_node: SingleNode, pki: TestPKI, stream_names: StreamNames
+    tls_node: SingleNode, pki: TestPKI, stream_names: StreamNames, stream_transport: StreamTransport
 ) -> None:
-    async with Client(tls_node.addresses, options=quick(TLSConfig(ca_file=pki.ca_cert))) as c:
+    options = quick(TLSConfig(ca_file=pki.ca_cert), stream_transport)
+    async with Client(tls_node.addresses, options=options) as c:
         await round_trip(c, stream_names)
 
 
@@ -71,12 +83,51 @@ async def test_unknown_ca_is_refused(tls_node: SingleNode, tmp_path: Path) -> No
         await Client(tls_node.addresses, options=quick(TLSConfig(ca_file=other.ca_cert))).connect()
 
 
+@BOTH
 async def test_mutual_tls_with_a_client_certificate(
-    mtls_node: SingleNode, pki: TestPKI, stream_names: StreamNames
+    mtls_node: SingleNode,
+    pki: TestPKI,
+    stream_names: StreamNames,
+    stream_transport: StreamTransport,
 ) -> None:
     tls = TLSConfig(ca_file=pki.ca_cert, cert_file=pki.client_cert, key_file=pki.client_key)
-    async with Client(mtls_node.addresses, options=quick(tls)) as c:
+    async with Client(mtls_node.addresses, options=quick(tls, stream_transport)) as c:
         await round_trip(c, stream_names)
+
+
+async def _h2_subscribe_missing(node: SingleNode, tls: TLSConfig) -> H2RpcError:
+    """Subscribe over the h2 transport alone to a missing stream; the error it gets."""
+    pool = H2Pool(quick(tls, "h2"))
+    request = api_pb2.SubscribeRequest(stream="no-such-stream").SerializeToString()
+    try:
+        call = pool.server_stream(
+            node.addresses[0], "/proto.API/Subscribe", request, api_pb2.Message.FromString
+        )
+        with pytest.raises(H2RpcError) as info:
+            await call.read()
+        return info.value
+    finally:
+        await pool.close()
+
+
+async def test_h2_checks_the_server_name_override(tls_node: SingleNode, pki: TestPKI) -> None:
+    # The server's certificate names localhost and 127.0.0.1: the override is what is checked.
+    ok = await _h2_subscribe_missing(
+        tls_node, TLSConfig(ca_file=pki.ca_cert, server_name="localhost")
+    )
+    assert isinstance(map_rpc_error(ok), errors.NotFoundError)  # TLS worked; the server answered
+    bad = await _h2_subscribe_missing(
+        tls_node, TLSConfig(ca_file=pki.ca_cert, server_name="not-the-server.test")
+    )
+    assert bad.code() is grpc.StatusCode.UNAVAILABLE
+    assert "not-the-server.test" in bad.details() or "certificate" in bad.details().lower()
+
+
+async def test_h2_refused_by_mutual_tls_without_a_certificate(
+    mtls_node: SingleNode, pki: TestPKI
+) -> None:
+    refused = await _h2_subscribe_missing(mtls_node, TLSConfig(ca_file=pki.ca_cert))
+    assert isinstance(map_rpc_error(refused), errors.UnavailableError)
 
 
 async def test_mutual_tls_refuses_a_client_without_certificate(

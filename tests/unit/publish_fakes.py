@@ -147,6 +147,9 @@ async def make_rig(*, with_nats: bool = True, auto_ack: bool = False, **options:
     server = await FakeCluster(("b1",)).__aenter__()
     if not auto_ack:
         server.responder = lambda req: None
+    # These tests reach into the grpc.aio PublishAsync call; the h2 one is tested end to
+    # end by the publish integration tests (on both stream transports).
+    options.setdefault("stream_transport", "grpc")
     opts = ClientOptions(**options)
     md = FakeMetadata(server.address("b1"))
     tasks = TaskSupervisor()

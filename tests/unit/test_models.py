@@ -139,3 +139,18 @@ def test_metadata_conversion() -> None:
 def test_ack_partition_from_its_subjects(base: str, msg: str, partition: int) -> None:
     pb = api_pb2.Ack(stream="s", partitionSubject=base, msgSubject=msg, offset=1)
     assert ack_from_proto(pb).partition == partition
+
+
+def test_owned_conversion_reads_headers_lazily_and_equals_the_copying_one() -> None:
+    from liftbridge_client.models import owned_message_from_proto
+
+    pb = api_pb2.Message(stream="s", offset=3, value=b"v", headers={"subject": b"a", "reply": b""})
+    owned = owned_message_from_proto(pb)
+    assert owned == message_from_proto(pb)
+    assert dict(owned.headers) == {"subject": b"a", "reply": b""}
+    assert "subject" in owned.headers
+    assert len(owned.headers) == 2
+    assert repr(owned.headers) == repr(dict(owned.headers))
+    with pytest.raises(TypeError):
+        owned.headers["x"] = b"y"  # type: ignore[index]
+    assert owned_message_from_proto(api_pb2.Message()).headers == {}

@@ -158,3 +158,10 @@ def test_stream_config_sets_every_option_with_units() -> None:
 def test_stream_config_rejects_bad_values(field: str, value: object) -> None:
     with pytest.raises(InvalidInputError, match=field):
         StreamConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_stream_transport_is_grpc_or_h2() -> None:
+    assert ClientOptions().stream_transport == "h2"
+    assert ClientOptions(stream_transport="h2").stream_transport == "h2"
+    with pytest.raises(InvalidInputError, match="stream_transport"):
+        ClientOptions(stream_transport="http3")  # type: ignore[arg-type]

@@ -219,3 +219,12 @@ def test_plan_ranges_split_covers_each_range_exactly(
     total = sum(sizes)
     if min_partitions is not None and total >= min_partitions:
         assert len(pieces) >= min_partitions
+
+
+def test_available_now_caps_at_the_target_and_holds_new_partitions() -> None:
+    from liftbridge_client.spark._streaming import _up_to
+
+    begin = {"s": {"0": 5, "1": 0, "2": 3}}
+    latest = {"s": {"0": 50, "1": 8, "2": 9}}
+    target = {"s": {"0": 20, "1": 30}}  # partition 2 appeared after the query started
+    assert _up_to(begin, latest, target) == {"s": {"0": 20, "1": 8, "2": 3}}

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -23,7 +24,7 @@ from fake_liftbridge import END, Fail, FakeCluster, Partition, Stream, Subscribe
 from liftbridge_client import StartPosition, StopPosition, errors
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
-from liftbridge_client.options import ClientOptions, RetryPolicy
+from liftbridge_client.options import ClientOptions, RetryPolicy, StreamTransport
 from liftbridge_client.subscription import Subscription
 from liftbridge_client.testing import wait_until
 
@@ -34,6 +35,14 @@ FAST = RetryPolicy(attempts=3, initial_backoff=0.001, max_backoff=0.005)
 OPTIONS = ClientOptions(retry=FAST, resubscribe_wait=0.5, rpc_timeout=0.2)
 
 Item = api_pb2.Message | grpc.aio.AioRpcError | object
+
+STREAM_TRANSPORT: StreamTransport = "grpc"  # set for each test by the fixture below
+
+
+@pytest.fixture(params=["grpc", "h2"], autouse=True)
+def stream_transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test here runs on both stream transports (the fake is a real gRPC server)."""
+    monkeypatch.setattr(sys.modules[__name__], "STREAM_TRANSPORT", request.param)
 
 
 MakeCluster = Callable[..., Awaitable["SubscribeCluster"]]
@@ -130,7 +139,7 @@ async def make_cluster() -> AsyncIterator[Callable[..., Awaitable[SubscribeClust
 def subscribe(
     cluster: SubscribeCluster, options: ClientOptions = OPTIONS, **kw: Any
 ) -> tuple[Subscription, list[Subscription]]:
-    options = cluster.options(options)
+    options = dataclasses.replace(cluster.options(options), stream_transport=STREAM_TRANSPORT)
     pool = cluster.fake.pool(options)
     metadata = MetadataCache(pool, [A], options)
     closed: list[Subscription] = []
@@ -539,7 +548,7 @@ async def test_close_while_waiting_for_the_handshake_cancels_at_once(
     cluster.script(A)  # the handshake never comes
     sub, closed = subscribe(cluster, options=ClientOptions(rpc_timeout=30))
     entering = asyncio.create_task(sub.__aenter__())
-    await asyncio.sleep(0.02)
+    await wait_until(lambda: bool(cluster.calls), what="the server seeing the call")
     await sub.close()
     async with asyncio.timeout(1):
         assert await entering is sub

@@ -1,0 +1,427 @@
+"""gRPC calls on one HTTP/2 stream: server streaming and bidirectional.
+
+A call parses its DATA into messages as they arrive (`MessageSplitter`) and keeps
+them until the application reads them. Flow control is paced by the reader: the
+bytes of a message are handed back to the server's window (WINDOW_UPDATE) only
+when the application takes the message, so a consumer that stops reading stops
+the server after one window (plus at most one message being assembled). Reads
+are cancellation-safe: a cancelled ``read()`` loses nothing.
+
+``cancel()`` sends RST_STREAM CANCEL. Failures are `H2RpcError` with the status
+grpc.aio would report; messages that arrived before a server-side failure are
+still read first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Final, Generic, TypeVar
+
+from google.protobuf.message import DecodeError
+from grpc import StatusCode
+
+from liftbridge_client._h2.connection import STREAM_WINDOW, Connection, Headers
+from liftbridge_client._h2.framing import DEFAULT_MAX_MESSAGE, MessageSplitter, encode_message
+from liftbridge_client._h2.status import H2RpcError, status_error
+
+__all__ = ["BidiStreamCall", "ServerStreamCall"]
+
+T = TypeVar("T")
+Connect = Callable[[], Awaitable[Connection]]
+Decode = Callable[[bytes], T]
+
+# Window bytes handed back in batches of at least this much (or when the reader
+# has caught up), so a window update is not computed per message.
+_ACK_BATCH: Final = STREAM_WINDOW // 16
+# Complete messages held beyond this stop the window from reopening.
+_HOLD_LIMIT: Final = STREAM_WINDOW
+# A writer waits while more than this is queued and not yet sent (send window full).
+_SEND_HIGH_WATER: Final = 1024 * 1024
+
+
+class _Call(Generic[T]):
+    """The receiving half, shared by both kinds of call."""
+
+    def __init__(
+        self,
+        connect: Connect,
+        path: str,
+        decode: Decode[T],
+        *,
+        timeout: float | None = None,
+        max_message: int = DEFAULT_MAX_MESSAGE,
+    ) -> None:
+        self._connect = connect
+        self._path = path.encode()
+        self._decode = decode
+        self._timeout = timeout
+        self._splitter = MessageSplitter(max_message)
+        self._inbox: deque[bytes] = deque()
+        self._held = 0  # bytes (with their 5-byte heads) of the messages in _inbox
+        self._unacked = 0  # received bytes not yet handed back to the window
+        self._conn: Connection | None = None
+        self._sid = 0
+        self._trailers: Headers = []
+        self._error: H2RpcError | None = None
+        self._ended = False  # the server ended the call with an OK status
+        self._waiter: asyncio.Future[None] | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+        self._starting: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        state = "failed" if self._error else "ended" if self._ended else "open"
+        return f"<{type(self).__name__} {self._path.decode()} stream={self._sid} {state}>"
+
+    def done(self) -> bool:
+        """The call ended (OK or not), whether or not everything was read."""
+        return self._error is not None or self._ended
+
+    def cancelled(self) -> bool:
+        """The client cancelled the call."""
+        return self._error is not None and self._error.code() is StatusCode.CANCELLED
+
+    async def code(self) -> StatusCode | None:
+        """The call's status code once it ended (None while it runs), like grpc.aio's."""
+        if self._ended:
+            return StatusCode.OK
+        return self._error.code() if self._error is not None else None
+
+    @property
+    def waiting(self) -> bool:
+        """A reader is waiting for the next message."""
+        return self._waiter is not None
+
+    # ------------------------------------------------------------ starting
+
+    async def _ensure_started(self) -> None:
+        if self._conn is not None or self._error is not None:
+            return
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+            # Its failure is the call's error (raised by reads); mark it seen even when the
+            # reader that started it was cancelled meanwhile.
+            self._starting.add_done_callback(_seen)
+        # Shielded: a reader cancelled while the connection opens leaves it opening.
+        await asyncio.shield(self._starting)
+
+    async def _start(self) -> None:
+        try:
+            conn = await self._connect()
+        except H2RpcError as exc:
+            self._fail(exc)
+            raise
+        if self._error is not None:  # cancelled meanwhile
+            return
+        self._sid = conn.start_stream(self, self._path, self._timeout)
+        self._conn = conn
+        if self._timeout is not None:
+            self._deadline = asyncio.get_running_loop().call_later(self._timeout, self._expire)
+        self._started()
+
+    def _started(self) -> None:
+        """Send what must go right after the headers."""
+
+    # ------------------------------------------------------------ StreamHandler
+
+    def on_headers(self, headers: Headers, end: bool) -> None:
+        if end:  # trailers-only: the status is in these headers
+            self._trailers = headers
+            return
+        for name, value in headers:
+            if name == b":status" and value != b"200":
+                self._fail(status_error(headers) or H2RpcError(StatusCode.UNKNOWN, ""), True)
+                return
+            if name == b"content-type" and not value.startswith(b"application/grpc"):
+                self._fail(
+                    H2RpcError(StatusCode.UNKNOWN, f"unexpected content-type {value!r}"), True
+                )
+                return
+
+    def on_data(self, data: bytes, flow_controlled: int) -> None:
+        self._unacked += flow_controlled
+        if self._error is None:
+            try:
+                messages = self._splitter.feed(data)
+            except H2RpcError as exc:
+                self._fail(exc, True)
+                return
+            if messages:
+                self._inbox.extend(messages)
+                self._held += sum(map(len, messages)) + 5 * len(messages)
+                waiter = self._waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
+        self._settle()
+
+    def on_trailers(self, headers: Headers) -> None:
+        self._trailers = headers
+
+    def on_end(self) -> None:
+        if self._error is not None:
+            return
+        error = status_error(self._trailers)
+        if error is not None:
+            self._fail(error)
+            return
+        self._ended = True
+        self._finished()
+
+    def on_failed(self, error: H2RpcError) -> None:
+        self._fail(error)
+
+    def on_window(self) -> None:
+        """The send window grew (only writers care)."""
+
+    # ------------------------------------------------------------ receiving
+
+    def _settle(self) -> None:
+        """Hand back to the window what no held message accounts for (partial, padding)."""
+        excess = self._unacked - self._held
+        if excess > 0 and (excess >= _ACK_BATCH or not self._inbox) and self._held <= _HOLD_LIMIT:
+            self._unacked -= excess
+            conn = self._conn
+            if conn is not None:
+                conn.ack(self._sid, excess)
+
+    def _take(self) -> bytes:
+        raw = self._inbox.popleft()
+        self._held -= len(raw) + 5
+        if self._unacked - self._held >= _ACK_BATCH or not self._inbox:
+            self._settle()
+        return raw
+
+    async def _read_raw(self) -> bytes | None:
+        """The next message's bytes; None when the call ended OK."""
+        while True:
+            if self._inbox:
+                return self._take()
+            if self._error is not None:
+                raise self._error
+            if self._ended:
+                return None
+            if self._conn is None:
+                await self._ensure_started()
+                continue
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    def read_nowait(self) -> T | None:
+        """The next message if one is here already (None otherwise); no suspension."""
+        if not self._inbox:
+            return None
+        raw = self._take()
+        try:
+            return self._decode(raw)
+        except DecodeError as exc:
+            error = H2RpcError(StatusCode.INTERNAL, f"failed to parse a response message: {exc}")
+            self._fail(error, True)
+            raise error from exc
+
+    async def read(self) -> T | None:
+        """The next message; None when the call ended with an OK status."""
+        inbox = self._inbox
+        if inbox:  # the hot path: a message is here already
+            raw = self._take()
+        else:
+            got = await self._read_raw()
+            if got is None:
+                return None
+            raw = got
+        try:
+            return self._decode(raw)
+        except DecodeError as exc:
+            error = H2RpcError(StatusCode.INTERNAL, f"failed to parse a response message: {exc}")
+            self._fail(error, True)
+            raise error from exc
+
+    # ------------------------------------------------------------ ending
+
+    def cancel(self) -> bool:
+        """Cancel the call (RST_STREAM CANCEL); False if it had already ended."""
+        if self.done():
+            self._inbox.clear()
+            self._release_all()
+            return False
+        self._fail(H2RpcError(StatusCode.CANCELLED, "cancelled by the client"), True)
+        return True
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if not self.done():
+            self._fail(H2RpcError(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"), True)
+
+    def _fail(self, error: H2RpcError, reset: bool = False) -> None:
+        if self.done():
+            return
+        self._error = error
+        if error.code() is StatusCode.CANCELLED or reset:
+            self._inbox.clear()  # nobody reads a call the client gave up
+        conn = self._conn
+        if reset and conn is not None:
+            conn.reset(self._sid)
+        self._release_all()
+        self._finished()
+
+    def _release_all(self) -> None:
+        """Give back the window of everything dropped or still unread after the end."""
+        self._held = sum(map(len, self._inbox)) + 5 * len(self._inbox)
+        excess = self._unacked - self._held
+        if excess > 0:
+            self._unacked -= excess
+            if self._conn is not None:
+                self._conn.ack(self._sid, excess)
+
+    def _finished(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+def _seen(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+class ServerStreamCall(_Call[T]):
+    """One request, a stream of responses (Subscribe); starts on the first ``read()``."""
+
+    def __init__(
+        self,
+        connect: Connect,
+        path: str,
+        request: bytes,
+        decode: Decode[T],
+        *,
+        timeout: float | None = None,
+        max_message: int = DEFAULT_MAX_MESSAGE,
+    ) -> None:
+        super().__init__(connect, path, decode, timeout=timeout, max_message=max_message)
+        self._request = encode_message(request)
+
+    def _started(self) -> None:
+        assert self._conn is not None
+        # A request fits the initial window (64 KiB) unless huge; then it waits for room.
+        sent = self._conn.send(self._sid, self._request, True)
+        self._request = self._request[sent:]
+
+    def on_window(self) -> None:
+        if self._request and self._conn is not None and not self.done():
+            sent = self._conn.send(self._sid, self._request, True)
+            self._request = self._request[sent:]
+
+
+class BidiStreamCall(_Call[T]):
+    """A stream of requests and one of responses (PublishAsync).
+
+    ``write()`` queues without awaiting; everything queued in one event-loop
+    iteration leaves in one pass, as far as the send windows allow (the rest
+    waits for WINDOW_UPDATE). ``drain()`` waits while too much is queued.
+    """
+
+    def __init__(
+        self,
+        connect: Connect,
+        path: str,
+        decode: Decode[T],
+        *,
+        timeout: float | None = None,
+        max_message: int = DEFAULT_MAX_MESSAGE,
+    ) -> None:
+        super().__init__(connect, path, decode, timeout=timeout, max_message=max_message)
+        self._out: list[bytes] = []
+        self._out_size = 0
+        self._backlog = b""  # what the window did not take yet
+        self._half_closed = False
+        self._end_sent = False
+        self._pump_pending = False
+        self._room: asyncio.Future[None] | None = None
+
+    async def start(self) -> None:
+        """Open the stream (connects if needed); writes may be queued before."""
+        await self._ensure_started()
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def queued(self) -> int:
+        """Bytes written but not yet sent (the send window is full or the loop did not run)."""
+        return self._out_size + len(self._backlog)
+
+    def write(self, payload: bytes) -> None:
+        """Queue one message; `H2RpcError` if the call has ended."""
+        if self._error is not None:
+            raise self._error
+        if self._ended or self._half_closed:
+            raise H2RpcError(StatusCode.INTERNAL, "write after the call was half-closed")
+        self._out.append(encode_message(payload))
+        self._out_size += 5 + len(payload)
+        self._schedule_pump()
+
+    def push(self) -> None:
+        """Send what is queued now, as far as the windows allow (no wait for the next
+        loop iteration: a writer calls it once it has queued all it had)."""
+        if self._conn is not None:
+            self._pump()
+
+    def done_writing(self) -> None:
+        """Half-close once everything queued is sent."""
+        self._half_closed = True
+        self._schedule_pump()
+
+    async def drain(self) -> None:
+        """Wait while more than the high-water mark is queued; raise if the call failed."""
+        while self.queued > _SEND_HIGH_WATER:
+            if self._error is not None:
+                raise self._error
+            room = self._room = asyncio.get_running_loop().create_future()
+            try:
+                await room
+            finally:
+                self._room = None
+        if self._error is not None:
+            raise self._error
+
+    def _started(self) -> None:
+        self._schedule_pump()
+
+    def on_window(self) -> None:
+        self._pump()
+
+    def _schedule_pump(self) -> None:
+        if not self._pump_pending and self._conn is not None:
+            self._pump_pending = True
+            asyncio.get_running_loop().call_soon(self._pump)
+
+    def _pump(self) -> None:
+        self._pump_pending = False
+        conn = self._conn
+        if conn is None or self.done():
+            return
+        if self._out:
+            self._backlog = b"".join((self._backlog, *self._out))
+            self._out.clear()
+            self._out_size = 0
+        data = self._backlog
+        end = self._half_closed and not self._end_sent
+        if data or end:
+            sent = conn.send(self._sid, data, end)
+            self._backlog = data[sent:] if sent < len(data) else b""
+            if end and not self._backlog:
+                self._end_sent = True
+        room = self._room
+        if room is not None and not room.done() and self.queued <= _SEND_HIGH_WATER:
+            room.set_result(None)
+
+    def _finished(self) -> None:
+        super()._finished()
+        room = self._room
+        if room is not None and not room.done():
+            room.set_result(None)

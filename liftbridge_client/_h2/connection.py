@@ -1,0 +1,472 @@
+"""One HTTP/2 connection to a broker, shared by every gRPC stream to it.
+
+An asyncio Protocol around an ``h2`` state machine. Received bytes are parsed
+once per chunk and each event goes to the stream it belongs to (a `StreamHandler`,
+one per call); frames to send are written once per event-loop iteration, so
+many small writes and window updates leave in one ``write``.
+
+Keepalive pings go out every ``keepalive_time`` seconds only while streams are
+open (the server counts pings without calls as abuse); an unanswered ping closes
+the connection. GOAWAY stops new streams here; the streams it refused, and all
+of them when it reports an error, fail UNAVAILABLE, as with grpc-core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Final, Protocol
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+from grpc import StatusCode
+from h2.errors import ErrorCodes
+from h2.stream import H2Stream
+
+from liftbridge_client._h2.status import H2RpcError, encode_timeout, from_reset
+from liftbridge_client._version import __version__
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CONNECTION_WINDOW", "STREAM_WINDOW", "Connection", "StreamHandler"]
+
+# Receive windows. A stream's window bounds what a consumer that stops reading can
+# have buffered for it; the connection's is larger so that streams do not starve
+# each other.
+STREAM_WINDOW: Final = 1024 * 1024
+CONNECTION_WINDOW: Final = 32 * 1024 * 1024
+KEEPALIVE_TIMEOUT: Final = 10.0  # as the grpc.aio channels' keepalive_timeout_ms
+_USER_AGENT: Final = f"liftbridge-client-h2/{__version__}".encode()
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class StreamHandler(Protocol):
+    """What a call does with the events of its stream (called on the event loop)."""
+
+    def on_headers(self, headers: Headers, end: bool) -> None: ...
+    def on_data(self, data: bytes, flow_controlled: int) -> None: ...
+    def on_trailers(self, headers: Headers) -> None: ...
+    def on_end(self) -> None: ...
+    def on_failed(self, error: H2RpcError) -> None: ...
+    def on_window(self) -> None: ...
+
+
+class _Batch:
+    """The fast-path payloads of one stream in one received chunk."""
+
+    __slots__ = ("entry", "flow", "parts")
+
+    def __init__(self, entry: tuple[StreamHandler, H2Stream], payload: bytes, flow: int) -> None:
+        self.entry = entry
+        self.parts = [payload]
+        self.flow = flow
+
+
+def _headers(raw: object) -> Headers:
+    """h2's headers (bytes, as configured) as a list of byte pairs."""
+    return [(bytes(k), bytes(v)) for k, v in raw] if isinstance(raw, list) else []
+
+
+class Connection(asyncio.Protocol):
+    """An HTTP/2 client connection carrying gRPC streams."""
+
+    def __init__(
+        self,
+        address: str,
+        authority: str,
+        scheme: str,
+        keepalive: float | None,
+        *,
+        fast_data: bool = True,
+    ) -> None:
+        self.address = address
+        self._authority = authority.encode()
+        self._scheme = scheme.encode()
+        self._keepalive = keepalive
+        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        self._h2 = h2.connection.H2Connection(config=config)
+        self._transport: asyncio.Transport | None = None
+        self._streams: dict[int, StreamHandler] = {}
+        self._loop = asyncio.get_running_loop()
+        self._flush_pending = False
+        self._closed = False  # the socket is gone (or going)
+        self._draining = False  # GOAWAY received or sent: no new streams
+        self._ping_handle: asyncio.TimerHandle | None = None
+        self._ping_timeout: asyncio.TimerHandle | None = None
+        self.lost: asyncio.Future[None] = self._loop.create_future()
+        # The fast DATA path (see data_received): streams whose response headers came,
+        # with h2's stream object (its receive window is kept in step), and the tail of
+        # a frame cut by the end of a chunk.
+        self._fast_data = fast_data
+        self._fast: dict[int, tuple[StreamHandler, H2Stream]] = {}
+        self._rest = b""
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "draining" if self._draining else "open"
+        return f"<h2 Connection {self.address} {state} streams={len(self._streams)}>"
+
+    @property
+    def usable(self) -> bool:
+        """New streams may start on it."""
+        return not self._closed and not self._draining
+
+    # ------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        h2c = self._h2
+        h2c.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 1024 * 1024,
+            },
+        )
+        h2c.initiate_connection()
+        h2c.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+        self._flush()
+
+    def data_received(self, data: bytes) -> None:
+        """Route each complete frame: hot DATA frames straight to their call, the rest to h2.
+
+        h2 parses every frame into objects and events (with a ``repr`` of each for its
+        trace log), which costs more than the whole rest of a streamed message. A DATA
+        frame without END_STREAM, on a stream whose response headers came, changes no
+        HTTP/2 state but the receive windows: it is cut here, its windows are consumed
+        in h2's own window managers (so h2's WINDOW_UPDATEs stay right), and the
+        payloads of one chunk reach each call in one piece. Every other frame, and any
+        DATA frame h2 must judge (END_STREAM, bad padding, too large, unknown stream),
+        goes to h2 in order. tests/unit/test_h2_fastpath.py proves both paths deliver
+        the same messages for any byte stream cut anywhere.
+        """
+        if self._rest:
+            data = self._rest + data
+            self._rest = b""
+        if not self._fast_data or self._draining:
+            self._feed_h2(data)
+            self._flush()
+            return
+        size = len(data)
+        fast = self._fast
+        max_frame = self._h2.max_inbound_frame_size
+        pending: dict[int, _Batch] = {}  # stream id -> its payloads in this chunk
+        i = 0
+        slow = 0  # [slow, i) are frames for h2, not yet given to it
+        while size - i >= 9:
+            length = (data[i] << 16) | (data[i + 1] << 8) | data[i + 2]
+            end = i + 9 + length
+            if end > size:
+                break
+            entry = None
+            if data[i + 3] == 0 and not data[i + 4] & 1 and length <= max_frame:
+                sid = int.from_bytes(data[i + 5 : i + 9], "big") & 0x7FFFFFFF
+                entry = fast.get(sid)
+                if entry is not None and slow < i:
+                    self._deliver(pending)
+                    self._feed_h2(data[slow:i])  # may end the stream or the fast path
+                    slow = i
+                    entry = fast.get(sid) if not self._draining else None
+            if entry is None:
+                i = end
+                continue
+            if data[i + 4] & 8:  # PADDED: the first payload byte is the padding length
+                pad = data[i + 9] if length else 256
+                if pad >= length:
+                    i = end  # invalid padding: h2 raises the protocol error
+                    continue
+                payload = data[i + 10 : end - pad]
+            else:
+                payload = data[i + 9 : end]
+            got = pending.get(sid)
+            if got is None:
+                pending[sid] = _Batch(entry, payload, length)
+            else:
+                got.parts.append(payload)
+                got.flow += length
+            i = slow = end
+        self._deliver(pending)
+        if slow < i:
+            self._feed_h2(data[slow:i])
+        if i < size:
+            self._rest = data[i:]
+        self._flush()
+
+    def _deliver(self, pending: dict[int, _Batch]) -> None:
+        """Hand fast-path payloads to their calls, consuming h2's receive windows first."""
+        if not pending:
+            return
+        conn_window = self._h2._inbound_flow_control_window_manager
+        for sid, batch in pending.items():
+            entry, parts, flow = batch.entry, batch.parts, batch.flow
+            handler, stream = entry
+            try:
+                conn_window.window_consumed(flow)
+                stream._inbound_window_manager.window_consumed(flow)
+            except h2.exceptions.FlowControlError as exc:
+                self._abort(H2RpcError(StatusCode.INTERNAL, f"HTTP/2 flow control error: {exc}"))
+                break
+            if self._fast.get(sid) is entry:
+                handler.on_data(parts[0] if len(parts) == 1 else b"".join(parts), flow)
+            else:  # the call went away meanwhile: give the bytes back, as h2 does
+                self.ack(sid, flow)
+        pending.clear()
+
+    def _feed_h2(self, data: bytes) -> None:
+        """Give complete frames (or anything, off the fast path) to h2 and route its events."""
+        try:
+            events = self._h2.receive_data(data)
+        except Exception as exc:  # h2's ProtocolError, or its parsers' errors on garbage
+            self._abort(H2RpcError(StatusCode.INTERNAL, f"HTTP/2 protocol error: {exc!r}"))
+            return
+        streams = self._streams
+        for ev in events:
+            # Most frequent first: DATA, then the ends of calls.
+            if isinstance(ev, h2.events.DataReceived):
+                sid = ev.stream_id
+                handler = streams.get(sid)
+                if handler is not None:
+                    handler.on_data(ev.data or b"", ev.flow_controlled_length or 0)
+                else:
+                    self.ack(sid, ev.flow_controlled_length or 0)
+            elif isinstance(ev, h2.events.ResponseReceived):
+                handler = streams.get(ev.stream_id)
+                if handler is not None:
+                    ended = ev.stream_ended is not None
+                    handler.on_headers(_headers(ev.headers), ended)
+                    if not ended and ev.stream_id in streams:
+                        self._fast[ev.stream_id] = (handler, self._h2.streams[ev.stream_id])
+            elif isinstance(ev, h2.events.TrailersReceived):
+                handler = streams.get(ev.stream_id)
+                if handler is not None:
+                    handler.on_trailers(_headers(ev.headers))
+            elif isinstance(ev, h2.events.StreamEnded):
+                self._fast.pop(ev.stream_id, None)
+                handler = streams.pop(ev.stream_id, None)
+                if handler is not None:
+                    handler.on_end()
+            elif isinstance(ev, h2.events.StreamReset):
+                self._fast.pop(ev.stream_id, None)
+                handler = streams.pop(ev.stream_id, None)
+                if handler is not None:
+                    handler.on_failed(from_reset(ev.error_code))
+            elif isinstance(ev, h2.events.WindowUpdated):
+                if ev.stream_id:
+                    handler = streams.get(ev.stream_id)
+                    if handler is not None:
+                        handler.on_window()
+                else:
+                    for handler in list(streams.values()):
+                        handler.on_window()
+            elif isinstance(ev, h2.events.RemoteSettingsChanged):
+                for handler in list(streams.values()):
+                    handler.on_window()
+            elif isinstance(ev, h2.events.PingAckReceived):
+                if self._ping_timeout is not None:
+                    self._ping_timeout.cancel()
+                    self._ping_timeout = None
+            elif isinstance(ev, h2.events.ConnectionTerminated):
+                self._goaway(ev)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        why = f"connection to {self.address} lost"
+        self._fail_all(H2RpcError(StatusCode.UNAVAILABLE, f"{why} ({exc})" if exc else why))
+        self._closed = True
+        self._stop_keepalive()
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    # ------------------------------------------------------------ streams
+
+    def start_stream(self, handler: StreamHandler, path: bytes, timeout: float | None) -> int:
+        """Send a call's request headers; its events go to ``handler`` from now on."""
+        if not self.usable:
+            raise H2RpcError(StatusCode.UNAVAILABLE, f"connection to {self.address} is closing")
+        h2c = self._h2
+        try:
+            sid = h2c.get_next_available_stream_id()
+        except h2.exceptions.NoAvailableStreamIDError:
+            self._draining = True
+            raise H2RpcError(
+                StatusCode.UNAVAILABLE, f"connection to {self.address} used up its stream ids"
+            ) from None
+        headers = [
+            (b":method", b"POST"),
+            (b":scheme", self._scheme),
+            (b":path", path),
+            (b":authority", self._authority),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+            (b"user-agent", _USER_AGENT),
+        ]
+        if timeout is not None:
+            headers.append((b"grpc-timeout", encode_timeout(timeout)))
+        try:
+            h2c.send_headers(sid, headers)
+        except h2.exceptions.TooManyStreamsError:
+            raise H2RpcError(
+                StatusCode.RESOURCE_EXHAUSTED,
+                f"{self.address} allows no more concurrent streams on this connection",
+            ) from None
+        self._streams[sid] = handler
+        self._arm_keepalive()
+        self._schedule_flush()
+        return sid
+
+    def send(self, sid: int, data: bytes | memoryview, end: bool) -> int:
+        """Send what the flow-control windows allow of ``data``; how many bytes went.
+
+        ``end`` half-closes the stream once all of ``data`` is sent.
+        """
+        if self._closed or sid not in self._streams:
+            return 0
+        h2c = self._h2
+        size = len(data)
+        sent = 0
+        try:
+            while sent < size:
+                room = min(h2c.local_flow_control_window(sid), h2c.max_outbound_frame_size)
+                if room <= 0:
+                    break
+                room = min(room, size - sent)
+                last = sent + room == size
+                h2c.send_data(sid, data[sent : sent + room], end_stream=end and last)
+                sent += room
+            if end and size == 0:
+                h2c.end_stream(sid)
+        except h2.exceptions.ProtocolError:  # the stream closed under us
+            self._flush()
+            return sent
+        self._flush()  # callers batch their messages into one send: write it out now
+        return sent
+
+    def ack(self, sid: int, size: int) -> None:
+        """The application consumed ``size`` received bytes of ``sid``: the server may send more."""
+        if self._closed or size <= 0:
+            return
+        try:
+            self._h2.acknowledge_received_data(size, sid)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.NoSuchStreamError, KeyError):
+            return
+        self._schedule_flush()
+
+    def reset(self, sid: int, code: ErrorCodes = ErrorCodes.CANCEL) -> None:
+        """End ``sid`` with RST_STREAM (default CANCEL); its handler hears nothing more."""
+        self._fast.pop(sid, None)
+        if self._streams.pop(sid, None) is None or self._closed:
+            return
+        try:
+            self._h2.reset_stream(sid, code)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            return
+        self._schedule_flush()
+        self._close_if_drained()
+
+    def close(self) -> None:
+        """Send GOAWAY and close the socket; open streams fail UNAVAILABLE."""
+        if self._closed:
+            return
+        self._draining = True
+        self._fail_all(H2RpcError(StatusCode.UNAVAILABLE, "the client closed the connection"))
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self._h2.close_connection()
+        self._flush()
+        self._closed = True
+        self._stop_keepalive()
+        if self._transport is not None:
+            self._transport.close()
+
+    # ------------------------------------------------------------ internals
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_pending:
+            self._flush_pending = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        data = self._h2.data_to_send()
+        transport = self._transport
+        if data and transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def _fail_all(self, error: H2RpcError) -> None:
+        streams = list(self._streams.values())
+        self._streams.clear()
+        self._fast.clear()
+        for handler in streams:
+            handler.on_failed(error)
+
+    def _abort(self, error: H2RpcError) -> None:
+        log.warning("closing the HTTP/2 connection to %s: %s", self.address, error.details())
+        self._fail_all(error)
+        self._draining = True
+        self._flush()
+        if self._transport is not None:
+            self._transport.close()
+
+    def _goaway(self, ev: h2.events.ConnectionTerminated) -> None:
+        self._draining = True
+        code = ev.error_code
+        try:
+            name = ErrorCodes(code).name if code is not None else "?"
+        except ValueError:
+            name = str(code)
+        extra = ev.additional_data.decode("utf-8", "replace") if ev.additional_data else ""
+        error = H2RpcError(
+            StatusCode.UNAVAILABLE,
+            f"GOAWAY from {self.address} ({name}{': ' + extra if extra else ''})",
+        )
+        last = ev.last_stream_id if ev.last_stream_id is not None else 0
+        if code != ErrorCodes.NO_ERROR:
+            last = 0  # the server is closing the connection: nothing more will come
+        (log.info if code == ErrorCodes.NO_ERROR else log.warning)("%s", error.details())
+        self._fast.clear()  # h2 judges every frame from now on
+        for sid in [s for s in self._streams if s > last]:
+            self._streams.pop(sid).on_failed(error)
+        self._close_if_drained()
+
+    def _close_if_drained(self) -> None:
+        if self._draining and not self._streams and self._transport is not None:
+            self._flush()
+            self._transport.close()
+
+    # ------------------------------------------------------------ keepalive
+
+    def _arm_keepalive(self) -> None:
+        if self._keepalive is not None and self._ping_handle is None and not self._closed:
+            self._ping_handle = self._loop.call_later(self._keepalive, self._ping)
+
+    def _ping(self) -> None:
+        self._ping_handle = None
+        if self._closed or not self._streams:
+            return  # the next stream arms it again
+        try:
+            self._h2.ping(b"lbkeepal")
+        except h2.exceptions.ProtocolError:
+            return
+        self._flush()
+        if self._ping_timeout is None:
+            self._ping_timeout = self._loop.call_later(KEEPALIVE_TIMEOUT, self._ping_unanswered)
+        self._arm_keepalive()
+
+    def _ping_unanswered(self) -> None:
+        self._ping_timeout = None
+        self._abort(
+            H2RpcError(
+                StatusCode.UNAVAILABLE,
+                f"{self.address} did not answer a keepalive ping within {KEEPALIVE_TIMEOUT}s",
+            )
+        )
+
+    def _stop_keepalive(self) -> None:
+        for handle in (self._ping_handle, self._ping_timeout):
+            if handle is not None:
+                handle.cancel()
+        self._ping_handle = self._ping_timeout = None

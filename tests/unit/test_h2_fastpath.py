@@ -1,0 +1,233 @@
+"""The fast DATA path of the h2 connection is h2's own parsing, only faster.
+
+A differential property test: an h2 server connection writes arbitrary frame
+sequences (several calls, gRPC messages split across DATA frames, padding,
+PINGs, WINDOW_UPDATEs, trailers, trailers-only answers, resets) and the bytes,
+cut at arbitrary points, go to two client connections - one with the fast path,
+one giving every frame to h2. Both must deliver the same messages, end every call
+the same way and leave the same receive windows. A fuzz run then feeds arbitrary
+bytes after a valid start: nothing escapes but the client's typed errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+from h2.errors import ErrorCodes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from liftbridge_client import errors
+from liftbridge_client._errors_map import map_rpc_error
+from liftbridge_client._h2.calls import ServerStreamCall
+from liftbridge_client._h2.connection import Connection
+from liftbridge_client._h2.framing import encode_message
+from liftbridge_client._h2.status import H2RpcError
+
+
+class FakeTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = bytearray()
+        self.closing = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.out += data
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+
+@dataclass
+class CallPlan:
+    messages: list[bytes]
+    cuts: list[int]  # DATA payload sizes cutting the call's message stream
+    pads: list[int]  # padding per DATA frame (0: not padded)
+    end: str  # "ok" | "error" | "reset" | "open" | "trailers-only"
+
+
+call_plans = st.builds(
+    CallPlan,
+    messages=st.lists(st.binary(max_size=120), max_size=8),
+    cuts=st.lists(st.integers(min_value=1, max_value=90), min_size=1, max_size=6),
+    pads=st.lists(st.integers(min_value=0, max_value=30), min_size=1, max_size=6),
+    end=st.sampled_from(["ok", "error", "reset", "open", "trailers-only"]),
+)
+
+
+def server_bytes(client_hello: bytes, plans: list[CallPlan], order: list[int]) -> bytes:
+    """What an h2 server sends for ``plans`` (frames interleaved by ``order``)."""
+    server = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=False, header_encoding=None)
+    )
+    server.initiate_connection()
+    server.receive_data(client_hello)
+    sids = [1 + 2 * i for i in range(len(plans))]
+    steps: list[list[Any]] = []
+    for sid, plan in zip(sids, plans, strict=True):
+        if plan.end == "trailers-only":
+            steps.append([("trailers-only", sid)])
+            continue
+        ops: list[Any] = [("headers", sid)]
+        stream = b"".join(encode_message(m) for m in plan.messages)
+        i = k = 0
+        while i < len(stream):
+            size = plan.cuts[k % len(plan.cuts)]
+            ops.append(("data", sid, stream[i : i + size], plan.pads[k % len(plan.pads)]))
+            i += size
+            k += 1
+        ops.append((plan.end, sid))
+        steps.append(ops)
+    out = bytearray(server.data_to_send())
+    queues = [list(s) for s in steps]
+    for pick in order:  # interleave the calls, with control frames between
+        live = [q for q in queues if q]
+        if not live:
+            break
+        q = live[pick % len(live)]
+        op = q.pop(0)
+        apply(server, op)
+        if pick % 5 == 0:
+            server.ping(b"%08d" % pick)
+        if pick % 7 == 0:
+            server.increment_flow_control_window(1000)
+        out += server.data_to_send()
+    for q in queues:
+        for op in q:
+            apply(server, op)
+            out += server.data_to_send()
+    return bytes(out)
+
+
+def apply(server: h2.connection.H2Connection, op: tuple[Any, ...]) -> None:
+    kind, sid = op[0], op[1]
+    if kind == "headers":
+        server.send_headers(sid, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+    elif kind == "data":
+        server.send_data(sid, op[2], pad_length=op[3] or None)
+    elif kind == "ok":
+        server.send_headers(sid, [(b"grpc-status", b"0")], end_stream=True)
+    elif kind == "error":
+        server.send_headers(
+            sid,
+            [(b"grpc-status", b"8"), (b"grpc-message", b"Stop offset reached")],
+            end_stream=True,
+        )
+    elif kind == "reset":
+        server.reset_stream(sid, ErrorCodes.INTERNAL_ERROR)
+    elif kind == "trailers-only":
+        server.send_headers(
+            sid,
+            [(b":status", b"200"), (b"content-type", b"application/grpc"), (b"grpc-status", b"5")],
+            end_stream=True,
+        )
+
+
+async def open_client(fast: bool, calls: int) -> tuple[Connection, FakeTransport, list[Any]]:
+    conn = Connection("test:1", "test:1", "http", None, fast_data=fast)
+    transport = FakeTransport()
+    conn.connection_made(transport)
+
+    async def connect() -> Connection:
+        return conn
+
+    opened = []
+    for i in range(calls):
+        call = ServerStreamCall(connect, "/p", b"r%d" % i, bytes)
+        await call._ensure_started()
+        opened.append(call)
+    await asyncio.sleep(0)  # the coalesced flush
+    return conn, transport, opened
+
+
+def outcome(call: ServerStreamCall[bytes]) -> tuple[list[bytes], str]:
+    got = list(call._inbox)
+    error = call._error
+    end = "open" if not call.done() else ("ok" if error is None else error.code().name)
+    return got, end
+
+
+def cut(data: bytes, points: list[int]) -> list[bytes]:
+    edges = sorted({p % (len(data) + 1) for p in points} | {0, len(data)})
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
+
+
+async def run_both(plans: list[CallPlan], order: list[int], points: list[int]) -> None:
+    results = []
+    hello = b""
+    for fast in (True, False):
+        conn, transport, calls = await open_client(fast, len(plans))
+        if not hello:
+            hello = bytes(transport.out)
+        else:
+            assert bytes(transport.out) == hello  # both clients said the same
+        for piece in cut(server_bytes(hello, plans, order), points):
+            conn.data_received(piece)
+        outcomes = [outcome(c) for c in calls]
+        for c in calls:  # read everything: each path then gave the whole window back
+            while c._inbox:
+                c._take()
+        windows = [
+            conn._h2._inbound_flow_control_window_manager.current_window_size
+            + conn._h2._inbound_flow_control_window_manager._bytes_processed
+        ]
+        results.append((outcomes, windows))
+    assert results[0] == results[1]
+    for plan, (got, _) in zip(plans, results[0][0], strict=True):
+        if plan.end in {"ok", "error", "open"}:
+            assert got == plan.messages  # and both paths delivered every message
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(call_plans, min_size=1, max_size=3),
+    st.lists(st.integers(min_value=0, max_value=1000), max_size=40),
+    st.lists(st.integers(min_value=0), max_size=30),
+)
+def test_the_fast_path_delivers_what_h2_delivers(
+    plans: list[CallPlan], order: list[int], points: list[int]
+) -> None:
+    asyncio.run(run_both(plans, order, points))
+
+
+async def fuzz(prefix_plans: list[CallPlan], garbage: list[bytes]) -> None:
+    conn, transport, calls = await open_client(True, len(prefix_plans))
+    start = server_bytes(bytes(transport.out), prefix_plans, [])
+    conn.data_received(start[: len(start) // 2])
+    for piece in garbage:
+        conn.data_received(piece)  # never raises: a broken stream aborts the connection
+    for call in calls:
+        if call._error is not None:
+            assert isinstance(call._error, H2RpcError)
+            assert isinstance(map_rpc_error(call._error), errors.ServerError)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(call_plans, min_size=1, max_size=2), st.lists(st.binary(max_size=80), max_size=8))
+def test_fuzz_arbitrary_bytes_only_end_calls_with_typed_errors(
+    plans: list[CallPlan], garbage: list[bytes]
+) -> None:
+    asyncio.run(fuzz(plans, garbage))
+
+
+def test_a_frame_header_that_claims_a_huge_data_frame_goes_to_h2() -> None:
+    async def go() -> None:
+        conn, transport, (call,) = await open_client(True, 1)
+        start = server_bytes(bytes(transport.out), [CallPlan([b"a"], [100], [0], "open")], [])
+        conn.data_received(start)
+        assert list(call._inbox) == [b"a"]
+        # DATA on stream 1 longer than the 16 KiB frame limit: a connection error, from h2.
+        conn.data_received(b"\x01\x00\x00\x00\x00\x00\x00\x00\x01" + b"x" * 65536)
+        assert call._error is not None
+        assert call._error.code().name == "INTERNAL"
+
+    asyncio.run(go())

@@ -1,0 +1,321 @@
+"""The h2 stream transport against a scripted HTTP/2 server (tests/unit/h2_server.py).
+
+Real sockets, real HTTP/2 frames; the server plays the moves a gRPC server rarely
+chooses on demand: trailers-only answers, padding, resets, GOAWAY, a dropped socket,
+a compressed message, a window that only the consumer's reads reopen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+
+import grpc
+import pytest
+from h2.errors import ErrorCodes
+from h2_server import H2Server, ServerStream
+
+from liftbridge_client import errors
+from liftbridge_client._errors_map import map_rpc_error
+from liftbridge_client._h2 import H2Pool, H2RpcError, ServerStreamCall
+from liftbridge_client._h2.connection import STREAM_WINDOW
+from liftbridge_client._h2.framing import encode_message
+from liftbridge_client.options import ClientOptions
+from liftbridge_client.testing import wait_until
+
+PATH = "/proto.API/Subscribe"
+Script = Callable[[ServerStream], Coroutine[object, object, None]]
+Serve = Callable[..., Awaitable[tuple[H2Server, H2Pool]]]
+
+
+def identity(raw: bytes) -> bytes:
+    return raw
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    stack: list[tuple[H2Server, H2Pool]] = []
+
+    async def start(script: Script, **options: object) -> tuple[H2Server, H2Pool]:
+        server = await H2Server(script).__aenter__()
+        pool = H2Pool(ClientOptions(connect_timeout=2.0, **options))  # type: ignore[arg-type]
+        stack.append((server, pool))
+        return server, pool
+
+    yield start
+    for server, pool in stack:
+        await pool.close()
+        await server.__aexit__(None, None, None)
+
+
+def call(pool: H2Pool, server: H2Server, timeout: float | None = None) -> ServerStreamCall[bytes]:
+    return pool.server_stream(server.address, PATH, b"request", identity, timeout=timeout)
+
+
+async def read_all(c: ServerStreamCall[bytes]) -> list[bytes]:
+    out = []
+    async with asyncio.timeout(5):
+        while (m := await c.read()) is not None:
+            out.append(m)
+    return out
+
+
+async def test_messages_cut_anywhere_and_padded_then_ok(serve: Serve) -> None:
+    async def script(s: ServerStream) -> None:
+        await s.ended.wait()
+        s.respond()
+        stream = b"".join(encode_message(b"m%d" % i) for i in range(50))
+        for i in range(0, len(stream), 7):  # frames that split messages and heads
+            s.data(stream[i : i + 7], pad=i % 3 * 5)
+        s.trailers(0)
+
+    server, pool = await serve(script)
+    c = call(pool, server)
+    assert await read_all(c) == [b"m%d" % i for i in range(50)]
+    assert await c.code() is grpc.StatusCode.OK
+    request = server.requests[0]
+    assert bytes(request.body) == encode_message(b"request")
+    assert request.headers[b":path"] == PATH.encode()
+    assert request.headers[b"te"] == b"trailers"
+    assert request.headers[b"content-type"] == b"application/grpc"
+    assert b"grpc-timeout" not in request.headers
+    assert b"grpc-accept-encoding" not in request.headers  # so nothing may come compressed
+
+
+async def test_trailers_only_is_the_typed_error(serve: Serve) -> None:
+    async def script(s: ServerStream) -> None:
+        s.trailers_only(5, b"No such partition")
+
+    server, pool = await serve(script)
+    c = call(pool, server)
+    with pytest.raises(H2RpcError) as info:
+        await c.read()
+    mapped = map_rpc_error(info.value)
+    assert isinstance(mapped, errors.NotFoundError)
+    assert mapped.details == "No such partition"
+
+
+async def test_messages_before_an_error_status_are_read_first(
+    serve: Serve,
+) -> None:
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        s.message(b"a")
+        s.trailers(8, b"Stop%20offset%20reached")
+
+    server, pool = await serve(script)
+    c = call(pool, server)
+    assert await c.read() == b"a"
+    with pytest.raises(H2RpcError) as info:
+        await c.read()
+    assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert info.value.details() == "Stop offset reached"
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (ErrorCodes.REFUSED_STREAM, errors.UnavailableError),
+        (ErrorCodes.CANCEL, errors.RequestCancelledError),
+        (ErrorCodes.INTERNAL_ERROR, errors.InternalServerError),
+    ],
+)
+async def test_a_reset_from_the_server(
+    serve: Serve, code: ErrorCodes, expected: type[errors.LiftbridgeError]
+) -> None:
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        s.reset(code)
+
+    server, pool = await serve(script)
+    with pytest.raises(H2RpcError) as info:
+        await call(pool, server).read()
+    assert isinstance(map_rpc_error(info.value), expected)
+
+
+async def test_goaway_fails_open_calls_unavailable_and_new_calls_use_a_new_connection(
+    serve: Serve,
+) -> None:
+    first = asyncio.Event()
+
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        s.message(b"hello")
+        if not first.is_set():
+            first.set()
+            await asyncio.sleep(0.05)
+            s.conn.goaway(ErrorCodes.ENHANCE_YOUR_CALM, debug=b"too_many_pings")
+        else:
+            s.trailers(0)
+
+    server, pool = await serve(script)
+    c = call(pool, server)
+    assert await c.read() == b"hello"
+    with pytest.raises(H2RpcError) as info:
+        await c.read()
+    mapped = map_rpc_error(info.value)
+    assert isinstance(mapped, errors.UnavailableError)
+    assert "too_many_pings" in str(mapped)
+    assert await read_all(call(pool, server)) == [b"hello"]
+    assert len(server.connections) == 2
+
+
+async def test_a_lost_connection_is_unavailable_after_what_arrived(
+    serve: Serve,
+) -> None:
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        s.message(b"a")
+        await asyncio.sleep(0.05)
+        s.conn.drop()
+
+    server, pool = await serve(script)
+    c = call(pool, server)
+    assert await c.read() == b"a"
+    with pytest.raises(H2RpcError) as info:
+        await c.read()
+    assert isinstance(map_rpc_error(info.value), errors.UnavailableError)
+
+
+async def test_connect_refused_is_unavailable() -> None:
+    pool = H2Pool(ClientOptions(connect_timeout=2.0))
+    try:
+        c = pool.server_stream("127.0.0.1:1", PATH, b"", identity)
+        with pytest.raises(H2RpcError) as info:
+            await c.read()
+        assert isinstance(map_rpc_error(info.value), errors.UnavailableError)
+    finally:
+        await pool.close()
+
+
+async def test_cancel_sends_rst_stream_cancel(serve: Serve) -> None:
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        s.message(b"a")
+        await asyncio.Event().wait()
+
+    server, pool = await serve(script)
+    c = call(pool, server)
+    assert await c.read() == b"a"
+    reader = asyncio.create_task(c.read())
+    await wait_until(lambda: c.waiting, what="the reader waiting")
+    assert c.cancel()
+    with pytest.raises(H2RpcError) as info:
+        await reader
+    assert info.value.code() is grpc.StatusCode.CANCELLED
+    assert c.cancelled()
+    await wait_until(
+        lambda: server.requests[0].reset_code == ErrorCodes.CANCEL, what="RST_STREAM CANCEL"
+    )
+    assert not c.cancel()  # once
+
+
+async def test_a_cancelled_read_loses_nothing(serve: Serve) -> None:
+    go = asyncio.Event()
+
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        await go.wait()
+        s.message(b"late")
+        s.trailers(0)
+
+    server, pool = await serve(script)
+    c = call(pool, server)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(c.read(), 0.1)
+    go.set()
+    assert await read_all(c) == [b"late"]
+
+
+async def test_deadline_is_sent_as_grpc_timeout_and_enforced(
+    serve: Serve,
+) -> None:
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        await asyncio.Event().wait()
+
+    server, pool = await serve(script)
+    c = call(pool, server, timeout=0.2)
+    with pytest.raises(H2RpcError) as info:
+        await c.read()
+    assert isinstance(map_rpc_error(info.value), errors.DeadlineExceededError)
+    assert server.requests[0].headers[b"grpc-timeout"] == b"200000u"
+    await wait_until(lambda: server.requests[0].reset_code == ErrorCodes.CANCEL, what="reset")
+
+
+async def test_a_compressed_message_is_refused_and_the_call_reset(
+    serve: Serve,
+) -> None:
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        s.data(b"\x01\x00\x00\x00\x02zz")
+        await asyncio.Event().wait()
+
+    server, pool = await serve(script)
+    with pytest.raises(H2RpcError) as info:
+        await call(pool, server).read()
+    assert "compressed" in info.value.details()
+    await wait_until(lambda: server.requests[0].reset_code == ErrorCodes.CANCEL, what="reset")
+
+
+async def test_the_window_reopens_only_as_the_consumer_reads(
+    serve: Serve,
+) -> None:
+    """A consumer that stops reading stops the server after one stream window."""
+    payload = b"x" * 1000
+    total = 4 * STREAM_WINDOW // len(payload)
+    blocked = asyncio.Event()
+
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        for _ in range(total):
+            while s.send_window() < len(payload) + 5:
+                blocked.set()
+                await s.wait_window()
+            s.message(payload)
+        s.trailers(0)
+
+    server, pool = await serve(script)
+    c = call(pool, server)
+    assert await c.read() == payload
+    async with asyncio.timeout(5):
+        await blocked.wait()
+    await asyncio.sleep(0.1)  # the server would go on here if anything reopened its window
+    stalled_at = server.requests[0].sent
+    assert stalled_at <= STREAM_WINDOW + len(payload) + 5
+    assert stalled_at >= STREAM_WINDOW // 2
+    assert len(await read_all(c)) == total - 1  # reading reopens it: everything arrives
+    assert server.requests[0].sent == total * (len(payload) + 5)
+
+
+async def test_concurrent_calls_share_one_connection(serve: Serve) -> None:
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        s.message(bytes(s.body[5:]))
+        s.trailers(0)
+
+    server, pool = await serve(script)
+    calls = [pool.server_stream(server.address, PATH, b"r%d" % i, identity) for i in range(5)]
+    results = await asyncio.gather(*(read_all(c) for c in calls))
+    assert results == [[b"r%d" % i] for i in range(5)]
+    assert len(server.connections) == 1
+
+
+async def test_keepalive_pings_only_while_a_call_is_open(serve: Serve) -> None:
+    done = asyncio.Event()
+
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        await done.wait()
+        s.trailers(0)
+
+    server, pool = await serve(script, keepalive_time=0.05)
+    c = call(pool, server)
+    reader = asyncio.create_task(read_all(c))
+    await wait_until(lambda: server.pings() >= 2, what="keepalive pings")
+    done.set()
+    assert await reader == []
+    await asyncio.sleep(0.2)
+    quiet = server.pings()
+    await asyncio.sleep(0.2)
+    assert server.pings() == quiet  # no call open: no ping
