@@ -33,6 +33,7 @@ from liftbridge_client.exactly_once.sequencer import (
 )
 from liftbridge_client.exactly_once.uuids import Flags, flags_of
 from liftbridge_client.models import Message
+from liftbridge_client.subscription import Subscription
 
 if TYPE_CHECKING:
     from liftbridge_client.client import Client
@@ -139,6 +140,8 @@ class CommittedReader:
         self._tasks: list[asyncio.Task[None]] = []
         self._direct: AsyncGenerator[Message, None] | None = None
         self._started = False
+        self._closed = False
+        self._subs: list[Subscription] = []
         self._running = 0
         self.replays = 0  # how many replays the Sequencer asked for
 
@@ -167,14 +170,22 @@ class CommittedReader:
         await self.close()
 
     async def close(self) -> None:
+        """End iteration cleanly (also from another task) and close the subscriptions."""
+        self._closed = True
+        for sub in list(self._subs):
+            await sub.close()  # a reader blocked in another task sees the end
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        with contextlib.suppress(asyncio.QueueFull):  # full: then no reader is blocked on it
+            self._queue.put_nowait(_DONE)  # wakes a reader blocked in another task
         if self._direct is not None:
-            await self._direct.aclose()
+            # Running in another task: that task ends it now that its subscription is closed.
+            with contextlib.suppress(RuntimeError):
+                await self._direct.aclose()
 
     def _start_feeders(self) -> None:
         if self._started:
@@ -194,9 +205,16 @@ class CommittedReader:
             if newest < kw["start_offset"]:
                 return
             kw["stop_offset"] = newest
-        async with self._client.subscribe(ref.stream, ref.partition, **kw) as sub:
-            async for message in sub:
-                yield message
+        if self._closed:
+            return
+        sub = self._client.subscribe(ref.stream, ref.partition, **kw)
+        self._subs.append(sub)
+        try:
+            async with sub:
+                async for message in sub:
+                    yield message
+        finally:
+            self._subs.remove(sub)
 
     async def _feed(self, ref: PartitionRef) -> None:
         try:
@@ -211,7 +229,7 @@ class CommittedReader:
         if self._direct is not None:
             return await anext(self._direct, _DONE)
         while True:
-            if self._running == 0 and self._queue.empty():
+            if self._closed or (self._running == 0 and self._queue.empty()):
                 return _DONE
             item = await self._queue.get()
             if item is not _DONE:

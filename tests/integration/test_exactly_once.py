@@ -3,6 +3,7 @@ checkpoints. (Leader kills on the 3-node cluster are in test_exactly_once_faults
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 
@@ -195,3 +196,27 @@ async def test_partition_mapping_follows_keys(client: Client, stream_names: Stre
 def test_ack_intent_json_round_trip() -> None:
     intent = AckIntent("s", 2, bytes(range(16)))
     assert intents_from_json(intents_to_json([intent])) == [intent]
+
+
+@pytest.mark.parametrize("partitions", [1, 2], ids=["in-place", "fan-in"])
+async def test_close_from_another_task_ends_a_waiting_reader(
+    client: Client, stream_names: StreamNames, partitions: int
+) -> None:
+    stream = await new_stream(client, stream_names, "close", partitions=partitions)
+    pub = ExactlyOncePublisher(client)
+    await pub.publish_committed(stream, b"only", partition=0)
+    reader = CommittedReader(client, [(stream, p) for p in range(partitions)])
+    got: list[bytes] = []
+    first = asyncio.Event()
+
+    async def consume() -> None:
+        async for message in reader:
+            got.append(message.value)
+            first.set()
+
+    consuming = asyncio.create_task(consume())
+    async with asyncio.timeout(30):
+        await first.wait()
+        await reader.close()  # the consumer is blocked waiting for more
+        await consuming
+    assert got == [b"only"]
