@@ -26,6 +26,7 @@ from liftbridge_client.exactly_once.reader import (
     read_committed,
     read_uncommitted,
     uuid_of,
+    value_uuid,
 )
 from liftbridge_client.exactly_once.sequencer import (
     Checkpoint,
@@ -72,4 +73,5 @@ __all__ = [
     "read_committed",
     "read_uncommitted",
     "uuid_of",
+    "value_uuid",
 ]

@@ -23,7 +23,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import uuid as _uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+Value = bytes | Callable[[_uuid.UUID], bytes]
+"""A message value: bytes, or a function of the message's UUID returning them."""
 
 UUID_HEADER = "eo-uuid"
 """The header that carries a message's 16-byte UUID."""
@@ -180,26 +184,32 @@ class ExactlyOncePublisher:
     async def publish_committed(
         self,
         stream: str,
-        value: bytes,
+        value: Value,
         *,
         key: bytes | None = None,
         headers: Mapping[str, bytes] | None = None,
         partition: int | None = None,
     ) -> Ack:
-        """Publish an OUTSIDE_TXN message: visible to read-committed readers at once."""
+        """Publish an OUTSIDE_TXN message: visible to read-committed readers at once.
+
+        ``value``: the bytes, or a function of the message's UUID that returns them (to
+        write Gazette-style self-describing values, e.g. with a `framing`); it is called
+        once, and retries re-send its bytes.
+        """
         partition = await self._choose(stream, key, partition)
         return await self._publish(stream, partition, value, key, headers, Flags.OUTSIDE_TXN)
 
     async def publish_uncommitted(
         self,
         stream: str,
-        value: bytes,
+        value: Value,
         *,
         key: bytes | None = None,
         headers: Mapping[str, bytes] | None = None,
         partition: int | None = None,
     ) -> Ack:
-        """Publish a CONTINUE_TXN message: visible once an ACK intent commits it."""
+        """Publish a CONTINUE_TXN message: visible once an ACK intent commits it.
+        ``value`` as in `publish_committed`."""
         partition = await self._choose(stream, key, partition)
         self._open[(stream, partition)] = None
         return await self._publish(stream, partition, value, key, headers, Flags.CONTINUE_TXN)
@@ -238,13 +248,13 @@ class ExactlyOncePublisher:
         self,
         stream: str,
         partition: int,
-        value: bytes,
+        value: Value,
         key: bytes | None,
         headers: Mapping[str, bytes] | None,
         flags: Flags,
     ) -> Ack:
-        if type(value) is not bytes:
-            raise errors.InvalidInputError("value must be bytes")
+        if type(value) is not bytes and not callable(value):
+            raise errors.InvalidInputError("value must be bytes or a function of the UUID")
         if headers and UUID_HEADER in headers:
             raise errors.InvalidInputError(f"headers must not hold the reserved {UUID_HEADER!r}")
         lock = self._locks.setdefault((stream, partition), asyncio.Lock())
@@ -252,6 +262,10 @@ class ExactlyOncePublisher:
             if self._auto_clock:
                 self._clock.update()
             uuid = build_uuid_bytes(self._producer, self._clock.tick(), flags)
+            if not isinstance(value, bytes):
+                value = value(_uuid.UUID(bytes=uuid))
+                if type(value) is not bytes:
+                    raise errors.InvalidInputError("the value function must return bytes")
             all_headers = {**(headers or {}), UUID_HEADER: uuid}
             return await self._send_locked(stream, partition, value, key, all_headers)
 

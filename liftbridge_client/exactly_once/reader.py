@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid as _uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from liftbridge_client import errors
 from liftbridge_client._subscribe_spec import SubscribeArgs
+from liftbridge_client.exactly_once.framing import Framing
 from liftbridge_client.exactly_once.publisher import UUID_HEADER
 from liftbridge_client.exactly_once.sequencer import (
     Checkpoint,
@@ -40,11 +41,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CommittedReader",
+    "UuidOf",
     "envelope_of",
+    "header_uuid",
     "read_committed",
     "read_range",
     "read_uncommitted",
     "uuid_of",
+    "value_uuid",
 ]
 
 _ZERO = bytes(16)
@@ -57,9 +61,34 @@ def uuid_of(message: Message) -> _uuid.UUID | None:
     return _uuid.UUID(bytes=raw) if raw is not None and len(raw) == 16 else None
 
 
-def envelope_of(message: Message) -> Envelope:
+UuidOf = Callable[[Message], "bytes | None"]
+"""Where a reader finds a message's UUID (16 bytes, or None for "has none")."""
+
+
+def header_uuid(message: Message) -> bytes | None:
+    """The UUID in the ``eo-uuid`` header (the default `UuidOf`)."""
     raw = message.headers.get(UUID_HEADER)
-    uuid = raw if raw is not None and len(raw) == 16 else _ZERO
+    return raw if raw is not None and len(raw) == 16 else None
+
+
+def value_uuid(framing: Framing) -> UuidOf:
+    """A `UuidOf` that decodes the value with ``framing`` and takes its message's ``uuid``
+    (Gazette-style self-describing values; `JsonMessage`, `CsvRecord`). Values that do not
+    decode count as having no UUID."""
+
+    def uuid_of_value(message: Message) -> bytes | None:
+        try:
+            decoded = framing.unmarshal(message.value)
+        except errors.LiftbridgeError:
+            return None
+        value = getattr(decoded, "uuid", None)
+        return value.bytes if isinstance(value, _uuid.UUID) else None
+
+    return uuid_of_value
+
+
+def envelope_of(message: Message, uuid_of: UuidOf = header_uuid) -> Envelope:
+    uuid = uuid_of(message) or _ZERO
     ref = PartitionRef(message.stream, message.partition)
     return Envelope(ref, message.offset, message.offset + 1, uuid, message)
 
@@ -91,6 +120,7 @@ async def read_uncommitted(
     start_offset: int = 0,
     stop_at_latest: bool = False,
     include_acks: bool = False,
+    uuid_of: UuidOf = header_uuid,
 ) -> AsyncIterator[Message]:
     """Every stored message from ``start_offset`` on: duplicates, uncommitted and
     rolled-back ones included (acknowledgements only with ``include_acks``)."""
@@ -102,16 +132,18 @@ async def read_uncommitted(
         kw["stop_offset"] = newest
     async with client.subscribe(stream, partition, **kw) as sub:
         async for message in sub:
-            if include_acks or not _is_ack(envelope_of(message)):
+            if include_acks or not _is_ack(envelope_of(message, uuid_of)):
                 yield message
 
 
 class CommittedReader:
     """Read-committed messages of ``partitions`` (``(stream, partition)`` pairs).
 
-    ``checkpoint``: where to resume (from `checkpoint`); partitions it does not know start
-    at offset 0. ``stop_at_latest``: end once every partition is read up to its newest
-    offset at start (else wait for new messages). ``buffer``: the Sequencer's ring size.
+    ``uuid_of``: where a message's UUID is (default: the ``eo-uuid`` header; `value_uuid`
+    reads it from values in a framing). ``checkpoint``: where to resume (from
+    `checkpoint`); partitions it does not know start at offset 0. ``stop_at_latest``: end
+    once every partition is read up to its newest offset at start (else wait for new
+    messages). ``buffer``: the Sequencer's ring size.
     Use ``async with`` (or call `close`) so the subscriptions are closed.
     """
 
@@ -125,6 +157,7 @@ class CommittedReader:
         include_acks: bool = False,
         buffer: int = 4096,
         queue_size: int = 1024,
+        uuid_of: UuidOf = header_uuid,
     ) -> None:
         self._client = client
         self._refs = [PartitionRef(str(s), int(p)) for s, p in partitions]
@@ -136,6 +169,7 @@ class CommittedReader:
         self._start = dict(checkpoint.offsets) if checkpoint else {}
         self._stop_at_latest = stop_at_latest
         self._include_acks = include_acks
+        self._uuid_of = uuid_of
         self._queue: asyncio.Queue[object] = asyncio.Queue(queue_size)
         self._tasks: list[asyncio.Task[None]] = []
         self._direct: AsyncGenerator[Message, None] | None = None
@@ -254,11 +288,11 @@ class CommittedReader:
             if isinstance(item, BaseException):
                 raise item
             assert isinstance(item, Message)
-            if self._seq.queue(envelope_of(item)) is QueueOutcome.ACK_COMMIT_REPLAY:
+            if self._seq.queue(envelope_of(item, self._uuid_of)) is QueueOutcome.ACK_COMMIT_REPLAY:
                 ref, begin, end = self._seq.replay_range()
                 self.replays += 1
                 replayed = await read_range(self._client, ref.stream, ref.partition, begin, end)
-                self._seq.start_replay(envelope_of(m) for m in replayed)
+                self._seq.start_replay(envelope_of(m, self._uuid_of) for m in replayed)
 
 
 def read_committed(
@@ -270,6 +304,7 @@ def read_committed(
     stop_at_latest: bool = False,
     include_acks: bool = False,
     buffer: int = 4096,
+    uuid_of: UuidOf = header_uuid,
 ) -> CommittedReader:
     """A `CommittedReader` over one partition: ``async with read_committed(...) as r``
     then ``async for message in r``; ``r.checkpoint()`` saves where it stands."""
@@ -280,4 +315,5 @@ def read_committed(
         stop_at_latest=stop_at_latest,
         include_acks=include_acks,
         buffer=buffer,
+        uuid_of=uuid_of,
     )

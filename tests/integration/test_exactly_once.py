@@ -4,6 +4,7 @@ checkpoints. (Leader kills on the 3-node cluster are in test_exactly_once_faults
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 
@@ -16,11 +17,13 @@ from liftbridge_client.exactly_once import (
     Checkpoint,
     CommittedReader,
     ExactlyOncePublisher,
+    framing,
     intents_from_json,
     intents_to_json,
     read_committed,
     read_uncommitted,
     uuid_of,
+    value_uuid,
 )
 from liftbridge_client.models import Message
 from liftbridge_client.testing import Deployment, StreamNames
@@ -220,3 +223,27 @@ async def test_close_from_another_task_ends_a_waiting_reader(
         await reader.close()  # the consumer is blocked waiting for more
         await consuming
     assert got == [b"only"]
+
+
+async def test_self_describing_json_values_dedup_without_the_header(
+    client: Client, stream_names: StreamNames
+) -> None:
+    stream = await new_stream(client, stream_names, "framed")
+    jl = framing.framing_for(framing.CONTENT_TYPE_JSON_LINES)
+    pub = ExactlyOncePublisher(client)
+    for n in range(3):
+
+        def value(u: uuid.UUID, n: int = n) -> bytes:
+            return jl.marshal(framing.JsonMessage({"n": n}, u))  # the UUID inside the value
+
+        await pub.publish_committed(stream, value)
+    stored = await uncommitted(client, stream)
+    # A copy of the last value written by a tool that knows nothing of the header.
+    await client.publish(stream, stored[-1].value)
+    reader = read_committed(client, stream, stop_at_latest=True, uuid_of=value_uuid(jl))
+    async with reader:
+        by_value = [jl.unmarshal(m.value).body["n"] async for m in reader]
+    assert by_value == [0, 1, 2]
+    assert [uuid_of(m) for m in stored] == [jl.unmarshal(m.value).uuid for m in stored]
+    # Read by the header only, the header-less copy counts as committed on its own.
+    assert len(await committed(client, stream)) == 4

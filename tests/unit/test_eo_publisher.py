@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -114,3 +115,20 @@ async def test_reserved_header_and_bad_values_are_refused() -> None:
         await pub.publish_committed("s", "text", partition=0)  # type: ignore[arg-type]
     with pytest.raises(errors.InvalidInputError, match="partition"):
         await pub.publish_committed("s", b"v", partition=-1)
+
+
+async def test_a_value_function_gets_the_uuid_once_and_retries_resend_its_bytes() -> None:
+    stub = StubClient({0: errors.AckTimeoutError("lost ack")})
+    pub = publisher(stub)
+    seen: list[uuid.UUID] = []
+
+    def value(u: uuid.UUID) -> bytes:
+        seen.append(u)
+        return b"id=" + u.bytes
+
+    await pub.publish_committed("s", value, partition=0)
+    assert len(seen) == 1
+    assert [c["value"] for c in stub.calls] == [b"id=" + seen[0].bytes] * 2
+    assert stub.calls[0]["headers"][UUID_HEADER] == seen[0].bytes
+    with pytest.raises(errors.InvalidInputError, match="return bytes"):
+        await pub.publish_committed("s", str, partition=0)  # type: ignore[arg-type]
