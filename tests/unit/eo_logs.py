@@ -23,10 +23,15 @@ Entry = dict[str, Any]  # {"j": partition name, "b": begin, "e": end, "u": uuid 
 
 
 @st.composite
-def logs(draw: st.DrawFn, max_size: int = 40, zero_producer: bool = True) -> list[Entry]:
+def logs(
+    draw: st.DrawFn, max_size: int = 40, zero_producer: bool = True, monotonic: bool = False
+) -> list[Entry]:
     """``zero_producer``: let a producer have the all-zero id, which real ones never have
-    (the multicast bit is set) and which collides with messages without a UUID."""
+    (the multicast bit is set) and which collides with messages without a UUID.
+    ``monotonic``: each producer's new messages get rising clocks, as a publisher's do
+    (only re-sent copies repeat one); else clocks are drawn freely."""
     producers = PRODUCERS if zero_producer else PRODUCERS[:2]
+    last_clock = dict.fromkeys(producers, 0)
     count = draw(st.integers(0, max_size))
     partitions = draw(st.integers(1, len(PARTITIONS)))
     next_offset = dict.fromkeys(PARTITIONS[:partitions], 0)
@@ -41,7 +46,11 @@ def logs(draw: st.DrawFn, max_size: int = 40, zero_producer: bool = True) -> lis
             u = bytes(16).hex()
         else:
             producer = producers[draw(st.integers(0, len(producers) - 1))]
-            clock = draw(st.integers(1, 24))
+            if monotonic:
+                clock = last_clock[producer] + draw(st.integers(1, 3))
+                last_clock[producer] = clock
+            else:
+                clock = draw(st.integers(1, 24))
             flags = draw(st.sampled_from([0, 0, 1, 1, 1, 2, 2, 3]))
             u = build_uuid(producer, clock, flags).bytes.hex()
             sent.append((j, u))
