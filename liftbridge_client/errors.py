@@ -13,7 +13,11 @@ The tree::
     │   │   ├── CrcMismatchError
     │   │   ├── UnknownMessageTypeError
     │   │   └── UnexpectedMessageTypeError
-    │   └── PayloadDecodeError               the envelope was fine, the protobuf was not
+    │   ├── PayloadDecodeError               the envelope was fine, the protobuf was not
+    │   ├── FramingError                     an exactly-once framing that does not decode
+    │   │   ├── FrameDesyncError             a fixed frame without its magic word
+    │   │   └── TruncatedFrameError          the data ended inside a frame
+    │   └── ReplayMismatchError              a sequencer replay outside its range
     ├── ConnectionClosedError                the client was closed or lost its connection
     ├── NoBrokerAvailableError               no seed or broker could be reached; retriable
     ├── FeatureNotSupportedError           the broker(s) lack what a call needs
@@ -296,3 +300,27 @@ class UnknownServerError(ServerError):
 class DataLossError(LiftbridgeError):
     """Offsets a reader needed are gone: retention removed them, or the stream was
     recreated with fewer messages (the Spark source's ``failOnDataLoss``)."""
+
+
+class FramingError(ProtocolError):
+    """A value that the exactly-once framing of its stream cannot decode."""
+
+
+class FrameDesyncError(FramingError):
+    """A fixed frame did not start with its magic word (66 33 93 36).
+
+    ``skipped`` holds the bytes discarded up to the next magic word (or up to the last 3
+    bytes, which may start one); reading may continue after it.
+    """
+
+    def __init__(self, message: str, skipped: bytes = b"") -> None:
+        super().__init__(message)
+        self.skipped = skipped
+
+
+class TruncatedFrameError(FramingError):
+    """The data ended inside a frame (or inside a frame header)."""
+
+
+class ReplayMismatchError(ProtocolError):
+    """Messages handed to a Sequencer replay lie outside the range it asked for."""

@@ -1,0 +1,326 @@
+"""ExactlyOncePublisher: publishes that readers can de-duplicate and commit atomically.
+
+Every message carries a UUID (see `uuids`) in the header `UUID_HEADER` (``"eo-uuid"``, 16
+raw bytes); the value stays the caller's bytes. A publish that fails with a retriable
+error (timeout, leader change, NATS outage, ...) is sent again with the SAME UUID, so a
+read-committed reader drops any copy the failed attempt left behind.
+
+Ordering matters: a reader drops a message whose clock is not above the last one it
+committed from the same producer in the partition. So the publisher keeps at most one
+message in flight per partition (the next one is sent once the previous is acked), and
+ticks the clock under that partition's lock: clock order is offset order. Throughput
+comes from several partitions or several publishers (each has its own ProducerID).
+
+`publish_uncommitted` writes CONTINUE_TXN messages; `build_ack_intents` returns one ACK_TXN
+message per partition written since the last call. Store the intents durably first
+(`AckIntent.to_json`), then `write_ack_intents`; after a crash, write the stored intents
+again: re-written intents commit once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid as _uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from liftbridge_client import errors
+from liftbridge_client.exactly_once.mapping import Mapping as PartitionMapping
+from liftbridge_client.exactly_once.mapping import ModuloMapping
+from liftbridge_client.exactly_once.uuids import (
+    Clock,
+    Flags,
+    ProducerID,
+    build_uuid_bytes,
+    new_producer_id,
+)
+from liftbridge_client.models import Ack, AckPolicy
+from liftbridge_client.options import RetryPolicy
+
+if TYPE_CHECKING:
+    from liftbridge_client.client import Client
+
+__all__ = [
+    "DEFAULT_RETRY",
+    "UUID_HEADER",
+    "AckIntent",
+    "ExactlyOncePublisher",
+    "intents_from_json",
+    "intents_to_json",
+]
+
+log = logging.getLogger(__name__)
+
+Value = bytes | Callable[[_uuid.UUID], bytes]
+"""A message value: bytes, or a function of the message's UUID returning them."""
+
+UUID_HEADER = "eo-uuid"
+"""The header that carries a message's 16-byte UUID."""
+
+DEFAULT_RETRY = RetryPolicy(attempts=60, initial_backoff=0.1, max_backoff=2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class AckIntent:
+    """An ACK_TXN message to write to one partition: commits the producer's open
+    transaction there. ``value`` is empty unless a framing defines one."""
+
+    stream: str
+    partition: int
+    uuid: bytes
+    value: bytes = b""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "stream": self.stream,
+                "partition": self.partition,
+                "uuid": self.uuid.hex(),
+                "value": self.value.hex(),
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> AckIntent:
+        try:
+            doc = json.loads(text)
+            intent = cls(
+                str(doc["stream"]),
+                int(doc["partition"]),
+                bytes.fromhex(doc["uuid"]),
+                bytes.fromhex(doc.get("value", "")),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise errors.InvalidInputError(f"intent is not a valid AckIntent: {exc}") from exc
+        if len(intent.uuid) != 16:
+            raise errors.InvalidInputError("intent uuid must be 16 bytes")
+        return intent
+
+
+def _retry_worthy(exc: errors.LiftbridgeError) -> bool:
+    # Re-sending is always safe here (same UUID), so server-side INTERNAL errors, which
+    # the fault runs saw succeed on retry during a leader change, are retried too.
+    if isinstance(exc, errors.CursorsDisabledError):
+        return False
+    return exc.retriable or isinstance(exc, errors.InternalServerError)
+
+
+class ExactlyOncePublisher:
+    """Publishes through ``client`` with UUIDs, retries and per-partition ordering.
+
+    ``mapping`` picks a partition from the key when no ``partition`` is given (default:
+    `ModuloMapping`); partition lists come from metadata and are re-read every
+    ``metadata_max_age`` seconds (`partitions(stream, refresh=True)` forces it). A retry
+    always goes to the partition of the first attempt: de-duplication is per partition.
+    ``ack_policy`` defaults to ALL:
+    exactly-once needs the message on every in-sync replica before it is counted as
+    written.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        producer: ProducerID | None = None,
+        clock: Clock | None = None,
+        mapping: PartitionMapping | None = None,
+        ack_policy: AckPolicy = AckPolicy.ALL,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        metadata_max_age: float = 60.0,
+    ) -> None:
+        if producer is not None and (type(producer) is not bytes or len(producer) != 6):
+            raise errors.InvalidInputError("producer must be 6 bytes")
+        if not isinstance(ack_policy, AckPolicy) or ack_policy is AckPolicy.NONE:
+            raise errors.InvalidInputError("ack_policy must be AckPolicy.LEADER or ALL")
+        if not isinstance(retry, RetryPolicy):
+            raise errors.InvalidInputError("retry must be a RetryPolicy")
+        if not metadata_max_age > 0:
+            raise errors.InvalidInputError("metadata_max_age must be > 0")
+        self._client = client
+        self._producer = producer or new_producer_id()
+        self._clock = clock or Clock()
+        self._auto_clock = clock is None
+        self._mapping = mapping or ModuloMapping()
+        self._ack_policy = ack_policy
+        self._retry = retry
+        self._metadata_max_age = metadata_max_age
+        self._partitions: dict[str, tuple[float, tuple[int, ...]]] = {}
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._open: dict[tuple[str, int], None] = {}  # partitions with an open transaction
+        self.retries = 0  # attempts beyond the first, over all publishes
+
+    @property
+    def producer(self) -> ProducerID:
+        return self._producer
+
+    # ------------------------------------------------------------ partitions
+
+    async def partitions(self, stream: str, *, refresh: bool = False) -> tuple[int, ...]:
+        """The stream's partitions as last read from metadata (re-read when stale)."""
+        cached = self._partitions.get(stream)
+        now = time.monotonic()
+        if cached is None or refresh or now - cached[0] > self._metadata_max_age:
+            info = (await self._client.fetch_metadata(stream)).streams.get(stream)
+            if info is None or not info.partitions:
+                raise errors.NotFoundError(f"stream {stream!r} is not in the metadata")
+            cached = (now, tuple(sorted(info.partitions)))
+            self._partitions[stream] = cached
+        return cached[1]
+
+    async def _choose(self, stream: str, key: bytes | None, partition: int | None) -> int:
+        if partition is not None:
+            if type(partition) is not int or partition < 0:
+                raise errors.InvalidInputError("partition must be an int >= 0")
+            return partition
+        return self._mapping.choose(stream, key, await self.partitions(stream))
+
+    # ------------------------------------------------------------ publish
+
+    async def publish_committed(
+        self,
+        stream: str,
+        value: Value,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+    ) -> Ack:
+        """Publish an OUTSIDE_TXN message: visible to read-committed readers at once.
+
+        ``value``: the bytes, or a function of the message's UUID that returns them (to
+        write Gazette-style self-describing values, e.g. with a `framing`); it is called
+        once, and retries re-send its bytes.
+        """
+        partition = await self._choose(stream, key, partition)
+        return await self._publish(stream, partition, value, key, headers, Flags.OUTSIDE_TXN)
+
+    async def publish_uncommitted(
+        self,
+        stream: str,
+        value: Value,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+    ) -> Ack:
+        """Publish a CONTINUE_TXN message: visible once an ACK intent commits it.
+        ``value`` as in `publish_committed`."""
+        partition = await self._choose(stream, key, partition)
+        self._open[(stream, partition)] = None
+        return await self._publish(stream, partition, value, key, headers, Flags.CONTINUE_TXN)
+
+    def build_ack_intents(self) -> list[AckIntent]:
+        """One ACK_TXN intent per partition written by `publish_uncommitted` since the last
+        call. Call it once those publishes are acked; store the result durably, then
+        `write_ack_intents`."""
+        if self._auto_clock:
+            self._clock.update()
+        intents = [
+            AckIntent(
+                stream,
+                partition,
+                build_uuid_bytes(self._producer, self._clock.tick(), Flags.ACK_TXN),
+            )
+            for stream, partition in self._open
+        ]
+        self._open.clear()
+        return intents
+
+    async def write_ack_intents(self, intents: Iterable[AckIntent]) -> list[Ack]:
+        """Write intents (retried with their UUIDs until acked); the same intents may be
+        written again after a crash: readers commit them once."""
+        written = []
+        for intent in intents:
+            if not isinstance(intent, AckIntent):
+                raise errors.InvalidInputError("intents must be AckIntent objects")
+            headers = {UUID_HEADER: intent.uuid}
+            written.append(
+                await self._send(intent.stream, intent.partition, intent.value, None, headers)
+            )
+        return written
+
+    async def _publish(
+        self,
+        stream: str,
+        partition: int,
+        value: Value,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        flags: Flags,
+    ) -> Ack:
+        if type(value) is not bytes and not callable(value):
+            raise errors.InvalidInputError("value must be bytes or a function of the UUID")
+        if headers and UUID_HEADER in headers:
+            raise errors.InvalidInputError(f"headers must not hold the reserved {UUID_HEADER!r}")
+        lock = self._locks.setdefault((stream, partition), asyncio.Lock())
+        async with lock:
+            if self._auto_clock:
+                self._clock.update()
+            uuid = build_uuid_bytes(self._producer, self._clock.tick(), flags)
+            if not isinstance(value, bytes):
+                value = value(_uuid.UUID(bytes=uuid))
+                if type(value) is not bytes:
+                    raise errors.InvalidInputError("the value function must return bytes")
+            all_headers = {**(headers or {}), UUID_HEADER: uuid}
+            return await self._send_locked(stream, partition, value, key, all_headers)
+
+    async def _send(
+        self,
+        stream: str,
+        partition: int,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes],
+    ) -> Ack:
+        lock = self._locks.setdefault((stream, partition), asyncio.Lock())
+        async with lock:
+            return await self._send_locked(stream, partition, value, key, headers)
+
+    async def _send_locked(
+        self,
+        stream: str,
+        partition: int,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes],
+    ) -> Ack:
+        attempt = 1
+        while True:
+            try:
+                return await self._client.publish(
+                    stream,
+                    value,
+                    key=key,
+                    headers=headers,
+                    partition=partition,
+                    ack_policy=self._ack_policy,
+                )
+            except errors.LiftbridgeError as exc:
+                if not _retry_worthy(exc) or attempt >= self._retry.attempts:
+                    raise
+                log.info(
+                    "publish to %s/%d failed (%r): retrying, same UUID", stream, partition, exc
+                )
+                self.retries += 1
+                await asyncio.sleep(self._retry.backoff(attempt))
+                attempt += 1
+
+
+def intents_to_json(intents: Sequence[AckIntent]) -> str:
+    """Intents as one JSON document, for a durable checkpoint."""
+    return json.dumps([json.loads(i.to_json()) for i in intents])
+
+
+def intents_from_json(text: str | bytes) -> list[AckIntent]:
+    try:
+        docs: list[Any] = json.loads(text)
+    except ValueError as exc:
+        raise errors.InvalidInputError(f"intents are not JSON: {exc}") from exc
+    if not isinstance(docs, list):
+        raise errors.InvalidInputError("intents must be a JSON list")
+    return [AckIntent.from_json(json.dumps(d)) for d in docs]
