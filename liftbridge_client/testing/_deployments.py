@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import tempfile
-import time
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
@@ -29,11 +28,12 @@ from liftbridge_client.testing._config import (
     nats_url,
 )
 from liftbridge_client.testing._errors import ConfigError, ServerStartError
-from liftbridge_client.testing._probe import wait_brokers, wait_serving
+from liftbridge_client.testing._probe import wait_serving
 from liftbridge_client.testing._process import ServerProcess, free_ports
 from liftbridge_client.testing._provision import LIFTBRIDGE_VERSION, liftbridge_binary
 from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
 from liftbridge_client.testing._tls import ServerTLS
+from liftbridge_client.testing._topology import ClusterTopology
 from liftbridge_client.testing._versions import server_version
 
 __all__ = [
@@ -265,7 +265,7 @@ class SingleNode(_LocalDeployment):
         return [self.node.server_id]
 
 
-class Cluster(_LocalDeployment):
+class Cluster(ClusterTopology[LiftbridgeNode, NatsServer], _LocalDeployment):
     """``size`` Liftbridge nodes (``n1`` ... ``nN``) on one external NATS server.
 
     Every node gets the full peer list, a namespace unique to this cluster, its own ports
@@ -331,95 +331,16 @@ class Cluster(_LocalDeployment):
     def _servers(self) -> list[LiftbridgeNode | NatsServer]:
         return [self.nats, *self._nodes]
 
-    @property
-    def nodes(self) -> list[LiftbridgeNode]:
-        """The nodes, in id order."""
-        return list(self._nodes)
-
-    @property
-    def server_ids(self) -> list[str]:
-        """``["n1", "n2", ...]``."""
-        return [node.server_id for node in self._nodes]
-
-    def node(self, server_id: str) -> LiftbridgeNode:
-        """The node with ``server_id``."""
-        for node in self._nodes:
-            if node.server_id == server_id:
-                return node
-        raise KeyError(f"no node {server_id!r} in this cluster (have {self.server_ids})")
-
-    @property
-    def addresses(self) -> list[str]:
-        """gRPC addresses of every node, running or not."""
-        return [node.address for node in self._nodes]
-
-    @property
-    def nats_url(self) -> str:
-        """URL of the shared NATS server."""
-        return self.nats.url
+    def _label(self) -> str:
+        return f"cluster {self.namespace}"
 
     def start(self, *, timeout: float = 60.0) -> Self:
         """Start NATS and every node, then wait until the cluster is whole."""
-        try:
-            self.nats.start()
-            for node in self._nodes:
-                node.start(wait=False)
-            self.wait_ready(timeout=timeout)
-        except BaseException:
-            self.close()
-            raise
-        return self
+        return ClusterTopology.start(self, timeout=timeout)
 
-    def wait_ready(self, *, timeout: float = 60.0) -> None:
-        """Block until the whole cluster works.
-
-        Every node must be running and able to create a stream; a stream replicated on every
-        node must be creatable and known to every node (so restarted nodes have recovered);
-        and every node's FetchMetadata must list every broker.
-        """
-        deadline = time.monotonic() + timeout
-        for node in self._nodes:
-            if not node.running:
-                raise ServerStartError(f"{node!r} is not running; start it first")
-            node.wait_ready(timeout=max(1.0, deadline - time.monotonic()))
-        wait_serving(
-            self._nodes[0].address,
-            replication_factor=len(self._nodes),
-            timeout=max(1.0, deadline - time.monotonic()),
-            check_alive=self._check_all_alive,
-            applied_on=[node.address for node in self._nodes],
-        )
-        expected = set(self.server_ids)
-        for node in self._nodes:
-            wait_brokers(
-                node.address,
-                expected,
-                timeout=max(1.0, deadline - time.monotonic()),
-                check_alive=self._check_all_alive,
-            )
-
-    def _check_all_alive(self) -> None:
-        for server in self._servers():
-            server.check_alive()
-
-    def ensure_all_running(self, *, timeout: float = 60.0) -> list[str]:
-        """Start NATS and every node that is down, then wait until the cluster is whole.
-
-        Returns the names restarted (``"nats"`` and/or server ids); ``[]`` when everything
-        was running, in which case nothing is waited for.
-        """
-        restarted: list[str] = []
-        if not self.nats.running:
-            self.nats.start()
-            restarted.append("nats")
-        for node in self._nodes:
-            if not node.running:
-                node.start(wait=False)
-                restarted.append(node.server_id)
-        if restarted:
-            _log.info("restarted %s in cluster %s", ", ".join(restarted), self.namespace)
-            self.wait_ready(timeout=timeout)
-        return restarted
+    def close(self) -> None:
+        """Stop every server (graceful, SIGKILL after 15 s) and remove an owned temp dir."""
+        _LocalDeployment.close(self)
 
 
 class ExternalDeployment:

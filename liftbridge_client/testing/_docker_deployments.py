@@ -12,7 +12,6 @@ at interpreter exit) removes the containers and their volumes.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 import weakref
 from collections.abc import Sequence
@@ -27,9 +26,9 @@ from liftbridge_client.testing._containers import (
 )
 from liftbridge_client.testing._docker_cli import DockerCLI, docker_cli
 from liftbridge_client.testing._docker_images import NATS_IMAGE, ensure_images
-from liftbridge_client.testing._errors import ConfigError, ServerStartError
-from liftbridge_client.testing._probe import wait_brokers, wait_serving
+from liftbridge_client.testing._errors import ConfigError
 from liftbridge_client.testing._process import free_ports
+from liftbridge_client.testing._topology import ClusterTopology
 
 __all__ = ["DockerCluster", "DockerSingleNode"]
 
@@ -162,7 +161,7 @@ class DockerSingleNode(_DockerDeployment):
         return [self.node.server_id]
 
 
-class DockerCluster(_DockerDeployment):
+class DockerCluster(ClusterTopology[LiftbridgeContainer, NatsContainer], _DockerDeployment):
     """``size`` Liftbridge containers (``n1`` ... ``nN``) on one nats-server container.
 
     The image's ``cluster.yaml`` (fast failover like
@@ -219,86 +218,13 @@ class DockerCluster(_DockerDeployment):
     def _containers(self) -> list[Container]:
         return [*self._nodes, self.nats]
 
-    @property
-    def nodes(self) -> list[LiftbridgeContainer]:
-        """The nodes, in id order."""
-        return list(self._nodes)
-
-    @property
-    def server_ids(self) -> list[str]:
-        """``["n1", "n2", "n3"]``."""
-        return [node.server_id for node in self._nodes]
-
-    def node(self, server_id: str) -> LiftbridgeContainer:
-        """The node with ``server_id``."""
-        for node in self._nodes:
-            if node.server_id == server_id:
-                return node
-        raise KeyError(f"no node {server_id!r} in this cluster (have {self.server_ids})")
-
-    @property
-    def addresses(self) -> list[str]:
-        """gRPC addresses of every node, running or not."""
-        return [node.address for node in self._nodes]
-
-    @property
-    def nats_url(self) -> str:
-        """URL of the shared NATS server."""
-        return self.nats.url
+    def _label(self) -> str:
+        return self.name
 
     def start(self, *, timeout: float = 60.0) -> Self:
         """Start NATS and every node, then wait until the cluster is whole."""
-        try:
-            self.nats.start()
-            for node in self._nodes:
-                node.start(wait=False)
-            self.wait_ready(timeout=timeout)
-        except BaseException:
-            self.close()
-            raise
-        return self
+        return ClusterTopology.start(self, timeout=timeout)
 
-    def wait_ready(self, *, timeout: float = 60.0) -> None:
-        """Block until every node creates streams, a 3-replica stream can be created, and
-        every node's FetchMetadata lists every broker."""
-        deadline = time.monotonic() + timeout
-        for node in self._nodes:
-            if not node.running:
-                raise ServerStartError(f"{node!r} is not running; start it first")
-            node.wait_ready(timeout=max(1.0, deadline - time.monotonic()))
-        wait_serving(
-            self._nodes[0].address,
-            replication_factor=len(self._nodes),
-            timeout=max(1.0, deadline - time.monotonic()),
-            check_alive=self._check_all_alive,
-        )
-        for node in self._nodes:
-            wait_brokers(
-                node.address,
-                set(self.server_ids),
-                timeout=max(1.0, deadline - time.monotonic()),
-                check_alive=self._check_all_alive,
-            )
-
-    def _check_all_alive(self) -> None:
-        for container in self._containers():
-            container.check_alive()
-
-    def ensure_all_running(self, *, timeout: float = 60.0) -> list[str]:
-        """Start NATS and every node that is down, then wait until the cluster is whole.
-
-        Returns the names started (``"nats"`` and/or server ids); ``[]`` when everything
-        was running.
-        """
-        restarted: list[str] = []
-        if not self.nats.running:
-            self.nats.start()
-            restarted.append("nats")
-        for node in self._nodes:
-            if not node.running:
-                node.start(wait=False)
-                restarted.append(node.server_id)
-        if restarted:
-            _log.info("started %s again in %s", ", ".join(restarted), self.name)
-            self.wait_ready(timeout=timeout)
-        return restarted
+    def close(self) -> None:
+        """Remove every container of this deployment with its data."""
+        _DockerDeployment.close(self)
