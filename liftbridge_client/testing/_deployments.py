@@ -33,7 +33,7 @@ from liftbridge_client.testing._process import ServerProcess, free_ports
 from liftbridge_client.testing._provision import LIFTBRIDGE_VERSION, liftbridge_binary
 from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
 from liftbridge_client.testing._tls import ServerTLS
-from liftbridge_client.testing._topology import ClusterTopology
+from liftbridge_client.testing._topology import ClusterTopology, SingleNodeTopology
 from liftbridge_client.testing._versions import server_version
 
 __all__ = [
@@ -136,7 +136,7 @@ class _LocalDeployment:
         self.close()
 
 
-class SingleNode(_LocalDeployment):
+class SingleNode(SingleNodeTopology[LiftbridgeNode], _LocalDeployment):
     """One Liftbridge node with an embedded NATS server, both on 127.0.0.1.
 
     It seeds its own Raft group and has the cursors stream enabled. ``settings`` adds
@@ -233,36 +233,13 @@ class SingleNode(_LocalDeployment):
     def _servers(self) -> list[LiftbridgeNode | NatsServer]:
         return [self.node]
 
-    @property
-    def address(self) -> str:
-        """The node's gRPC address, ``127.0.0.1:<port>``."""
-        return self.node.address
-
-    @property
-    def addresses(self) -> list[str]:
-        """``[address]``."""
-        return [self.node.address]
-
-    @property
-    def nats_url(self) -> str:
-        """URL of the embedded NATS server."""
-        return nats_url(self.nats_port)
-
     def start(self, *, timeout: float = 30.0) -> Self:
         """Start the node and wait until it can create streams."""
-        try:
-            self.node.start(timeout=timeout)
-        except BaseException:
-            self.close()
-            raise
-        return self
+        return SingleNodeTopology.start(self, timeout=timeout)
 
-    def ensure_all_running(self, *, timeout: float = 30.0) -> list[str]:
-        """Restart the node if it is down; return the ids restarted (``[]`` or ``["n1"]``)."""
-        if self.node.running:
-            return []
-        self.node.start(timeout=timeout)
-        return [self.node.server_id]
+    def close(self) -> None:
+        """Stop the node (and its embedded NATS) and remove what it owns."""
+        _LocalDeployment.close(self)
 
 
 class Cluster(ClusterTopology[LiftbridgeNode, NatsServer], _LocalDeployment):

@@ -28,7 +28,7 @@ from liftbridge_client.testing._docker_cli import DockerCLI, docker_cli
 from liftbridge_client.testing._docker_images import NATS_IMAGE, ensure_images
 from liftbridge_client.testing._errors import ConfigError
 from liftbridge_client.testing._process import free_ports
-from liftbridge_client.testing._topology import ClusterTopology
+from liftbridge_client.testing._topology import ClusterTopology, SingleNodeTopology
 
 __all__ = ["DockerCluster", "DockerSingleNode"]
 
@@ -90,7 +90,7 @@ class _DockerDeployment:
         }
 
 
-class DockerSingleNode(_DockerDeployment):
+class DockerSingleNode(SingleNodeTopology[LiftbridgeContainer], _DockerDeployment):
     """One Liftbridge node with embedded NATS in a container, both on 127.0.0.1.
 
     The image's ``single.yaml``: seeds its own Raft group, cursors on. ``image`` defaults to
@@ -129,36 +129,13 @@ class DockerSingleNode(_DockerDeployment):
     def _containers(self) -> list[Container]:
         return [self.node]
 
-    @property
-    def address(self) -> str:
-        """The node's gRPC address, ``127.0.0.1:<port>``."""
-        return self.node.address
-
-    @property
-    def addresses(self) -> list[str]:
-        """``[address]``."""
-        return [self.node.address]
-
-    @property
-    def nats_url(self) -> str:
-        """URL of the embedded NATS server."""
-        return nats_url(self.nats_port)
-
     def start(self, *, timeout: float = 30.0) -> Self:
-        """Start the container and wait until the node can create streams."""
-        try:
-            self.node.start(timeout=timeout)
-        except BaseException:
-            self.close()
-            raise
-        return self
+        """Start the node and wait until it can create streams."""
+        return SingleNodeTopology.start(self, timeout=timeout)
 
-    def ensure_all_running(self, *, timeout: float = 30.0) -> list[str]:
-        """Start the node if it is down; return the ids started (``[]`` or ``["n1"]``)."""
-        if self.node.running:
-            return []
-        self.node.start(timeout=timeout)
-        return [self.node.server_id]
+    def close(self) -> None:
+        """Stop the node (and its embedded NATS) and remove what it owns."""
+        _DockerDeployment.close(self)
 
 
 class DockerCluster(ClusterTopology[LiftbridgeContainer, NatsContainer], _DockerDeployment):

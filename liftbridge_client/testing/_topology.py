@@ -14,10 +14,11 @@ import time
 from collections.abc import Sequence
 from typing import Generic, Protocol, Self, TypeVar
 
+from liftbridge_client.testing._config import nats_url
 from liftbridge_client.testing._errors import ServerStartError
 from liftbridge_client.testing._probe import wait_brokers, wait_serving
 
-__all__ = ["ClusterTopology"]
+__all__ = ["ClusterTopology", "SingleNodeTopology"]
 
 _log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class _Node(_Server, Protocol):
     @property
     def address(self) -> str: ...
 
-    def start(self, *, wait: bool = ...) -> object: ...
+    def start(self, *, wait: bool = ..., timeout: float = ...) -> object: ...
 
     def wait_ready(self, *, timeout: float = ...) -> object: ...
 
@@ -156,3 +157,45 @@ class ClusterTopology(Generic[NodeT, NatsT]):
             _log.info("restarted %s in %s", ", ".join(restarted), self._label())
             self.wait_ready(timeout=timeout)
         return restarted
+
+
+class SingleNodeTopology(Generic[NodeT]):
+    """Mixin: one node with embedded NATS; ``node`` and ``nats_port`` set by the subclass."""
+
+    node: NodeT
+    nats_port: int
+
+    def close(self) -> None:
+        """Stop everything (subclasses)."""
+        raise NotImplementedError
+
+    @property
+    def address(self) -> str:
+        """The node's gRPC address, ``127.0.0.1:<port>``."""
+        return self.node.address
+
+    @property
+    def addresses(self) -> list[str]:
+        """``[address]``."""
+        return [self.node.address]
+
+    @property
+    def nats_url(self) -> str:
+        """URL of the embedded NATS server."""
+        return nats_url(self.nats_port)
+
+    def start(self, *, timeout: float = 30.0) -> Self:
+        """Start the node and wait until it can create streams."""
+        try:
+            self.node.start(timeout=timeout)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def ensure_all_running(self, *, timeout: float = 30.0) -> list[str]:
+        """Start the node if it is down; return the ids started (``[]`` or ``["n1"]``)."""
+        if self.node.running:
+            return []
+        self.node.start(timeout=timeout)
+        return [self.node.server_id]
