@@ -24,6 +24,7 @@ from liftbridge_client.spark import _positions
 from liftbridge_client.spark._batch import (
     LiftbridgePartition,
     WriteCommit,
+    commit_exactly_once,
     driver_runtime,
     summarize,
     to_inputs,
@@ -219,7 +220,8 @@ if _AvailableNow is not None:  # pyspark 4.3+: Spark checks isinstance
 
 
 class StreamWriter(DataSourceStreamWriter):
-    """Publishes each micro-batch; at-least-once (a replayed batch is published again)."""
+    """Publishes each micro-batch; at-least-once (a replayed batch is published again),
+    or idempotent, or exactly once (the tasks' ACK intents are written in ``commit``)."""
 
     def __init__(self, options: SinkOptions, columns: Mapping[str, int]) -> None:
         self._options = options
@@ -229,6 +231,7 @@ class StreamWriter(DataSourceStreamWriter):
         return write_task(iterator, self._columns, self._options)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        commit_exactly_once(self._options, messages, f"liftbridge micro-batch {batchId}")
         total = summarize(messages)
         log.info("liftbridge micro-batch %d committed: %d rows", batchId, total.rows)
 

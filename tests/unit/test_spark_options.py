@@ -93,10 +93,39 @@ def test_bad_values_name_the_option(extra: dict[str, str], named: str) -> None:
         SourceOptions.parse({**BASE, **extra}, streaming=False)
 
 
-def test_read_committed_says_what_it_needs() -> None:
-    with pytest.raises(FeatureNotSupportedError, match="exactly-once layer") as info:
-        parse(isolation="read_committed")
+def test_read_committed_is_for_batch_reads() -> None:
+    assert parse(isolation="Read_Committed").isolation == "read_committed"
+    with pytest.raises(FeatureNotSupportedError, match="isolation") as info:
+        parse(streaming=True, isolation="read_committed")
     assert info.value.feature == "exactly_once"
+
+
+def test_exactly_once_sink_options() -> None:
+    opts = SinkOptions.parse({"brokers": "h:1", "exactlyOnce": "true"}, streaming=True)
+    assert opts.exactly_once
+    assert not opts.idempotent
+    assert opts.write_id is None  # batch writes get a job id from the writer
+    assert not SinkOptions.parse({"brokers": "h:1"}).exactly_once
+    with pytest.raises(InvalidInputError, match="exactlyOnce"):
+        SinkOptions.parse({"brokers": "h:1", "exactlyOnce": "true", "ackPolicy": "none"})
+    with pytest.raises(InvalidInputError, match="exactlyOnce"):
+        SinkOptions.parse(
+            {"brokers": "h:1", "stream": "s", "exactlyOnce": "true", "idempotent": "true"},
+            streaming=True,
+        )
+    with pytest.raises(InvalidInputError, match="exactlyOnce"):
+        SinkOptions.parse({"brokers": "h:1", "exactlyOnce": "maybe"})
+
+
+def test_exactly_once_producer_ids_are_per_task_and_stable() -> None:
+    from liftbridge_client.spark._transactional import producer_for
+
+    ids = {
+        producer_for(TaskIdentity(w, b, t)) for w in ("q1", "q2") for b in (0, 1) for t in (0, 1)
+    }
+    assert len(ids) == 8
+    assert all(len(p) == 6 and p[0] & 1 for p in ids)
+    assert producer_for(TaskIdentity("q1", 3, 1)) == producer_for(TaskIdentity("q1", 3, 1))
 
 
 def test_row_ids_do_not_depend_on_row_order() -> None:

@@ -1,0 +1,217 @@
+"""The Spark connector on the exactly-once layer, with a real SparkSession (2 cores, one
+retry per task) against a real Liftbridge v1.9.0 node: batch reads with
+``isolation=read_committed`` and the ``exactlyOnce`` sink (task retries, an aborted job,
+a streaming query stopped and restarted mid-batch)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from spark_support import OPTIONS, create_stream, publish, read_all, start_spark
+from test_spark_write import flaky_rows
+
+from liftbridge_client import AckPolicy, Client, Message
+from liftbridge_client.exactly_once import UUID_HEADER, CommittedReader, ExactlyOncePublisher
+from liftbridge_client.exactly_once.uuids import Flags, build_uuid_bytes, new_producer_id
+from liftbridge_client.testing import Deployment, StreamNames
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    yield from start_spark(tmp_path_factory.mktemp("spark"))
+
+
+async def _committed(addresses: Sequence[str], stream: str) -> list[Message]:
+    async with Client(addresses, options=OPTIONS) as client:
+        reader = await CommittedReader.for_stream(client, stream, stop_at_latest=True)
+        async with reader:
+            return [m async for m in reader]
+
+
+def read_committed(addresses: Sequence[str], stream: str) -> list[Message]:
+    """The stream as the exactly-once layer's own reader sees it (not through Spark)."""
+    return asyncio.run(_committed(addresses, stream))
+
+
+def spark_values(spark: SparkSession, server: Deployment, stream: str, isolation: str) -> list[str]:
+    df = (
+        spark.read.format("liftbridge")
+        .option("brokers", server.addresses[0])
+        .option("stream", stream)
+        .option("isolation", isolation)
+        .option("minPartitions", "4")  # ignored by read_committed: state lives in the task
+        .load()
+    )
+    return [row.v for row in df.selectExpr("cast(value AS string) AS v").collect()]
+
+
+async def _produce_mixed(addresses: Sequence[str], stream: str) -> None:
+    """On 2 partitions: committed messages, re-sent copies (same UUID), a committed
+    transaction, a rolled-back one, one left open, and plain messages without a UUID."""
+    async with Client(addresses, options=OPTIONS) as client:
+        publisher = ExactlyOncePublisher(client, ack_policy=AckPolicy.LEADER)
+        for p in (0, 1):
+            await publisher.publish_committed(stream, b"c%d" % p, partition=p)
+            await client.publish(stream, b"plain%d" % p, partition=p)
+            await publisher.publish_uncommitted(stream, b"t%d" % p, partition=p)
+        await publisher.write_ack_intents(publisher.build_ack_intents())
+        # A producer retrying: the same UUID stored twice, read once.
+        producer = new_producer_id()
+        for clock in (10, 10, 11, 11):
+            uuid = build_uuid_bytes(producer, clock, Flags.OUTSIDE_TXN)
+            await client.publish(stream, b"r%d" % clock, partition=1, headers={UUID_HEADER: uuid})
+        # Rolled back: the ACK at the last acknowledged clock (a writer's recovery).
+        rolled = ExactlyOncePublisher(client, ack_policy=AckPolicy.LEADER)
+        await rolled.publish_uncommitted(stream, b"first", partition=0)
+        intents = rolled.build_ack_intents()
+        await rolled.write_ack_intents(intents)
+        await rolled.publish_uncommitted(stream, b"rolled-back", partition=0)
+        await rolled.write_ack_intents(intents)
+        # Open: never acknowledged.
+        await ExactlyOncePublisher(client).publish_uncommitted(stream, b"open", partition=1)
+
+
+def test_batch_read_committed_sees_each_committed_message_once(
+    spark: SparkSession, liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    name, subject = stream_names()
+    create_stream(liftbridge_server.addresses, subject, name, partitions=2)
+    asyncio.run(_produce_mixed(liftbridge_server.addresses, name))
+
+    expected = ["c0", "c1", "plain0", "plain1", "t0", "t1", "r10", "r11", "first"]
+    committed = spark_values(spark, liftbridge_server, name, "read_committed")
+    assert sorted(committed) == sorted(expected)
+    # The same as the layer's own reader, and far from what a plain read returns.
+    layer = read_committed(liftbridge_server.addresses, name)
+    assert sorted(committed) == sorted(m.value.decode() for m in layer)
+    uncommitted = spark_values(spark, liftbridge_server, name, "read_uncommitted")
+    assert Counter(uncommitted)["r10"] == 2
+    assert {"rolled-back", "open"} <= set(uncommitted)
+    assert len(uncommitted) == 17  # 9 + 2 copies + rolled-back + open + 4 ACK messages
+
+
+def eo_sink(df: Any, server: Deployment, stream: str) -> Any:
+    return (
+        df.write.format("liftbridge")
+        .option("brokers", server.addresses[0])
+        .option("stream", stream)
+        .option("exactlyOnce", "true")
+        .mode("append")
+    )
+
+
+def test_exactly_once_write_with_a_task_retry_commits_each_row_once(
+    spark: SparkSession,
+    liftbridge_server: Deployment,
+    stream_names: StreamNames,
+    tmp_path: Path,
+) -> None:
+    name, subject = stream_names()
+    create_stream(liftbridge_server.addresses, subject, name, partitions=2)
+    flag = tmp_path / "fail"
+    flag.touch()
+    # Task 0 (rows 0-799) fails at row 500 on its first attempt, after publishing 0-499.
+    eo_sink(flaky_rows(spark, 1600, fail_at=500, flag=flag), liftbridge_server, name).save()
+
+    stored = Counter(m.value for m in read_all(liftbridge_server.addresses, name, 2))
+    assert stored.pop(b"") == 2  # the ACK intents: one per partition
+    assert sum(n - 1 for n in stored.values()) == 500  # the retry re-sent rows 0-499
+    committed = [m.value for m in read_committed(liftbridge_server.addresses, name)]
+    assert len(committed) == 1600
+    assert set(committed) == {b"row-%d" % i for i in range(1600)}
+    through_spark = spark_values(spark, liftbridge_server, name, "read_committed")
+    assert sorted(through_spark) == sorted(v.decode() for v in committed)
+
+
+def test_an_aborted_exactly_once_write_stays_invisible(
+    spark: SparkSession,
+    liftbridge_server: Deployment,
+    stream_names: StreamNames,
+    tmp_path: Path,
+) -> None:
+    from pyspark.sql.functions import col, concat, lit, when
+
+    name, subject = stream_names()
+    create_stream(liftbridge_server.addresses, subject, name, partitions=2)
+    # Every attempt of task 1 fails at row 300 (partition 99 does not exist): job aborted.
+    df = spark.range(400, numPartitions=2).select(
+        concat(lit("row-"), col("id")).alias("value"),
+        when(col("id") == 300, lit(99)).cast("int").alias("partition"),
+    )
+    with pytest.raises(Exception, match="99"):
+        eo_sink(df, liftbridge_server, name).save()
+    stored = read_all(liftbridge_server.addresses, name, 2)
+    assert len(stored) >= 200  # task 0 finished, and task 1 published rows 200-299 twice
+    assert read_committed(liftbridge_server.addresses, name) == []
+
+
+def test_streaming_query_restarted_mid_batch_commits_each_row_once(
+    spark: SparkSession,
+    liftbridge_server: Deployment,
+    stream_names: StreamNames,
+    tmp_path: Path,
+) -> None:
+    from pyspark.sql.functions import concat_ws, udf
+
+    (src, src_subject), (dst, dst_subject) = stream_names("src"), stream_names("dst")
+    create_stream(liftbridge_server.addresses, src_subject, src, partitions=2)
+    create_stream(liftbridge_server.addresses, dst_subject, dst, partitions=2)
+    publish(liftbridge_server.addresses, src, [(b"k", b"%d" % i, i % 2) for i in range(1200)])
+    flag = tmp_path / "fail"
+    flag.touch()
+    flag_path = str(flag)
+
+    def target(partition: int, offset: int) -> int:
+        # While the flag exists, every attempt of the task of source partition 0 fails at
+        # offset 400, after publishing the rows before it: the query stops mid-batch.
+        return 99 if partition == 0 and offset == 400 and Path(flag_path).exists() else partition
+
+    targets = udf(lambda p, o: target(p, o), "int")  # noqa: PLW0108
+
+    def start() -> Any:
+        return (
+            spark.readStream.format("liftbridge")
+            .option("brokers", liftbridge_server.addresses[0])
+            .option("stream", src)
+            .option("startingOffsets", "earliest")
+            .load()
+            .select(
+                concat_ws("-", "partition", "offset").alias("value"),
+                targets("partition", "offset").alias("partition"),
+            )
+            .writeStream.format("liftbridge")
+            .option("brokers", liftbridge_server.addresses[0])
+            .option("stream", dst)
+            .option("exactlyOnce", "true")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .start()
+        )
+
+    query = start()
+    with pytest.raises(Exception, match="99"):
+        query.processAllAvailable()
+    query.stop()
+    partial = len(read_all(liftbridge_server.addresses, dst, 2))
+    assert partial >= 400  # rows were stored, uncommitted
+    assert read_committed(liftbridge_server.addresses, dst) == []
+
+    flag.unlink()
+    query = start()  # the same checkpoint: the batch runs again, with the same UUIDs
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert len(read_all(liftbridge_server.addresses, dst, 2)) > 1200  # copies are stored
+    counts = Counter(m.value for m in read_committed(liftbridge_server.addresses, dst))
+    assert set(counts) == {b"%d-%d" % (i % 2, i // 2) for i in range(1200)}
+    assert sum(counts.values()) == 1200  # read-committed: each input row exactly once
