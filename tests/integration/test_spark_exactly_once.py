@@ -100,12 +100,13 @@ def test_batch_read_committed_sees_each_committed_message_once(
     assert len(uncommitted) == 17  # 9 + 2 copies + rolled-back + open + 4 ACK messages
 
 
-def eo_sink(df: Any, server: Deployment, stream: str) -> Any:
+def eo_sink(df: Any, server: Deployment, stream: str, **options: str) -> Any:
     return (
         df.write.format("liftbridge")
         .option("brokers", server.addresses[0])
         .option("stream", stream)
         .option("exactlyOnce", "true")
+        .options(**options)
         .mode("append")
     )
 
@@ -121,7 +122,8 @@ def test_exactly_once_write_with_a_task_retry_commits_each_row_once(
     flag = tmp_path / "fail"
     flag.touch()
     # Task 0 (rows 0-799) fails at row 500 on its first attempt, after publishing 0-499.
-    eo_sink(flaky_rows(spark, 1600, fail_at=500, flag=flag), liftbridge_server, name).save()
+    df = flaky_rows(spark, 1600, fail_at=500, flag=flag)
+    eo_sink(df, liftbridge_server, name, writeId=name).save()
 
     stored = Counter(m.value for m in read_all(liftbridge_server.addresses, name, 2))
     assert stored.pop(b"") == 2  # the ACK intents: one per partition
@@ -131,6 +133,12 @@ def test_exactly_once_write_with_a_task_retry_commits_each_row_once(
     assert set(committed) == {b"row-%d" % i for i in range(1600)}
     through_spark = spark_values(spark, liftbridge_server, name, "read_committed")
     assert sorted(through_spark) == sorted(v.decode() for v in committed)
+
+    # The job run again with the same writeId: its copies are stored, and dropped.
+    flag.unlink()
+    eo_sink(flaky_rows(spark, 1600, 500, flag), liftbridge_server, name, writeId=name).save()
+    assert len(read_all(liftbridge_server.addresses, name, 2)) == (2100 + 2) + (1600 + 2)
+    assert len(read_committed(liftbridge_server.addresses, name)) == 1600
 
 
 def test_an_aborted_exactly_once_write_stays_invisible(
