@@ -1,7 +1,9 @@
 """Read-committed batch reads (``isolation=read_committed``), on an executor.
 
 One task reads one Liftbridge partition ``[start, end)`` through the exactly-once layer's
-`Sequencer`, which starts with no producer state at ``start``: it drops the copies a
+`Sequencer`, which starts from the producer states at ``start`` (none for a batch read;
+for a streaming read, the states the driver carried in the offsets, see
+`_committed_stream`): it drops the copies a
 producer re-sent (same UUID), holds CONTINUE_TXN messages until their producer's ACK_TXN
 and discards rolled-back ones. What the read yields is what was committed inside the
 range: a transaction whose ACK lies at or past ``end`` is not (yet) visible, and the
@@ -47,7 +49,7 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
     if r.start >= r.end:
         return
     ref = PartitionRef(r.stream, r.partition)
-    sequencer = Sequencer(Checkpoint({ref: r.start}))
+    sequencer = Sequencer(Checkpoint({ref: r.start}, part.states))
     runtime = new_runtime(options)
     try:
         out: list[Message] = []

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from liftbridge_client.errors import FeatureNotSupportedError, InvalidInputError
+from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import Transport
 
@@ -252,15 +252,6 @@ class SourceOptions:
         if isolation not in {"read_uncommitted", "read_committed"}:
             raise InvalidInputError(
                 f"option 'isolation' must be read_uncommitted or read_committed, got {isolation!r}"
-            )
-        if isolation == "read_committed" and streaming:
-            # A micro-batch's task cannot hand the Sequencer's producer states back to the
-            # driver, so the offsets cannot carry them (see docs/spark.md).
-            raise FeatureNotSupportedError(
-                "option 'isolation': read_committed is for batch reads (spark.read) in this "
-                "version; a streaming query cannot carry the exactly-once layer's producer "
-                "states in its offsets yet",
-                feature="exactly_once",
             )
         return cls(
             brokers=brokers,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from liftbridge_client import errors
+from liftbridge_client.exactly_once.sequencer import ProducerState
 from liftbridge_client.models import Message
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.spark._offsets import PartitionRange
@@ -43,6 +44,8 @@ class RangePartition:
 
     range: PartitionRange
     options: SourceOptions
+    # isolation=read_committed: the producer states at ``range.start`` (streaming reads)
+    states: tuple[ProducerState, ...] = ()
 
 
 def data_loss(options: SourceOptions, what: str) -> None:

@@ -223,3 +223,67 @@ def test_streaming_query_restarted_mid_batch_commits_each_row_once(
     counts = Counter(m.value for m in read_committed(liftbridge_server.addresses, dst))
     assert set(counts) == {b"%d-%d" % (i % 2, i // 2) for i in range(1200)}
     assert sum(counts.values()) == 1200  # read-committed: each input row exactly once
+
+
+def test_streaming_read_committed_carries_producer_states_across_batches_and_restarts(
+    spark: SparkSession,
+    liftbridge_server: Deployment,
+    stream_names: StreamNames,
+    tmp_path: Path,
+) -> None:
+    name, subject = stream_names()
+    create_stream(liftbridge_server.addresses, subject, name, partitions=2)
+    producer = new_producer_id()
+
+    def resend(client: Client, clock: int) -> Any:
+        uuid = build_uuid_bytes(producer, clock, Flags.OUTSIDE_TXN)
+        return client.publish(name, b"r%d" % clock, partition=1, headers={UUID_HEADER: uuid})
+
+    async def phase_one() -> list[Any]:
+        async with Client(liftbridge_server.addresses, options=OPTIONS) as client:
+            txn = ExactlyOncePublisher(client, ack_policy=AckPolicy.LEADER)
+            for i in range(3):
+                await txn.publish_uncommitted(name, b"t%d" % i, partition=0)
+            await client.publish(name, b"plain", partition=0)
+            await resend(client, 10)
+            await resend(client, 10)
+            return txn.build_ack_intents()  # written in phase two
+
+    async def phase_two(intents: list[Any]) -> None:
+        async with Client(liftbridge_server.addresses, options=OPTIONS) as client:
+            txn = ExactlyOncePublisher(client, ack_policy=AckPolicy.LEADER)
+            await txn.write_ack_intents(intents)  # commits a transaction of earlier batches
+            await resend(client, 10)  # a late copy: the restored state drops it
+            await resend(client, 11)
+
+    def run_query() -> None:
+        query = (
+            spark.readStream.format("liftbridge")
+            .option("brokers", liftbridge_server.addresses[0])
+            .option("stream", name)
+            .option("startingOffsets", "earliest")
+            .option("isolation", "read_committed")
+            .option("maxOffsetsPerTrigger", "2")  # transactions span micro-batches
+            .load()
+            .selectExpr("cast(value AS string) AS v")
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .start()
+        )
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+
+    intents = asyncio.run(phase_one())
+    run_query()
+    first = sorted(r.v for r in spark.read.parquet(str(tmp_path / "out")).collect())
+    assert first == ["plain", "r10"]  # the transaction is not committed yet
+    asyncio.run(phase_two(intents))
+    run_query()  # restarted from the checkpoint: the states come from its offsets
+    got = sorted(r.v for r in spark.read.parquet(str(tmp_path / "out")).collect())
+    assert got == ["plain", "r10", "r11", "t0", "t1", "t2"]
+    assert sorted(got) == sorted(
+        m.value.decode() for m in read_committed(liftbridge_server.addresses, name)
+    )

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from liftbridge_client.errors import FeatureNotSupportedError, InvalidInputError
+from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import Transport
 from liftbridge_client.spark._idempotent import TaskIdentity, row_ids
@@ -93,11 +93,9 @@ def test_bad_values_name_the_option(extra: dict[str, str], named: str) -> None:
         SourceOptions.parse({**BASE, **extra}, streaming=False)
 
 
-def test_read_committed_is_for_batch_reads() -> None:
+def test_read_committed_isolation() -> None:
     assert parse(isolation="Read_Committed").isolation == "read_committed"
-    with pytest.raises(FeatureNotSupportedError, match="isolation") as info:
-        parse(streaming=True, isolation="read_committed")
-    assert info.value.feature == "exactly_once"
+    assert parse(streaming=True, isolation="read_committed").isolation == "read_committed"
 
 
 def test_exactly_once_sink_options() -> None:
@@ -257,3 +255,27 @@ def test_available_now_caps_at_the_target_and_holds_new_partitions() -> None:
     latest = {"s": {"0": 50, "1": 8, "2": 9}}
     target = {"s": {"0": 20, "1": 30}}  # partition 2 appeared after the query started
     assert _up_to(begin, latest, target) == {"s": {"0": 20, "1": 8, "2": 3}}
+
+
+def test_read_committed_offsets_carry_the_producer_states() -> None:
+    from liftbridge_client.exactly_once.sequencer import Checkpoint, PartitionRef, ProducerState
+    from liftbridge_client.spark._committed_stream import (
+        STATES_KEY,
+        split_offsets,
+        states_for,
+        with_states,
+    )
+
+    ref = PartitionRef("orders", 1)
+    states = Checkpoint({ref: 7}, (ProducerState(ref, b"\x01" * 6, 42, 5),))
+    offsets = {"orders": {"0": 3, "1": 7}}
+    carried = json.loads(json.dumps(with_states(offsets, states)))  # as Spark stores it
+    assert isinstance(carried[STATES_KEY], str)
+    back, restored = split_offsets(carried)
+    assert back == offsets
+    assert restored == states
+    assert states_for(restored, "orders", 1) == states.states
+    assert states_for(restored, "orders", 0) == ()
+    assert split_offsets(offsets) == (offsets, None)
+    with pytest.raises(InvalidInputError, match=STATES_KEY):
+        split_offsets({**offsets, STATES_KEY: 3})
