@@ -1,11 +1,14 @@
 """Exactly-once Spark writes (option ``exactlyOnce=true``) on the exactly-once layer.
 
-Each task attempt publishes its rows as uncommitted (CONTINUE_TXN) messages through an
-`ExactlyOncePublisher` whose producer id is derived from the task's identity (the write
-id: the streaming query's id or the ``writeId`` option; the micro-batch id; the Spark
-partition) and whose clock starts at a fixed value and ticks once per row. So a retried
-task, or a micro-batch replayed after the query was stopped or the driver died, sends
-every row again under the SAME UUID, which read-committed readers drop as a duplicate.
+Each task attempt publishes its rows as uncommitted (CONTINUE_TXN) messages through one
+`ExactlyOncePublisher` per target partition, whose producer id is derived from the task's
+identity (the write id: the streaming query's id or the ``writeId`` option; the
+micro-batch id; the Spark partition) and the target partition, and whose clock starts at
+a fixed value and ticks once per row it publishes. So a retried task, or a micro-batch
+replayed after the query was stopped or the driver died, sends every row again under the
+SAME UUID, which read-committed readers drop as a duplicate. The partitions are written
+concurrently (one message in flight per partition, the layer's ordering rule); each one's
+clocks depend only on the order of its own rows.
 
 The task returns its ACK_TXN intents (one per partition it wrote) in its commit message;
 the driver writes them in ``commit`` only once Spark has decided that the job (or the
@@ -13,13 +16,15 @@ micro-batch) succeeded. A failed or aborted job writes no intent: its messages a
 visible to read-committed readers. Intents written twice (a batch replayed after the
 driver died between writing them and recording the batch) commit once.
 
-Rows must come in the same order on a retry (the i-th row of a task gets the i-th clock);
+Rows must come in the same order on a retry (the i-th row for a partition gets its i-th
+clock);
 rows without a key or a partition go to the partition the task's number picks, so that
 too is the same on every attempt.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import Iterable, Sequence
@@ -28,6 +33,7 @@ from itertools import islice
 
 from liftbridge_client import errors
 from liftbridge_client.client import Client
+from liftbridge_client.exactly_once.mapping import ModuloMapping
 from liftbridge_client.exactly_once.publisher import (
     AckIntent,
     ExactlyOncePublisher,
@@ -55,9 +61,11 @@ log = logging.getLogger(__name__)
 CLOCK_BASE = unix_ns_to_clock(1_577_836_800 * 10**9)
 
 
-def producer_for(identity: TaskIdentity) -> bytes:
-    """The 6-byte producer id of a task (multicast bit set, as random ids have it)."""
-    raw = bytearray(hashlib.blake2b(identity.tag.encode(), digest_size=6).digest())
+def producer_for(identity: TaskIdentity, stream: str, partition: int) -> bytes:
+    """The 6-byte producer id of a task for one target partition (multicast bit set, as
+    random ids have it)."""
+    name = f"{identity.tag}\x00{stream}\x00{partition}"
+    raw = bytearray(hashlib.blake2b(name.encode(), digest_size=6).digest())
     raw[0] |= 0x01
     return bytes(raw)
 
@@ -70,43 +78,90 @@ class TaskIntents:
     intents: str = "[]"
 
 
-async def _publish_chunk(
+class _Producers:
+    """A task's publishers, one per target partition, made on first use."""
+
+    def __init__(self, client: Client, options: SinkOptions, identity: TaskIdentity) -> None:
+        self._client = client
+        self._options = options
+        self._identity = identity
+        self._mapping = ModuloMapping()
+        # Only for partition lists (metadata, cached): it publishes nothing.
+        self._metadata = ExactlyOncePublisher(client, ack_policy=options.ack_policy)
+        self.publishers: dict[tuple[str, int], ExactlyOncePublisher] = {}
+
+    async def partition_of(self, row: PublishedRow) -> int:
+        if row.partition is not None:
+            return row.partition
+        partitions = await self._metadata.partitions(row.stream)
+        if row.key is None:  # keyless rows: spread by task, the same on every attempt
+            return partitions[self._identity.task % len(partitions)]
+        return self._mapping.choose(row.stream, row.key, partitions)
+
+    def publisher(self, stream: str, partition: int) -> ExactlyOncePublisher:
+        found = self.publishers.get((stream, partition))
+        if found is None:
+            found = ExactlyOncePublisher(
+                self._client,
+                producer=producer_for(self._identity, stream, partition),
+                clock=Clock(CLOCK_BASE),
+                ack_policy=self._options.ack_policy,
+            )
+            self.publishers[(stream, partition)] = found
+        return found
+
+
+async def _publish_in_order(
     publisher: ExactlyOncePublisher,
-    chunk: Sequence[PublishedRow],
-    task: int,
+    stream: str,
+    partition: int,
+    rows: Sequence[PublishedRow],
     stats: WriteStats,
 ) -> None:
-    for row in chunk:
-        partition = row.partition
-        if partition is None and row.key is None:
-            # Keyless rows: spread by task, the same on every attempt.
-            partitions = await publisher.partitions(row.stream)
-            partition = partitions[task % len(partitions)]
+    for row in rows:
         ack = await publisher.publish_uncommitted(
-            row.stream, row.value, key=row.key, headers=row.headers, partition=partition
+            stream, row.value, key=row.key, headers=row.headers, partition=partition
         )
         stats.add(ack)
+
+
+async def _publish_chunk(
+    producers: _Producers, chunk: Sequence[PublishedRow], stats: WriteStats
+) -> None:
+    by_partition: dict[tuple[str, int], list[PublishedRow]] = {}
+    for row in chunk:
+        target = (row.stream, await producers.partition_of(row))
+        by_partition.setdefault(target, []).append(row)
+    # One sequence per partition, all at once: the first failure stops the others and
+    # fails the task with its typed error.
+    tasks = [
+        asyncio.ensure_future(_publish_in_order(producers.publisher(s, p), s, p, rows, stats))
+        for (s, p), rows in by_partition.items()
+    ]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def publish_transactional(
     publishes: Iterable[PublishedRow], options: SinkOptions, identity: TaskIdentity
 ) -> TaskIntents:
     """Publish a task's rows uncommitted (one in flight per partition, as the layer needs
-    for ordering) and return the intents that commit them."""
+    for ordering; partitions concurrently) and return the intents that commit them."""
     result = TaskIntents()
     runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
     failed = True
     try:
-        publisher = ExactlyOncePublisher(
-            runtime.client,
-            producer=producer_for(identity),
-            clock=Clock(CLOCK_BASE),
-            ack_policy=options.ack_policy,
-        )
+        producers = _Producers(runtime.client, options, identity)
         iterator = iter(publishes)
         while chunk := list(islice(iterator, CHUNK_ROWS)):
-            runtime.run(_publish_chunk(publisher, chunk, identity.task, result.stats))
-        result.intents = intents_to_json(publisher.build_ack_intents())
+            runtime.run(_publish_chunk(producers, chunk, result.stats))
+        intents = [i for p in producers.publishers.values() for i in p.build_ack_intents()]
+        result.intents = intents_to_json(intents)
         failed = False
     finally:
         runtime.close(drain=not failed)

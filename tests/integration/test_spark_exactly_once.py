@@ -121,24 +121,26 @@ def test_exactly_once_write_with_a_task_retry_commits_each_row_once(
     create_stream(liftbridge_server.addresses, subject, name, partitions=2)
     flag = tmp_path / "fail"
     flag.touch()
-    # Task 0 (rows 0-799) fails at row 500 on its first attempt, after publishing 0-499.
-    df = flaky_rows(spark, 1600, fail_at=500, flag=flag)
+    # Task 0 (rows 0-1199) fails at row 1100 on its first attempt, in its second chunk of
+    # 1000 rows: after publishing the first chunk (rows 0-999).
+    df = flaky_rows(spark, 2400, fail_at=1100, flag=flag)
     eo_sink(df, liftbridge_server, name, writeId=name).save()
 
     stored = Counter(m.value for m in read_all(liftbridge_server.addresses, name, 2))
     assert stored.pop(b"") == 2  # the ACK intents: one per partition
-    assert sum(n - 1 for n in stored.values()) == 500  # the retry re-sent rows 0-499
+    assert sum(n - 1 for n in stored.values()) >= 1000  # the retry re-sent rows 0-999
     committed = [m.value for m in read_committed(liftbridge_server.addresses, name)]
-    assert len(committed) == 1600
-    assert set(committed) == {b"row-%d" % i for i in range(1600)}
+    assert len(committed) == 2400
+    assert set(committed) == {b"row-%d" % i for i in range(2400)}
     through_spark = spark_values(spark, liftbridge_server, name, "read_committed")
     assert sorted(through_spark) == sorted(v.decode() for v in committed)
 
     # The job run again with the same writeId: its copies are stored, and dropped.
+    before = len(read_all(liftbridge_server.addresses, name, 2))
     flag.unlink()
-    eo_sink(flaky_rows(spark, 1600, 500, flag), liftbridge_server, name, writeId=name).save()
-    assert len(read_all(liftbridge_server.addresses, name, 2)) == (2100 + 2) + (1600 + 2)
-    assert len(read_committed(liftbridge_server.addresses, name)) == 1600
+    eo_sink(flaky_rows(spark, 2400, 1100, flag), liftbridge_server, name, writeId=name).save()
+    assert len(read_all(liftbridge_server.addresses, name, 2)) == before + 2400 + 2
+    assert len(read_committed(liftbridge_server.addresses, name)) == 2400
 
 
 def test_an_aborted_exactly_once_write_stays_invisible(
@@ -151,15 +153,17 @@ def test_an_aborted_exactly_once_write_stays_invisible(
 
     name, subject = stream_names()
     create_stream(liftbridge_server.addresses, subject, name, partitions=2)
-    # Every attempt of task 1 fails at row 300 (partition 99 does not exist): job aborted.
-    df = spark.range(400, numPartitions=2).select(
+    # Every attempt of task 1 (rows 1200-2399) fails at row 2300, in its second chunk of
+    # 1000 rows (partition 99 does not exist): the job is aborted.
+    df = spark.range(2400, numPartitions=2).select(
         concat(lit("row-"), col("id")).alias("value"),
-        when(col("id") == 300, lit(99)).cast("int").alias("partition"),
+        when(col("id") == 2300, lit(99)).cast("int").alias("partition"),
     )
     with pytest.raises(Exception, match="99"):
         eo_sink(df, liftbridge_server, name).save()
     stored = read_all(liftbridge_server.addresses, name, 2)
-    assert len(stored) >= 200  # task 0 finished, and task 1 published rows 200-299 twice
+    # Each attempt of task 1 published its first chunk (the same UUIDs) before failing.
+    assert Counter(m.value for m in stored)[b"row-1200"] == 2
     assert read_committed(liftbridge_server.addresses, name) == []
 
 
@@ -174,15 +178,16 @@ def test_streaming_query_restarted_mid_batch_commits_each_row_once(
     (src, src_subject), (dst, dst_subject) = stream_names("src"), stream_names("dst")
     create_stream(liftbridge_server.addresses, src_subject, src, partitions=2)
     create_stream(liftbridge_server.addresses, dst_subject, dst, partitions=2)
-    publish(liftbridge_server.addresses, src, [(b"k", b"%d" % i, i % 2) for i in range(1200)])
+    publish(liftbridge_server.addresses, src, [(b"k", b"%d" % i, i % 2) for i in range(2400)])
     flag = tmp_path / "fail"
     flag.touch()
     flag_path = str(flag)
 
     def target(partition: int, offset: int) -> int:
         # While the flag exists, every attempt of the task of source partition 0 fails at
-        # offset 400, after publishing the rows before it: the query stops mid-batch.
-        return 99 if partition == 0 and offset == 400 and Path(flag_path).exists() else partition
+        # offset 1100 (its second chunk of 1000 rows), after publishing the first chunk:
+        # the query stops mid-batch.
+        return 99 if partition == 0 and offset == 1100 and Path(flag_path).exists() else partition
 
     targets = udf(lambda p, o: target(p, o), "int")  # noqa: PLW0108
 
@@ -210,7 +215,7 @@ def test_streaming_query_restarted_mid_batch_commits_each_row_once(
         query.processAllAvailable()
     query.stop()
     partial = len(read_all(liftbridge_server.addresses, dst, 2))
-    assert partial >= 400  # rows were stored, uncommitted
+    assert partial >= 1000  # rows were stored, uncommitted
     assert read_committed(liftbridge_server.addresses, dst) == []
 
     flag.unlink()
@@ -219,10 +224,10 @@ def test_streaming_query_restarted_mid_batch_commits_each_row_once(
         query.processAllAvailable()
     finally:
         query.stop()
-    assert len(read_all(liftbridge_server.addresses, dst, 2)) > 1200  # copies are stored
+    assert len(read_all(liftbridge_server.addresses, dst, 2)) > 2400 + 1000  # copies stored
     counts = Counter(m.value for m in read_committed(liftbridge_server.addresses, dst))
-    assert set(counts) == {b"%d-%d" % (i % 2, i // 2) for i in range(1200)}
-    assert sum(counts.values()) == 1200  # read-committed: each input row exactly once
+    assert set(counts) == {b"%d-%d" % (i % 2, i // 2) for i in range(2400)}
+    assert sum(counts.values()) == 2400  # read-committed: each input row exactly once
 
 
 def test_streaming_read_committed_carries_producer_states_across_batches_and_restarts(

@@ -119,11 +119,17 @@ def test_exactly_once_producer_ids_are_per_task_and_stable() -> None:
     from liftbridge_client.spark._transactional import producer_for
 
     ids = {
-        producer_for(TaskIdentity(w, b, t)) for w in ("q1", "q2") for b in (0, 1) for t in (0, 1)
+        producer_for(TaskIdentity(w, b, t), s, p)
+        for w in ("q1", "q2")
+        for b in (0, 1)
+        for t in (0, 1)
+        for s in ("a", "b")
+        for p in (0, 1)
     }
-    assert len(ids) == 8
+    assert len(ids) == 32
     assert all(len(p) == 6 and p[0] & 1 for p in ids)
-    assert producer_for(TaskIdentity("q1", 3, 1)) == producer_for(TaskIdentity("q1", 3, 1))
+    same = TaskIdentity("q1", 3, 1)
+    assert producer_for(same, "a", 1) == producer_for(TaskIdentity("q1", 3, 1), "a", 1)
 
 
 def test_row_ids_do_not_depend_on_row_order() -> None:
