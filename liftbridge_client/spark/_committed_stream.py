@@ -14,6 +14,7 @@ driver (only to follow the producers) and once by the task.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +32,8 @@ from liftbridge_client.exactly_once.sequencer import (
 from liftbridge_client.spark._offsets import OffsetMap, copy_offsets, offsets_from_checkpoint
 
 __all__ = ["STATES_KEY", "advance", "refs_of", "split_offsets", "states_for", "with_states"]
+
+log = logging.getLogger(__name__)
 
 STATES_KEY = "__lbspark_read_committed__"
 """The offsets' entry that holds the producer states (not a stream: its value is a string)."""
@@ -70,6 +73,37 @@ def refs_of(offsets: OffsetMap) -> dict[PartitionRef, int]:
     }
 
 
+async def _follow(
+    client: Client, sequencer: Sequencer, ref: PartitionRef, start: int, stop: int, timeout: float
+) -> None:
+    """Feed ``[start, stop)`` of one partition to ``sequencer`` (streamed, not held)."""
+    async with client.subscribe(
+        ref.stream, ref.partition, start_offset=start, stop_offset=stop - 1
+    ) as sub:
+        messages = aiter(sub)
+        while True:
+            try:
+                async with asyncio.timeout(timeout):
+                    message = await anext(messages)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                # Removed by retention meanwhile: the task applies failOnDataLoss.
+                log.warning("%s: offsets up to %d not readable; states follow what was", ref, stop)
+                return
+            if message.offset >= stop:
+                return  # retention moved the start: the server may send past the stop
+            if sequencer.queue(envelope_of(message)) is QueueOutcome.ACK_COMMIT_REPLAY:
+                replay_ref, first, last = sequencer.replay_range()
+                async with asyncio.timeout(timeout):
+                    replayed = await read_offsets(
+                        client, replay_ref.stream, replay_ref.partition, first, last
+                    )
+                sequencer.start_replay(envelope_of(m) for m in replayed)
+            while sequencer.step() is not None:
+                pass  # only the states matter here; the task yields the rows
+
+
 async def advance(
     client: Client,
     begin: OffsetMap,
@@ -85,20 +119,6 @@ async def advance(
     sequencer = Sequencer(Checkpoint(starts, tuple(s for s in known if s.partition in stops)))
     for ref, start in starts.items():
         stop = stops[ref]
-        if start >= stop:
-            continue
-        async with asyncio.timeout(timeout):
-            messages = await read_offsets(client, ref.stream, ref.partition, start, stop)
-        for message in messages:
-            if message.offset >= stop:
-                break  # retention moved the start: the server may send past the stop
-            if sequencer.queue(envelope_of(message)) is QueueOutcome.ACK_COMMIT_REPLAY:
-                replay_ref, first, last = sequencer.replay_range()
-                async with asyncio.timeout(timeout):
-                    replayed = await read_offsets(
-                        client, replay_ref.stream, replay_ref.partition, first, last
-                    )
-                sequencer.start_replay(envelope_of(m) for m in replayed)
-            while sequencer.step() is not None:
-                pass  # only the states matter here; the task yields the rows
+        if start < stop:
+            await _follow(client, sequencer, ref, start, stop, timeout)
     return Checkpoint(stops, sequencer.checkpoint().states)
