@@ -192,6 +192,27 @@ def run(rows: int, cores: int) -> list[Result]:
         written = run_async(stored(address, spark_nats, partitions))
         assert written == rows, f"Spark wrote {written} of {rows} over NATS"
         results.append(Result(f"Spark batch write, NATS (local[{cores}])", rows, seconds, cores))
+
+        # The exactly-once layer: read-committed reads (plain messages: each committed on
+        # its own, so this is the Sequencer's cost) and the exactlyOnce sink.
+        committed = source.option("isolation", "read_committed")
+        got.clear()
+        seconds = timed(lambda: got.append(committed.load().count()))
+        assert got == [rows], f"Spark read_committed read {got} of {rows}"
+        results.append(
+            Result(f"Spark batch read, read_committed (local[{cores}])", rows, seconds, cores)
+        )
+        spark_eo = f"spark-eo-{pid}"
+        run_async(create(address, spark_eo, partitions))
+        writer = writer.option("stream", spark_eo).option("exactlyOnce", "true")
+        seconds = timed(lambda: writer.mode("append").save())
+        counted: list[int] = []
+        eo_read = source.option("stream", spark_eo).option("isolation", "read_committed")
+        counted.append(eo_read.load().count())
+        assert counted == [rows], f"Spark exactlyOnce wrote {counted} of {rows} read-committed"
+        results.append(
+            Result(f"Spark batch write, exactlyOnce, NATS (local[{cores}])", rows, seconds, cores)
+        )
         spark.stop()
     return results
 

@@ -1,17 +1,18 @@
 """A Spark pipeline on Liftbridge: order events in, totals per customer out, exactly once.
 
-1. A service publishes order events (JSON, keyed by customer) to a stream; some publishes
-   are retried after a lost ack, so the stream holds those events twice.
-2. Spark Structured Streaming reads the stream, drops the retried duplicates by event id,
-   sums the amounts per customer and writes the totals of each micro-batch to a second
-   stream with the idempotent sink. The query is stopped and restarted from its checkpoint
-   halfway.
-3. The script reads the totals stream back, checks that each row Spark wrote is there once
-   and that the last total of every customer equals what the service published.
+1. A service publishes order events (JSON, keyed by customer) to a stream, each with an
+   exactly-once UUID (header ``eo-uuid``); some publishes are retried after a lost ack
+   with the same UUID, so the stream holds those events twice.
+2. Spark Structured Streaming reads the stream read-committed (``isolation``), which drops
+   the retried copies, sums the amounts per customer and writes the totals of each
+   micro-batch to a second stream with the exactly-once sink (``exactlyOnce``: uncommitted
+   messages, committed by the driver). The query is stopped and restarted from its
+   checkpoint halfway.
+3. The script reads the totals stream back read-committed, checks that no update is there
+   twice and that the last total of every customer equals what the service published.
 
 ``make spark-demo`` starts a local node and runs this; or set LIFTBRIDGE_ADDRS=host:port
-to use running servers (cursors must be enabled there: the idempotent sink keeps its
-progress in them). Needs the ``spark`` extra and Java 17+.
+to use running servers. Needs the ``spark`` extra and Java 17+.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from liftbridge_client import AckPolicy, Client, StopPosition
+from liftbridge_client import AckPolicy, Client
+from liftbridge_client.exactly_once import UUID_HEADER, Clock, CommittedReader, Flags
+from liftbridge_client.exactly_once.uuids import build_uuid_bytes, new_producer_id
 
 CUSTOMERS = [f"customer-{i}" for i in range(8)]
 WAVES = 3
@@ -45,6 +48,7 @@ async def create_streams(brokers: list[str], orders: str, totals: str) -> None:
 async def publish_wave(brokers: list[str], stream: str, rng: random.Random) -> dict[str, int]:
     """One wave of order events; returns the amounts per customer of the distinct events."""
     amounts: Counter[str] = Counter()
+    producer, clock = new_producer_id(), Clock.from_unix_ns(time.time_ns())
     async with Client(brokers) as client:
         for _ in range(EVENTS_PER_WAVE):
             customer = rng.choice(CUSTOMERS)
@@ -52,27 +56,37 @@ async def publish_wave(brokers: list[str], stream: str, rng: random.Random) -> d
             event = {"event_id": str(uuid.uuid4()), "customer": customer, "amount": amount}
             value = json.dumps(event).encode()
             amounts[customer] += amount
+            # A committed (OUTSIDE_TXN) UUID; a retry re-sends it with the same one.
+            headers = {UUID_HEADER: build_uuid_bytes(producer, clock.tick(), Flags.OUTSIDE_TXN)}
             copies = 2 if rng.random() < RETRIED else 1
             for _ in range(copies):  # the same event again: a retried publish
-                await client.publish(stream, value, key=customer.encode(), ack_policy=AckPolicy.ALL)
+                await client.publish(
+                    stream,
+                    value,
+                    key=customer.encode(),
+                    headers=headers,
+                    ack_policy=AckPolicy.ALL,
+                )
     return dict(amounts)
 
 
 async def read_totals(brokers: list[str], stream: str) -> tuple[dict[str, int], int, int]:
-    """The last total per customer, the number of messages, and of distinct row ids."""
+    """Read-committed: the last total per customer, the number of updates, and of
+    distinct UUIDs among them."""
     last: dict[str, tuple[int, int]] = {}
     ids: set[bytes] = set()
     count = 0
     async with Client(brokers) as client:
-        for p in (0, 1):
-            if (await client.fetch_partition_metadata(stream, p)).high_watermark < 0:
-                continue
-            async with client.subscribe(stream, p, start_offset=0, stop=StopPosition.LATEST) as sub:
-                async for message in sub:
-                    count += 1
-                    ids.add(message.headers["lbspark-id"])
-                    row = json.loads(message.value)
-                    last[row["customer"]] = (message.offset, row["total"])
+        reader = await CommittedReader.for_stream(client, stream, stop_at_latest=True)
+        async with reader:
+            async for message in reader:
+                count += 1
+                ids.add(message.headers[UUID_HEADER])
+                row = json.loads(message.value)
+                # Partitions are by customer (the key): offsets order one customer's totals.
+                last[row["customer"]] = max(
+                    last.get(row["customer"], (-1, 0)), (message.offset, row["total"])
+                )
     return {customer: total for customer, (_, total) in last.items()}, count, len(ids)
 
 
@@ -86,6 +100,7 @@ def start_query(spark: Any, brokers: list[str], orders: str, totals: str, checkp
         .option("stream", orders)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "200")
+        .option("isolation", "read_committed")  # the service's retried copies are dropped
         .load()
         .select(
             from_json(
@@ -93,7 +108,6 @@ def start_query(spark: Any, brokers: list[str], orders: str, totals: str, checkp
             ).alias("e")
         )
         .select("e.*")
-        .dropDuplicates(["event_id"])  # the service's retried publishes
     )
     totals_df = events.groupBy("customer").agg(sum_("amount").alias("total"))
     return (
@@ -105,7 +119,7 @@ def start_query(spark: Any, brokers: list[str], orders: str, totals: str, checkp
         .outputMode("complete")  # every total each batch (the Python sink API has no update mode)
         .option("brokers", brokers[0])
         .option("stream", totals)
-        .option("idempotent", "true")
+        .option("exactlyOnce", "true")
         .option("ackPolicy", "all")
         .option("checkpointLocation", str(checkpoint))
         .start()
@@ -143,7 +157,7 @@ def _run_pipeline(loop: asyncio.Runner, spark: Any, brokers: list[str], workdir:
     query.stop()
 
     got, messages, distinct = loop.run(read_totals(brokers, totals))
-    print(f"read {messages} total updates back ({distinct} distinct row ids)")
+    print(f"read {messages} total updates back read-committed ({distinct} distinct UUIDs)")
     print(f"{'customer':<12} {'published':>10} {'Spark total':>12}")
     for customer in sorted(expected):
         print(f"{customer:<12} {expected[customer]:>10} {got.get(customer, 0):>12}")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -20,11 +21,13 @@ from liftbridge_client.client import Client
 from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.spark import _positions
+from liftbridge_client.spark._committed import read_committed_range
 from liftbridge_client.spark._idempotent import TaskIdentity, WriteGuard
 from liftbridge_client.spark._offsets import OffsetMap, PartitionRange, plan_ranges
 from liftbridge_client.spark._options import SinkOptions, SourceOptions
 from liftbridge_client.spark._read import RangePartition, read_range
 from liftbridge_client.spark._runtime import TaskRuntime
+from liftbridge_client.spark._transactional import commit_intents, publish_transactional
 from liftbridge_client.spark._write import SinkGuard, WriteStats, publish_rows, rows_to_publish
 
 __all__ = ["BatchReader", "BatchWriter", "LiftbridgePartition", "WriteCommit", "to_inputs"]
@@ -86,16 +89,20 @@ class BatchReader(DataSourceReader):
             start, end = runtime.run(batch_bounds(runtime.client, self._options))
         finally:
             runtime.close()
+        committed = self._options.isolation == "read_committed"
         ranges = plan_ranges(
             start,
             end,
-            min_partitions=self._options.min_partitions,
-            max_records=self._options.max_records_per_partition,
+            # Read-committed state lives in the task: one task per Liftbridge partition.
+            min_partitions=None if committed else self._options.min_partitions,
+            max_records=None if committed else self._options.max_records_per_partition,
         )
         return to_inputs(ranges, self._options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LiftbridgePartition)
+        if partition.part.options.isolation == "read_committed":
+            return read_committed_range(partition.part)
         return read_range(partition.part)
 
 
@@ -106,15 +113,16 @@ class WriteCommit(WriterCommitMessage):
     rows: int
     per_partition: dict[str, int]
     skipped: int = 0
+    intents: str = "[]"  # exactly-once mode: the ACK intents the driver's commit writes
 
 
 def task_identity(options: SinkOptions) -> TaskIdentity | None:
     """The identity of the running task in idempotent mode (None otherwise)."""
-    if not options.idempotent:
+    if not (options.idempotent or options.exactly_once):
         return None
     context = TaskContext.get()
     if context is None:
-        raise InvalidInputError("idempotent writes run inside Spark tasks only")
+        raise InvalidInputError("idempotent and exactly-once writes run inside Spark tasks only")
     query = context.getLocalProperty("sql.streaming.queryId")
     batch = context.getLocalProperty("streaming.sql.batchId")
     write_id = options.write_id or query
@@ -128,6 +136,10 @@ def write_task(
 ) -> WriteCommit:
     publishes = rows_to_publish(rows, columns, options.stream)
     identity = task_identity(options)
+    if options.exactly_once:
+        assert identity is not None
+        done = publish_transactional(publishes, options, identity)
+        return WriteCommit(done.stats.rows, done.stats.per_partition, 0, done.intents)
     guard_for = None
     if identity is not None:
         stream = options.stream
@@ -148,10 +160,22 @@ def summarize(messages: Sequence[WriterCommitMessage | None]) -> WriteStats:
     return total
 
 
+def commit_exactly_once(
+    options: SinkOptions, messages: Sequence[WriterCommitMessage | None], what: str
+) -> None:
+    """The driver's part of an exactly-once write: the tasks' ACK intents."""
+    if options.exactly_once:
+        commit_intents(options, [m.intents for m in messages if isinstance(m, WriteCommit)], what)
+
+
 class BatchWriter(DataSourceWriter):
-    """Publishes each task's rows; the job is at-least-once (see `_write`)."""
+    """Publishes each task's rows; the job is at-least-once (see `_write`), or idempotent,
+    or exactly once (see `_transactional`)."""
 
     def __init__(self, options: SinkOptions, columns: Mapping[str, int]) -> None:
+        if options.exactly_once and options.write_id is None:
+            # Made once on the driver and pickled to every task (retries included).
+            options = replace(options, write_id=f"job-{uuid.uuid4().hex}")
         self._options = options
         self._columns = dict(columns)
 
@@ -159,6 +183,7 @@ class BatchWriter(DataSourceWriter):
         return write_task(iterator, self._columns, self._options)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_exactly_once(self._options, messages, "liftbridge write")
         total = summarize(messages)
         log.info(
             "liftbridge write committed: %d rows %s (%d skipped: published by earlier attempts)",
@@ -169,6 +194,13 @@ class BatchWriter(DataSourceWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         total = summarize(messages)
+        if self._options.exactly_once:
+            log.warning(
+                "liftbridge write aborted: %d rows published uncommitted by finished tasks "
+                "stay invisible to read_committed readers (no ACK intent is written)",
+                total.rows,
+            )
+            return
         log.warning(
             "liftbridge write aborted: %d rows published by finished tasks stay in the streams",
             total.rows,

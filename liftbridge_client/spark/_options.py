@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from liftbridge_client.errors import FeatureNotSupportedError, InvalidInputError
+from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import Transport
 
@@ -253,14 +253,6 @@ class SourceOptions:
             raise InvalidInputError(
                 f"option 'isolation' must be read_uncommitted or read_committed, got {isolation!r}"
             )
-        if isolation == "read_committed":
-            # Reads through the exactly-once layer's Sequencer, which this version lacks.
-            raise FeatureNotSupportedError(
-                "option 'isolation': read_committed needs the exactly-once layer, which this "
-                "version of liftbridge-client does not have; use read_uncommitted (the "
-                "idempotent sink already writes each row once)",
-                feature="exactly_once",
-            )
         return cls(
             brokers=brokers,
             nats_servers=nats,
@@ -319,6 +311,7 @@ class SinkOptions:
     connect_timeout: float
     idempotent: bool = False  # no row published twice by task retries or batch replays
     write_id: str | None = None  # names a batch write (idempotent mode); streams use the query id
+    exactly_once: bool = False  # transactional UUIDs, committed by the driver (see _transactional)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> SinkOptions:
@@ -344,6 +337,14 @@ class SinkOptions:
         write_id = get_option(options, "writeId")
         if write_id is not None and (not write_id.strip() or "," in write_id):
             raise InvalidInputError(f"option 'writeId' must be a non-empty name, got {write_id!r}")
+        exactly_once = _bool_option("exactlyOnce", get_option(options, "exactlyOnce"), False)
+        if exactly_once:
+            if idempotent:
+                raise InvalidInputError(
+                    "set at most one of the options 'exactlyOnce' and 'idempotent'"
+                )
+            if ack == "none":
+                raise InvalidInputError("option 'exactlyOnce' needs ackPolicy leader or all")
         if idempotent:
             if raw_stream is None:
                 raise InvalidInputError("option 'idempotent' needs the option 'stream'")
@@ -370,4 +371,5 @@ class SinkOptions:
             / 1000.0,
             idempotent=idempotent,
             write_id=write_id.strip() if write_id is not None else None,
+            exactly_once=exactly_once,
         )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from liftbridge_client import errors
+from liftbridge_client.exactly_once.sequencer import ProducerState
 from liftbridge_client.models import Message
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.spark._offsets import PartitionRange
@@ -43,6 +44,8 @@ class RangePartition:
 
     range: PartitionRange
     options: SourceOptions
+    # isolation=read_committed: the producer states at ``range.start`` (streaming reads)
+    states: tuple[ProducerState, ...] = ()
 
 
 def data_loss(options: SourceOptions, what: str) -> None:
@@ -93,39 +96,58 @@ def _to_batch(messages: list[Message], include_headers: bool) -> pa.RecordBatch:
 
 def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
     """Messages ``[start, end)`` of one partition; everything is closed however it stops."""
-    r, options = part.range, part.options
-    if r.start >= r.end:
-        return
-    runtime = TaskRuntime(
+    for messages in message_chunks(part):
+        yield _to_batch(messages, part.options.include_headers)
+
+
+def new_runtime(options: SourceOptions) -> TaskRuntime:
+    return TaskRuntime(
         options.brokers,
         options.nats_servers,
         ClientOptions(connect_timeout=options.connect_timeout, metadata_refresh_interval=None),
     )
+
+
+def message_chunks(
+    part: RangePartition, runtime: TaskRuntime | None = None
+) -> Iterator[list[Message]]:
+    """The messages ``[start, end)`` of one partition in chunks of up to `BATCH_ROWS`, with
+    the data-loss checks. A given ``runtime`` is left open; else one is made and closed."""
+    r, options = part.range, part.options
+    if r.start >= r.end:
+        return
+    own = runtime is None
+    task = new_runtime(options) if runtime is None else runtime
     try:
-        client = runtime.client
+        client = task.client
         sub = client.subscribe(r.stream, r.partition, start_offset=r.start, stop_offset=r.end - 1)
-        runtime.run(sub.__aenter__())
-        expected = r.start
-        while expected < r.end:
-            want = min(BATCH_ROWS, r.end - expected)
-            if expected == r.start:
-                try:
-                    probe = min(options.poll_timeout, EMPTY_PROBE)
-                    messages = runtime.run(_take(sub, want, r.end, probe))
-                except errors.LiftbridgeTimeoutError:
-                    messages = []  # nothing retained from start on (see EMPTY_PROBE)
-            else:
-                messages = runtime.run(_take(sub, want, r.end, options.poll_timeout))
-            first = messages[0].offset if messages else r.end
-            if expected == r.start and first > expected:
-                data_loss(
-                    options,
-                    f"{r.stream}/{r.partition}: offsets {expected} to {first - 1} are gone "
-                    "(removed by retention)",
-                )
-            if not messages:
-                break  # the stream ended (stop offset reached) or lost the rest
-            yield _to_batch(messages, options.include_headers)
-            expected = messages[-1].offset + 1
+        task.run(sub.__aenter__())
+        try:
+            expected = r.start
+            while expected < r.end:
+                want = min(BATCH_ROWS, r.end - expected)
+                if expected == r.start:
+                    try:
+                        probe = min(options.poll_timeout, EMPTY_PROBE)
+                        messages = task.run(_take(sub, want, r.end, probe))
+                    except errors.LiftbridgeTimeoutError:
+                        messages = []  # nothing retained from start on (see EMPTY_PROBE)
+                else:
+                    messages = task.run(_take(sub, want, r.end, options.poll_timeout))
+                first = messages[0].offset if messages else r.end
+                if expected == r.start and first > expected:
+                    data_loss(
+                        options,
+                        f"{r.stream}/{r.partition}: offsets {expected} to {first - 1} are gone "
+                        "(removed by retention)",
+                    )
+                if not messages:
+                    break  # the stream ended (stop offset reached) or lost the rest
+                yield messages
+                expected = messages[-1].offset + 1
+        finally:
+            if not own:  # the runtime's close() closes it otherwise
+                task.run(sub.close())
     finally:
-        runtime.close(drain=False)
+        if own:
+            task.close(drain=False)

@@ -20,24 +20,34 @@ from pyspark.sql.datasource import (
 )
 
 from liftbridge_client.client import Client
+from liftbridge_client.errors import FeatureNotSupportedError
+from liftbridge_client.exactly_once.sequencer import Checkpoint
 from liftbridge_client.spark import _positions
 from liftbridge_client.spark._batch import (
     LiftbridgePartition,
     WriteCommit,
+    commit_exactly_once,
     driver_runtime,
     summarize,
     to_inputs,
     write_task,
 )
+from liftbridge_client.spark._committed import read_committed_range
+from liftbridge_client.spark._committed_stream import (
+    advance,
+    refs_of,
+    split_offsets,
+    states_for,
+    with_states,
+)
 from liftbridge_client.spark._offsets import (
     OffsetMap,
     cap_by_backlog,
     copy_offsets,
-    offsets_from_checkpoint,
     plan_ranges,
 )
 from liftbridge_client.spark._options import SinkOptions, SourceOptions
-from liftbridge_client.spark._read import data_loss, read_range
+from liftbridge_client.spark._read import RangePartition, data_loss, read_range
 from liftbridge_client.spark._runtime import TaskRuntime
 
 try:  # admission control: pyspark 4.2+
@@ -91,9 +101,18 @@ class StreamReader(DataSourceStreamReader):
         self._runtime: TaskRuntime | None = None
         self._last_end: OffsetMap | None = None  # for pyspark < 4.2 (no start given)
         self._target: OffsetMap | None = None  # Trigger.AvailableNow: read up to here
+        self._committed = options.isolation == "read_committed"
+        self._last_states: Checkpoint | None = None  # read_committed: states at _last_end
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_options": self._options, "_runtime": None, "_last_end": None, "_target": None}
+        return {
+            "_options": self._options,
+            "_runtime": None,
+            "_last_end": None,
+            "_target": None,
+            "_committed": self._committed,
+            "_last_states": None,
+        }
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow (pyspark 4.3+): read what is there now, then end."""
@@ -111,7 +130,7 @@ class StreamReader(DataSourceStreamReader):
             self._runtime = driver_runtime(self._options)
         return self._runtime
 
-    def initialOffset(self) -> OffsetMap:
+    def initialOffset(self) -> dict[str, Any]:
         runtime = self._run()
         client = runtime.client
 
@@ -127,6 +146,9 @@ class StreamReader(DataSourceStreamReader):
 
         offsets = runtime.run(initial())
         self._last_end = offsets
+        if self._committed:
+            self._last_states = Checkpoint(refs_of(offsets))
+            return with_states(offsets, self._last_states)
         return offsets
 
     def getDefaultReadLimit(self) -> Any:
@@ -135,7 +157,9 @@ class StreamReader(DataSourceStreamReader):
             raise NotImplementedError
         return ReadMaxRows(limit) if limit is not None else ReadAllAvailable()
 
-    def latestOffset(self, start: Mapping[str, Any] | None = None, limit: Any = None) -> OffsetMap:
+    def latestOffset(
+        self, start: Mapping[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
         """The end of the next micro-batch: latest offsets, capped by the read limit.
 
         pyspark < 4.2 passes neither ``start`` nor ``limit``: the start is then the end this
@@ -144,7 +168,9 @@ class StreamReader(DataSourceStreamReader):
         runtime = self._run()
         client = runtime.client
         options = self._options
-        known = offsets_from_checkpoint(start) if start is not None else self._last_end
+        known, states = self._last_end, self._last_states
+        if start is not None:
+            known, states = split_offsets(start)
 
         async def latest() -> tuple[OffsetMap, OffsetMap | None]:
             partitions = await _positions.list_partitions(client, options)
@@ -171,7 +197,16 @@ class StreamReader(DataSourceStreamReader):
             if max_rows is not None:
                 end = cap_by_backlog(begin, end, max_rows)
         self._last_end = end
-        return end
+        if not self._committed:
+            return end
+        if begin is None:
+            raise FeatureNotSupportedError(
+                "isolation=read_committed on a stream needs pyspark >= 4.2 (Spark must give "
+                "the reader a micro-batch's start offsets)",
+                feature="exactly_once",
+            )
+        self._last_states = runtime.run(advance(client, begin, end, states, options.poll_timeout))
+        return with_states(end, self._last_states)
 
     def _max_rows(self, limit: Any) -> int | None:
         if limit is None:  # pyspark < 4.2: the option is applied here
@@ -183,8 +218,8 @@ class StreamReader(DataSourceStreamReader):
     def partitions(
         self, start: Mapping[str, Any], end: Mapping[str, Any]
     ) -> Sequence[InputPartition]:
-        begin = offsets_from_checkpoint(start)
-        stop = offsets_from_checkpoint(end)
+        begin, states = split_offsets(start)
+        stop, _ = split_offsets(end)
         missing = {
             s: [int(p) for p in pids if p not in begin.get(s, {})] for s, pids in stop.items()
         }
@@ -193,6 +228,14 @@ class StreamReader(DataSourceStreamReader):
             client = runtime.client
             missing = {s: pids for s, pids in missing.items() if pids}
             begin = runtime.run(_with_new_partitions(client, self._options, begin, missing))
+        if self._committed:  # one task per partition, from the states at its start
+            ranges = plan_ranges(begin, stop)
+            return [
+                LiftbridgePartition(
+                    RangePartition(r, self._options, states_for(states, r.stream, r.partition))
+                )
+                for r in ranges
+            ]
         ranges = plan_ranges(
             begin,
             stop,
@@ -203,6 +246,8 @@ class StreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LiftbridgePartition)
+        if partition.part.options.isolation == "read_committed":
+            return read_committed_range(partition.part)
         return read_range(partition.part)
 
     def commit(self, end: Mapping[str, Any]) -> None:
@@ -219,7 +264,8 @@ if _AvailableNow is not None:  # pyspark 4.3+: Spark checks isinstance
 
 
 class StreamWriter(DataSourceStreamWriter):
-    """Publishes each micro-batch; at-least-once (a replayed batch is published again)."""
+    """Publishes each micro-batch; at-least-once (a replayed batch is published again),
+    or idempotent, or exactly once (the tasks' ACK intents are written in ``commit``)."""
 
     def __init__(self, options: SinkOptions, columns: Mapping[str, int]) -> None:
         self._options = options
@@ -229,6 +275,7 @@ class StreamWriter(DataSourceStreamWriter):
         return write_task(iterator, self._columns, self._options)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        commit_exactly_once(self._options, messages, f"liftbridge micro-batch {batchId}")
         total = summarize(messages)
         log.info("liftbridge micro-batch %d committed: %d rows", batchId, total.rows)
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from liftbridge_client.errors import FeatureNotSupportedError, InvalidInputError
+from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import Transport
 from liftbridge_client.spark._idempotent import TaskIdentity, row_ids
@@ -93,10 +93,43 @@ def test_bad_values_name_the_option(extra: dict[str, str], named: str) -> None:
         SourceOptions.parse({**BASE, **extra}, streaming=False)
 
 
-def test_read_committed_says_what_it_needs() -> None:
-    with pytest.raises(FeatureNotSupportedError, match="exactly-once layer") as info:
-        parse(isolation="read_committed")
-    assert info.value.feature == "exactly_once"
+def test_read_committed_isolation() -> None:
+    assert parse(isolation="Read_Committed").isolation == "read_committed"
+    assert parse(streaming=True, isolation="read_committed").isolation == "read_committed"
+
+
+def test_exactly_once_sink_options() -> None:
+    opts = SinkOptions.parse({"brokers": "h:1", "exactlyOnce": "true"}, streaming=True)
+    assert opts.exactly_once
+    assert not opts.idempotent
+    assert opts.write_id is None  # batch writes get a job id from the writer
+    assert not SinkOptions.parse({"brokers": "h:1"}).exactly_once
+    with pytest.raises(InvalidInputError, match="exactlyOnce"):
+        SinkOptions.parse({"brokers": "h:1", "exactlyOnce": "true", "ackPolicy": "none"})
+    with pytest.raises(InvalidInputError, match="exactlyOnce"):
+        SinkOptions.parse(
+            {"brokers": "h:1", "stream": "s", "exactlyOnce": "true", "idempotent": "true"},
+            streaming=True,
+        )
+    with pytest.raises(InvalidInputError, match="exactlyOnce"):
+        SinkOptions.parse({"brokers": "h:1", "exactlyOnce": "maybe"})
+
+
+def test_exactly_once_producer_ids_are_per_task_and_stable() -> None:
+    from liftbridge_client.spark._transactional import producer_for
+
+    ids = {
+        producer_for(TaskIdentity(w, b, t), s, p)
+        for w in ("q1", "q2")
+        for b in (0, 1)
+        for t in (0, 1)
+        for s in ("a", "b")
+        for p in (0, 1)
+    }
+    assert len(ids) == 32
+    assert all(len(p) == 6 and p[0] & 1 for p in ids)
+    same = TaskIdentity("q1", 3, 1)
+    assert producer_for(same, "a", 1) == producer_for(TaskIdentity("q1", 3, 1), "a", 1)
 
 
 def test_row_ids_do_not_depend_on_row_order() -> None:
@@ -228,3 +261,27 @@ def test_available_now_caps_at_the_target_and_holds_new_partitions() -> None:
     latest = {"s": {"0": 50, "1": 8, "2": 9}}
     target = {"s": {"0": 20, "1": 30}}  # partition 2 appeared after the query started
     assert _up_to(begin, latest, target) == {"s": {"0": 20, "1": 8, "2": 3}}
+
+
+def test_read_committed_offsets_carry_the_producer_states() -> None:
+    from liftbridge_client.exactly_once.sequencer import Checkpoint, PartitionRef, ProducerState
+    from liftbridge_client.spark._committed_stream import (
+        STATES_KEY,
+        split_offsets,
+        states_for,
+        with_states,
+    )
+
+    ref = PartitionRef("orders", 1)
+    states = Checkpoint({ref: 7}, (ProducerState(ref, b"\x01" * 6, 42, 5),))
+    offsets = {"orders": {"0": 3, "1": 7}}
+    carried = json.loads(json.dumps(with_states(offsets, states)))  # as Spark stores it
+    assert isinstance(carried[STATES_KEY], str)
+    back, restored = split_offsets(carried)
+    assert back == offsets
+    assert restored == states
+    assert states_for(restored, "orders", 1) == states.states
+    assert states_for(restored, "orders", 0) == ()
+    assert split_offsets(offsets) == (offsets, None)
+    with pytest.raises(InvalidInputError, match=STATES_KEY):
+        split_offsets({**offsets, STATES_KEY: 3})

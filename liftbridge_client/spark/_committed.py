@@ -1,0 +1,75 @@
+"""Read-committed batch reads (``isolation=read_committed``), on an executor.
+
+One task reads one Liftbridge partition ``[start, end)`` through the exactly-once layer's
+`Sequencer`, which starts from the producer states at ``start`` (none for a batch read;
+for a streaming read, the states the driver carried in the offsets, see
+`_committed_stream`): it drops the copies a
+producer re-sent (same UUID), holds CONTINUE_TXN messages until their producer's ACK_TXN
+and discards rolled-back ones. What the read yields is what was committed inside the
+range: a transaction whose ACK lies at or past ``end`` is not (yet) visible, and the
+ACK_TXN messages themselves are never rows. Because the state lives in the task, a
+partition is never split across Spark partitions in this mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from liftbridge_client.exactly_once.reader import envelope_of, read_range
+from liftbridge_client.exactly_once.sequencer import (
+    Checkpoint,
+    PartitionRef,
+    QueueOutcome,
+    Sequencer,
+)
+from liftbridge_client.exactly_once.uuids import Flags, flags_of
+from liftbridge_client.models import Message
+from liftbridge_client.spark._read import (
+    BATCH_ROWS,
+    RangePartition,
+    _to_batch,
+    message_chunks,
+    new_runtime,
+)
+
+__all__ = ["read_committed_range"]
+
+_ZERO = bytes(16)
+
+
+def _is_ack(uuid: bytes) -> bool:
+    return uuid != _ZERO and flags_of(uuid) == Flags.ACK_TXN
+
+
+def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
+    """The committed messages of ``[start, end)`` of one partition, in offset order."""
+    r, options = part.range, part.options
+    if r.start >= r.end:
+        return
+    ref = PartitionRef(r.stream, r.partition)
+    sequencer = Sequencer(Checkpoint({ref: r.start}, part.states))
+    runtime = new_runtime(options)
+    try:
+        out: list[Message] = []
+        for messages in message_chunks(part, runtime):
+            for message in messages:
+                outcome = sequencer.queue(envelope_of(message))
+                if outcome is QueueOutcome.ACK_COMMIT_REPLAY:
+                    # The transaction began before the ring: re-read the offsets it spans.
+                    _, begin, end = sequencer.replay_range()
+                    replayed = runtime.run(
+                        read_range(runtime.client, r.stream, r.partition, begin, end)
+                    )
+                    sequencer.start_replay(envelope_of(m) for m in replayed)
+                while (env := sequencer.step()) is not None:
+                    if not _is_ack(env.uuid):
+                        out.append(env.message)
+            if len(out) >= BATCH_ROWS:
+                yield _to_batch(out, options.include_headers)
+                out = []
+        if out:
+            yield _to_batch(out, options.include_headers)
+    finally:
+        runtime.close(drain=False)
