@@ -35,6 +35,7 @@ import nats.errors
 from liftbridge_client import envelope, errors
 from liftbridge_client._correlation import Correlator
 from liftbridge_client._errors_map import ack_error
+from liftbridge_client._nats_raw import route_sid, unroute_sid
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import ack_from_proto
 
@@ -73,6 +74,7 @@ class NatsPublisher:
         self._sub: nats.aio.subscription.Subscription | None = None
         self.undecodable_acks = 0
         self.mismatched_acks = 0
+        self.raw_acks = False  # acks come straight from nats-py's parser (see _nats_raw)
 
     def __repr__(self) -> str:
         return f"<NatsPublisher inbox={self.inbox!r} subscribed={self._sub is not None}>"
@@ -81,11 +83,17 @@ class NatsPublisher:
         """Subscribe the ack inbox (and make sure the server has seen the subscription)."""
         if self._sub is None:
             self._sub = await self._nc.subscribe(self.inbox, cb=self._on_ack)
+            # Acks straight from nats-py's parser to dispatch (no Msg, queue or task per
+            # ack); the callback above only serves when that is not possible.
+            self.raw_acks = route_sid(self._nc, self._sub, self.dispatch)
             await self._nc.flush()
 
     async def close(self) -> None:
         sub, self._sub = self._sub, None
-        if sub is None or self._nc.is_closed:
+        if sub is None:
+            return
+        unroute_sid(self._nc, sub)
+        if self._nc.is_closed:
             return
         try:
             await sub.unsubscribe()
