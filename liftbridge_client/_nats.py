@@ -35,7 +35,7 @@ import nats.errors
 from liftbridge_client import envelope, errors
 from liftbridge_client._correlation import Correlator
 from liftbridge_client._errors_map import ack_error
-from liftbridge_client._nats_raw import route_sid, unroute_sid
+from liftbridge_client._nats_raw import PubBuffer, route_sid, unroute_sid
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import ack_from_proto
 
@@ -75,6 +75,7 @@ class NatsPublisher:
         self.undecodable_acks = 0
         self.mismatched_acks = 0
         self.raw_acks = False  # acks come straight from nats-py's parser (see _nats_raw)
+        self._buffer = PubBuffer(nc)
 
     def __repr__(self) -> str:
         return f"<NatsPublisher inbox={self.inbox!r} subscribed={self._sub is not None}>"
@@ -142,6 +143,21 @@ class NatsPublisher:
             await self._nc.publish(subject, payload)
         except nats.errors.Error as exc:
             raise map_nats_error(exc, subject) from exc
+        self._buffer.learn(subject)
+
+    def send_nowait(self, subject: str, payload: bytes) -> bool:
+        """`send` without awaiting, when nothing would differ (see `PubBuffer`); then
+        `kick` must follow before the caller waits. False: use `send`."""
+        return self._buffer.append(subject, payload)
+
+    @property
+    def unflushed(self) -> bool:
+        """`send_nowait` queued bytes that nats-py's flusher was not woken for yet."""
+        return self._buffer.unflushed
+
+    async def kick(self) -> None:
+        """Wake nats-py's flusher for what `send_nowait` queued."""
+        await self._buffer.kick()
 
     # ------------------------------------------------------------ incoming
 

@@ -86,3 +86,67 @@ def unroute_sid(nc: nats.aio.client.Client, sub: object) -> None:
     sid = getattr(sub, "_id", None)
     if routes is not None and type(sid) is int:
         routes.pop(sid, None)
+
+
+class PubBuffer:
+    """PUB commands appended to nats-py's outgoing buffer without a coroutine per message.
+
+    ``nats.aio.client.Client.publish`` validates the subject, builds the command
+    and awaits two more coroutines for every message before it lands in the
+    connection's pending list, which nats-py's flusher task writes out with one
+    ``writelines``. `append` does the same append synchronously, so a sender can
+    queue a whole batch and wake the flusher once (`kick`), but only when nothing
+    would differ from nats-py's own path: the connection is plainly connected
+    (not reconnecting, whose buffering rules nats-py keeps applying; not
+    draining or closed), the buffer stays under nats-py's pending limit, and the
+    subject already went through ``publish`` once (nats-py validated it).
+    Otherwise it returns False and the caller publishes through nats-py.
+    """
+
+    __slots__ = ("_connected", "_heads", "_nc", "_usable", "unflushed")
+
+    def __init__(self, nc: nats.aio.client.Client) -> None:
+        self._nc: Any = nc
+        self._usable = (
+            isinstance(getattr(nc, "_pending", None), list)
+            and type(getattr(nc, "_pending_data_size", None)) is int
+            and type(getattr(nc, "_max_pending_size", None)) is int
+            and inspect.iscoroutinefunction(getattr(nc, "_flush_pending", None))
+            and hasattr(nc, "_flush_queue")
+            and hasattr(nc, "_status")
+        )
+        self._connected = getattr(nats.aio.client.Client, "CONNECTED", None)
+        self._heads: dict[str, bytes] = {}  # subject -> b"PUB <subject> "
+        self.unflushed = False  # appended since the flusher was last woken
+
+    def learn(self, subject: str) -> None:
+        """nats-py accepted a publish on ``subject``: later ones may take `append`."""
+        if self._usable and subject not in self._heads:
+            self._heads[subject] = b"PUB " + subject.encode() + b" "
+
+    def append(self, subject: str, payload: bytes) -> bool:
+        head = self._heads.get(subject)
+        nc = self._nc
+        if head is None or nc._status != self._connected:
+            return False
+        size = len(payload)
+        cmd = b"%s%d\r\n%s\r\n" % (head, size, payload)
+        total = nc._pending_data_size + len(cmd)
+        if nc._max_pending_size > 0 and total > nc._max_pending_size:
+            return False  # nats-py's publish force-flushes first
+        nc._pending.append(cmd)
+        nc._pending_data_size = total
+        stats = nc.stats
+        stats["out_msgs"] += 1
+        stats["out_bytes"] += size
+        self.unflushed = True
+        return True
+
+    async def kick(self) -> None:
+        """Wake nats-py's flusher for what `append` queued (as its publish does)."""
+        if not self.unflushed:
+            return
+        self.unflushed = False
+        queue = self._nc._flush_queue
+        if queue is not None and queue.empty():
+            await self._nc._flush_pending()

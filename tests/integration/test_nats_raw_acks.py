@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import nats
 import pytest
 
@@ -29,6 +31,22 @@ async def test_acks_take_the_raw_route_and_other_traffic_is_untouched(
         assert [a.offset for a in acks if a is not None] == [0, 1, 2]
         nc = client._nats
         assert nc is not None
+        # Then the sender appends to nats-py's buffer itself (the subject is known now).
+        out = nc.stats["out_msgs"]
+        slow: list[str] = []
+        real_publish = nc.publish
+
+        async def counting_publish(subject: str, payload: bytes = b"", **kw: Any) -> None:
+            slow.append(subject)
+            await real_publish(subject, payload, **kw)
+
+        nc.publish = counting_publish  # type: ignore[method-assign,assignment]
+        futs = [await client.send(stream.name, b"w%d" % i) for i in range(300)]
+        acks = [await f for f in futs]
+        assert [a.offset for a in acks if a is not None] == list(range(3, 303))
+        assert nc.stats["out_msgs"] - out >= 300
+        assert slow == []  # none took nats-py's publish
+        nc.publish = real_publish  # type: ignore[method-assign]
         # Another subscription on the same connection still gets Msg objects.
         seen: list[bytes] = []
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, cast
 
+import nats.aio.client
 import pytest
 
-from liftbridge_client._nats_raw import route_sid, unroute_sid
+from liftbridge_client._nats_raw import PubBuffer, route_sid, unroute_sid
 
 
 class Sub:
@@ -66,3 +68,59 @@ def test_nothing_is_routed_without_a_parser_hook_or_a_sid() -> None:
     assert not route_sid(cast(Any, Bare()), Sub(1), print)
     assert not route_sid(cast(Any, Conn()), object(), print)
     unroute_sid(cast(Any, Bare()), Sub(1))  # nothing routed: nothing to do
+
+
+class PendingConn:
+    """What PubBuffer needs of nats-py's Client: its pending list, limits and flusher."""
+
+    def __init__(self, *, max_pending: int = 1000) -> None:
+        self._status = nats.aio.client.Client.CONNECTED
+        self._pending: list[bytes] = []
+        self._pending_data_size = 0
+        self._max_pending_size = max_pending
+        self._flush_queue: asyncio.Queue[None] = asyncio.Queue()
+        self.stats = {"out_msgs": 0, "out_bytes": 0}
+        self.flushes = 0
+
+    async def _flush_pending(self) -> None:
+        self.flushes += 1
+
+
+async def test_pub_buffer_appends_nats_commands_once_a_subject_was_accepted() -> None:
+    conn = PendingConn()
+    buf = PubBuffer(cast(Any, conn))
+    assert not buf.append("a.b", b"x")  # nats-py has not validated the subject yet
+    buf.learn("a.b")
+    assert buf.append("a.b", b"hello")
+    assert buf.append("a.b", b"")
+    assert conn._pending == [b"PUB a.b 5\r\nhello\r\n", b"PUB a.b 0\r\n\r\n"]
+    assert conn._pending_data_size == sum(map(len, conn._pending))
+    assert conn.stats == {"out_msgs": 2, "out_bytes": 5}
+    assert buf.unflushed
+    await buf.kick()
+    await buf.kick()  # nothing new: the flusher is not woken again
+    assert conn.flushes == 1
+    assert not buf.unflushed
+
+
+async def test_pub_buffer_leaves_reconnects_limits_and_busy_flushers_to_nats_py() -> None:
+    conn = PendingConn(max_pending=30)
+    buf = PubBuffer(cast(Any, conn))
+    buf.learn("s")
+    assert buf.append("s", b"0123456789")  # 22 bytes
+    assert not buf.append("s", b"0123456789")  # over the pending limit: nats-py force-flushes
+    conn._status = 0  # reconnecting (or anything but CONNECTED): nats-py's buffering rules
+    assert not buf.append("s", b"")
+    assert len(conn._pending) == 1
+    conn._flush_queue.put_nowait(None)  # the flusher is already due: no second wake-up
+    await buf.kick()
+    assert conn.flushes == 0
+
+
+def test_pub_buffer_is_off_on_a_stand_in_connection() -> None:
+    class Bare:
+        pass
+
+    buf = PubBuffer(cast(Any, Bare()))
+    buf.learn("s")
+    assert not buf.append("s", b"x")
