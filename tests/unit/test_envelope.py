@@ -764,3 +764,15 @@ def test_encode_message_fast_path_matches_protobuf_serialization(
             value, ack_inbox=ack_inbox, correlation_id=cid, ack_policy=ack_policy, crc=crc
         )
         assert data == envelope.encode(envelope.MsgType.PUBLISH, expected, crc=crc)
+
+
+def test_encode_message_inbox_and_size_caches_give_protobufs_bytes() -> None:
+    # More inboxes than the cache keeps (it starts over), each encoded twice (a hit).
+    for i in range(70):
+        inbox, value = f"_INBOX.{i}", b"v" * (100 + i)
+        expected = api_pb2.Message(
+            offset=-1, value=value, ackInbox=inbox, correlationId="c"
+        ).SerializeToString()
+        for _ in range(2):
+            data = envelope.encode_message(value, ack_inbox=inbox, correlation_id="c")
+            assert data == envelope.encode(envelope.MsgType.PUBLISH, expected)
