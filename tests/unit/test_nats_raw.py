@@ -124,3 +124,52 @@ def test_pub_buffer_is_off_on_a_stand_in_connection() -> None:
     buf = PubBuffer(cast(Any, Bare()))
     buf.learn("s")
     assert not buf.append("s", b"x")
+
+
+class Socket:
+    def __init__(self, backlog: int) -> None:
+        self.backlog = backlog
+        self.closing = False
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_write_buffer_size(self) -> int:
+        return self.backlog
+
+
+class Writer:
+    def __init__(self, backlog: int) -> None:
+        self.transport = Socket(backlog)
+        self.written: list[bytes] = []
+
+    def writelines(self, data: list[bytes]) -> None:
+        self.written.extend(data)
+
+
+class Transport:
+    def __init__(self, backlog: int) -> None:
+        self._io_writer = Writer(backlog)
+
+
+async def test_pub_buffer_writes_at_once_when_the_socket_has_no_backlog() -> None:
+    conn = PendingConn()
+    conn._transport = Transport(backlog=0)  # type: ignore[attr-defined]
+    buf = PubBuffer(cast(Any, conn))
+    buf.learn("s")
+    assert buf.append("s", b"a")
+    assert buf.append("s", b"b")
+    await buf.kick()
+    writer = conn._transport._io_writer  # type: ignore[attr-defined]
+    assert writer.written == [b"PUB s 1\r\na\r\n", b"PUB s 1\r\nb\r\n"]  # in order
+    assert conn._pending == []
+    assert conn._pending_data_size == 0
+    assert conn.flushes == 0  # nats-py's flusher was not needed
+    # A backlog on the socket (or a closing one): nats-py's flusher paces the writes.
+    for backlog, closing in ((10, False), (0, True)):
+        writer.transport.backlog, writer.transport.closing = backlog, closing
+        assert buf.append("s", b"c")
+        await buf.kick()
+        assert len(writer.written) == 2
+    assert conn.flushes == 2
+    assert len(conn._pending) == 2
