@@ -119,16 +119,20 @@ class NatsPublisher:
         With ack policy NONE no ack inbox is set: the server then sends nothing,
         not even error acks, which would only arrive after the future resolved.
         """
-        payload = envelope.encode_message(
-            value,
-            key=key or b"",
-            headers=headers,
-            ack_inbox="" if ack_policy == api_pb2.NONE else self.inbox,
-            correlation_id=correlation_id,
-            ack_policy=ack_policy,
-            expected_offset=expected_offset,
-            crc=self._crc,
-        )
+        inbox = "" if ack_policy == api_pb2.NONE else self.inbox
+        if not key and not headers and expected_offset == -1 and not self._crc:
+            payload = envelope.encode_message_plain(value, inbox, correlation_id, ack_policy)
+        else:
+            payload = envelope.encode_message(
+                value,
+                key=key or b"",
+                headers=headers,
+                ack_inbox=inbox,
+                correlation_id=correlation_id,
+                ack_policy=ack_policy,
+                expected_offset=expected_offset,
+                crc=self._crc,
+            )
         limit = self._nc.max_payload
         if len(payload) > limit:
             raise errors.MessageTooLargeError(
