@@ -35,6 +35,7 @@ import nats.errors
 from liftbridge_client import envelope, errors
 from liftbridge_client._correlation import Correlator
 from liftbridge_client._errors_map import ack_error
+from liftbridge_client._nats_raw import PubBuffer, route_sid, unroute_sid
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import ack_from_proto
 
@@ -73,6 +74,8 @@ class NatsPublisher:
         self._sub: nats.aio.subscription.Subscription | None = None
         self.undecodable_acks = 0
         self.mismatched_acks = 0
+        self.raw_acks = False  # acks come straight from nats-py's parser (see _nats_raw)
+        self._buffer = PubBuffer(nc)
 
     def __repr__(self) -> str:
         return f"<NatsPublisher inbox={self.inbox!r} subscribed={self._sub is not None}>"
@@ -81,11 +84,17 @@ class NatsPublisher:
         """Subscribe the ack inbox (and make sure the server has seen the subscription)."""
         if self._sub is None:
             self._sub = await self._nc.subscribe(self.inbox, cb=self._on_ack)
+            # Acks straight from nats-py's parser to dispatch (no Msg, queue or task per
+            # ack); the callback above only serves when that is not possible.
+            self.raw_acks = route_sid(self._nc, self._sub, self.dispatch)
             await self._nc.flush()
 
     async def close(self) -> None:
         sub, self._sub = self._sub, None
-        if sub is None or self._nc.is_closed:
+        if sub is None:
+            return
+        unroute_sid(self._nc, sub)
+        if self._nc.is_closed:
             return
         try:
             await sub.unsubscribe()
@@ -110,16 +119,20 @@ class NatsPublisher:
         With ack policy NONE no ack inbox is set: the server then sends nothing,
         not even error acks, which would only arrive after the future resolved.
         """
-        payload = envelope.encode_message(
-            value,
-            key=key or b"",
-            headers=headers,
-            ack_inbox="" if ack_policy == api_pb2.NONE else self.inbox,
-            correlation_id=correlation_id,
-            ack_policy=ack_policy,
-            expected_offset=expected_offset,
-            crc=self._crc,
-        )
+        inbox = "" if ack_policy == api_pb2.NONE else self.inbox
+        if not key and not headers and expected_offset == -1 and not self._crc:
+            payload = envelope.encode_message_plain(value, inbox, correlation_id, ack_policy)
+        else:
+            payload = envelope.encode_message(
+                value,
+                key=key or b"",
+                headers=headers,
+                ack_inbox=inbox,
+                correlation_id=correlation_id,
+                ack_policy=ack_policy,
+                expected_offset=expected_offset,
+                crc=self._crc,
+            )
         limit = self._nc.max_payload
         if len(payload) > limit:
             raise errors.MessageTooLargeError(
@@ -134,6 +147,21 @@ class NatsPublisher:
             await self._nc.publish(subject, payload)
         except nats.errors.Error as exc:
             raise map_nats_error(exc, subject) from exc
+        self._buffer.learn(subject)
+
+    def send_nowait(self, subject: str, payload: bytes) -> bool:
+        """`send` without awaiting, when nothing would differ (see `PubBuffer`); then
+        `kick` must follow before the caller waits. False: use `send`."""
+        return self._buffer.append(subject, payload)
+
+    @property
+    def unflushed(self) -> bool:
+        """`send_nowait` queued bytes that nats-py's flusher was not woken for yet."""
+        return self._buffer.unflushed
+
+    async def kick(self) -> None:
+        """Wake nats-py's flusher for what `send_nowait` queued."""
+        await self._buffer.kick()
 
     # ------------------------------------------------------------ incoming
 

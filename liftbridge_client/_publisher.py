@@ -397,9 +397,13 @@ class Publisher:
     async def _send_loop(self) -> None:
         queue = self._queue
         correlator = self._correlator
+        nats_pub = self._nats_pub
         written = 0
         while not self._closed:
             if not queue:
+                if nats_pub is not None and nats_pub.unflushed:
+                    await nats_pub.kick()  # what send_nowait queued goes out now
+                    continue
                 self._waker = self._loop.create_future()
                 self._sender_idle = True
                 try:
@@ -425,7 +429,8 @@ class Publisher:
                     fut.expect = (item.stream, item.subject)  # what its ack must name
                     # nats-py swallows a CancelledError in a forced flush and returns
                     # normally: the loop condition re-checks _closed after this await.
-                    await self._nats_pub.send(item.subject, item.payload)
+                    if not self._nats_pub.send_nowait(item.subject, item.payload):
+                        await self._nats_pub.send(item.subject, item.payload)
                 else:
                     await self._send_grpc(item, fut)  # the stream's writer takes it from here
             except errors.LiftbridgeError as exc:
@@ -443,6 +448,8 @@ class Publisher:
                 correlator.resolve(fut.correlation_id, None)
             written += 1
             if written % _YIELD_EVERY == 0:
+                if nats_pub is not None:
+                    await nats_pub.kick()
                 await asyncio.sleep(0)
 
     def _new_stream(self, address: str) -> PublishStream:

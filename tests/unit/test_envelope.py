@@ -764,3 +764,36 @@ def test_encode_message_fast_path_matches_protobuf_serialization(
             value, ack_inbox=ack_inbox, correlation_id=cid, ack_policy=ack_policy, crc=crc
         )
         assert data == envelope.encode(envelope.MsgType.PUBLISH, expected, crc=crc)
+
+
+def test_encode_message_inbox_and_size_caches_give_protobufs_bytes() -> None:
+    # More inboxes than the cache keeps (it starts over), each encoded twice (a hit).
+    for i in range(70):
+        inbox, value = f"_INBOX.{i}", b"v" * (100 + i)
+        expected = api_pb2.Message(
+            offset=-1, value=value, ackInbox=inbox, correlationId="c"
+        ).SerializeToString()
+        for _ in range(2):
+            data = envelope.encode_message(value, ack_inbox=inbox, correlation_id="c")
+            assert data == envelope.encode(envelope.MsgType.PUBLISH, expected)
+
+
+@given(
+    st.binary(max_size=300),
+    st.sampled_from(["", "_INBOX.abc", "_INBOX.é"]),
+    st.text(max_size=140),
+    st.sampled_from([api_pb2.LEADER, api_pb2.ALL, api_pb2.NONE]),
+)
+def test_encode_message_plain_equals_encode_message(
+    value: bytes, ack_inbox: str, cid: str, ack_policy: int
+) -> None:
+    try:
+        expected = envelope.encode_message(
+            value, ack_inbox=ack_inbox, correlation_id=cid, ack_policy=ack_policy
+        )
+    except InvalidInputError:  # e.g. a lone surrogate: refused the same way
+        with pytest.raises(InvalidInputError):
+            envelope.encode_message_plain(value, ack_inbox, cid, ack_policy)
+        return
+    for _ in range(2):  # the second time with the inbox cached
+        assert envelope.encode_message_plain(value, ack_inbox, cid, ack_policy) == expected
