@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# Server binaries are built into the clone's git-ignored .servers/ (override to share a cache).
+export LIFTBRIDGE_CLIENT_CACHE ?= $(CURDIR)/.servers/cache
 
 .PHONY: venv servers proto proto-check lint format typecheck unit integration test test-compat demo bench bench-full clean
 

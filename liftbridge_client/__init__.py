@@ -10,6 +10,7 @@ from liftbridge_client._correlation import PublishFuture
 from liftbridge_client._version import __version__
 from liftbridge_client.client import Client
 from liftbridge_client.errors import LiftbridgeError
+from liftbridge_client.groups import AutoOffset, Consumer, ConsumerOptions
 from liftbridge_client.models import (
     Ack,
     AckPolicy,
@@ -38,10 +39,13 @@ from liftbridge_client.subscription import Subscription
 __all__ = [
     "Ack",
     "AckPolicy",
+    "AutoOffset",
     "Broker",
     "Client",
     "ClientOptions",
+    "Consumer",
     "ConsumerGroupInfo",
+    "ConsumerOptions",
     "EventTimestamps",
     "KeyPartitioner",
     "LiftbridgeError",

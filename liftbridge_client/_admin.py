@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from liftbridge_client import errors
+from liftbridge_client import _validate, errors
 from liftbridge_client._errors_map import is_no_metadata_leader, map_rpc_error
 from liftbridge_client._grpc import Stub, with_retries
 from liftbridge_client._metadata import MetadataCache
@@ -27,16 +27,13 @@ log = logging.getLogger(__name__)
 
 
 def _check_name(kind: str, value: str) -> None:
-    if not isinstance(value, str) or not value:
-        raise errors.InvalidInputError(f"{kind} must be a non-empty string, got {value!r}")
+    _validate.text(kind, value)
 
 
-def _check_partitions(partitions: Sequence[int]) -> list[int]:
-    out = list(partitions)
-    for p in out:
-        if not isinstance(p, int) or p < 0:
-            raise errors.InvalidInputError(f"partition ids must be ints >= 0, got {p!r}")
-    return out
+def _check_partitions(partitions: Sequence[int], name: str = "partitions") -> list[int]:
+    if isinstance(partitions, str | bytes) or not isinstance(partitions, Sequence):
+        raise errors.InvalidInputError(f"{name} must be a sequence of ints, got {partitions!r}")
+    return [_validate.int_arg(f"{name} entry", p, 0, _validate.INT32_MAX) for p in partitions]
 
 
 async def create_stream(
@@ -49,12 +46,16 @@ async def create_stream(
     *,
     exist_ok: bool = False,
 ) -> None:
-    _check_name("subject", subject)
-    _check_name("name", name)
+    if config is not None and not isinstance(config, StreamConfig):
+        raise errors.InvalidInputError(f"config must be a StreamConfig, got {config!r}")
+    _validate.flag("exist_ok", exist_ok)
     try:
         config = replace(config or StreamConfig(), **settings)
     except TypeError as exc:  # an unknown keyword
         raise errors.InvalidInputError(str(exc)) from exc
+    # Names and subjects the server cannot handle make it panic (and crash-loop): refuse.
+    _validate.stream_subject(subject, partitions=config.partitions or 1)
+    _validate.stream_name(name)
     req = config.to_request(subject, name)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + options.create_stream_timeout
@@ -144,7 +145,9 @@ async def pause_stream(
 ) -> None:
     _check_name("name", name)
     req = api_pb2.PauseStreamRequest(
-        name=name, partitions=_check_partitions(partitions), resumeAll=resume_all
+        name=name,
+        partitions=_check_partitions(partitions),
+        resumeAll=_validate.flag("resume_all", resume_all),
     )
     timeout = options.rpc_timeout
     await metadata.call_any("PauseStream", lambda s: s.PauseStream(req, timeout=timeout))
@@ -159,7 +162,9 @@ async def set_stream_readonly(
 ) -> None:
     _check_name("name", name)
     req = api_pb2.SetStreamReadonlyRequest(
-        name=name, partitions=_check_partitions(partitions), readonly=readonly
+        name=name,
+        partitions=_check_partitions(partitions),
+        readonly=_validate.flag("readonly", readonly),
     )
     timeout = options.rpc_timeout
     await metadata.call_any(
@@ -167,17 +172,25 @@ async def set_stream_readonly(
     )
 
 
-async def fetch_metadata(metadata: MetadataCache, streams: Sequence[str]) -> Metadata:
-    if not streams:
+async def fetch_metadata(
+    metadata: MetadataCache, streams: Sequence[str], groups: Sequence[str] = ()
+) -> Metadata:
+    if isinstance(groups, str):
+        raise errors.InvalidInputError(f"groups must be a sequence of ids, got {groups!r}")
+    for stream in streams:
+        _check_name("stream", stream)
+    for group in groups:
+        _check_name("groups", group)
+    if not streams and not groups:
         return await metadata.refresh()
-    return metadata_from_proto(await metadata.fetch(streams))
+    return metadata_from_proto(await metadata.fetch(streams, groups))
 
 
 async def fetch_partition_metadata(
     metadata: MetadataCache, options: ClientOptions, stream: str, partition: int
 ) -> PartitionInfo:
     _check_name("stream", stream)
-    _check_partitions([partition])
+    _validate.int_arg("partition", partition, 0, _validate.INT32_MAX)
     req = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
     timeout = options.rpc_timeout
     resp = await metadata.call_leader(

@@ -59,10 +59,11 @@ class PublishFuture(asyncio.Future[_T], Generic[_T]):
     (to None with ack policy NONE, once written) or fails with a `LiftbridgeError`.
     Cancelling it withdraws the publish if it was not written yet. (Internally it is
     its own registry entry; ``owner`` tags the connection it went out on, so that
-    connection's loss fails exactly its messages: `Correlator.fail_owned`.)
+    connection's loss fails exactly its messages: `Correlator.fail_owned`; ``expect``
+    is the (stream, subject) an ack on the NATS inbox must name to settle it.)
     """
 
-    __slots__ = ("_correlator", "correlation_id", "owner")
+    __slots__ = ("_correlator", "correlation_id", "expect", "owner")
 
     def __init__(
         self, correlator: Correlator, correlation_id: str, *, loop: asyncio.AbstractEventLoop
@@ -71,6 +72,7 @@ class PublishFuture(asyncio.Future[_T], Generic[_T]):
         self._correlator: Correlator | None = correlator  # None once it left the registry
         self.correlation_id = correlation_id
         self.owner: object = None
+        self.expect: tuple[str, str] | None = None
 
     def __repr__(self) -> str:
         return f"<PublishFuture {self.correlation_id!r} {self._state.lower()}>"
@@ -246,6 +248,10 @@ class Correlator:
         if timer.handle is None:
             timer.handle = loop.call_at(deadline, self._expire_due, timeout)
         return fut
+
+    def get(self, correlation_id: str) -> AckFuture | None:
+        """The pending future of ``correlation_id``, if any (it stays registered)."""
+        return self._entries.get(correlation_id)
 
     def pending(self) -> list[AckFuture]:
         """A snapshot of the pending futures, oldest first."""

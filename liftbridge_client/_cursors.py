@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from liftbridge_client import errors
+from liftbridge_client import _validate, errors
 from liftbridge_client._grpc import Stub
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
@@ -28,8 +28,6 @@ __all__ = ["CURSORS_STREAM", "cursor_key", "cursors_partition", "fetch_cursor", 
 
 CURSORS_STREAM = "__cursors"
 
-_INT32_MAX = 2**31 - 1
-_INT64_MAX = 2**63 - 1
 _DISABLED_TEXT = "Cursors stream does not exist"
 
 T = TypeVar("T")
@@ -46,16 +44,11 @@ def cursors_partition(key: bytes, partitions: int) -> int:
 
 
 def _check(cursor_id: str, stream: str, partition: int) -> None:
-    if not isinstance(cursor_id, str) or not cursor_id:
-        raise errors.InvalidInputError(f"cursor_id must be a non-empty string, got {cursor_id!r}")
+    _validate.text("cursor_id", cursor_id)
     if "," in cursor_id:
         raise errors.InvalidInputError(f"cursor_id must not contain ',', got {cursor_id!r}")
-    if not isinstance(stream, str) or not stream:
-        raise errors.InvalidInputError(f"stream must be a non-empty string, got {stream!r}")
-    if isinstance(partition, bool) or not isinstance(partition, int):
-        raise errors.InvalidInputError(f"partition must be an int, got {partition!r}")
-    if not 0 <= partition <= _INT32_MAX:
-        raise errors.InvalidInputError(f"partition must be >= 0, got {partition}")
+    _validate.text("stream", stream)
+    _validate.int_arg("partition", partition, 0, _validate.INT32_MAX)
 
 
 def _disabled(cause: BaseException | None = None) -> errors.CursorsDisabledError:
@@ -97,10 +90,7 @@ async def set_cursor(
 ) -> None:
     """Store ``offset`` (-1 clears) as the cursor's position in ``stream``/``partition``."""
     _check(cursor_id, stream, partition)
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise errors.InvalidInputError(f"offset must be an int, got {offset!r}")
-    if not -1 <= offset <= _INT64_MAX:
-        raise errors.InvalidInputError(f"offset must be >= -1, got {offset}")
+    _validate.int_arg("offset", offset, -1, _validate.INT64_MAX)
     req = api_pb2.SetCursorRequest(
         stream=stream, partition=partition, cursorId=cursor_id, offset=offset
     )

@@ -14,6 +14,12 @@ turned into typed errors by `ack_error`.
 
 Undecodable messages on the inbox are dropped, counted in `undecodable_acks`
 and logged at debug level.
+
+Anyone allowed to publish on the inbox subject can send it an Ack. One naming a
+pending correlation id settles that publish only if it also names the stream and
+the subject the message was published on (the server always fills both); any
+other is counted in `mismatched_acks` and dropped, and the publish keeps waiting
+for its real ack. See docs/security.md for what this does not prevent.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ class NatsPublisher:
         self.inbox = nc.new_inbox()  # unique per client: _INBOX.<nuid> (or the custom prefix)
         self._sub: nats.aio.subscription.Subscription | None = None
         self.undecodable_acks = 0
+        self.mismatched_acks = 0
 
     def __repr__(self) -> str:
         return f"<NatsPublisher inbox={self.inbox!r} subscribed={self._sub is not None}>"
@@ -141,6 +148,22 @@ class NatsPublisher:
         except (errors.ProtocolError, ValueError) as exc:
             self.undecodable_acks += 1
             log.debug("dropped undecodable message on ack inbox %s: %s", self.inbox, exc)
+            return
+        fut = self._correlator.get(pb.correlationId)
+        if fut is not None and fut.expect != (pb.stream, pb.msgSubject):
+            # Not the ack of this publish (forged, or another stream's ack routed here).
+            self.mismatched_acks += 1
+            level = logging.WARNING if self.mismatched_acks == 1 else logging.DEBUG
+            log.log(
+                level,
+                "dropped an ack on inbox %s for correlation id %r naming stream %r subject %r; "
+                "the publish went to %r (first of such acks warns; see Client.stats())",
+                self.inbox,
+                pb.correlationId,
+                pb.stream,
+                pb.msgSubject,
+                fut.expect,
+            )
             return
         if pb.ackError == _ACK_OK:  # the common case, without the ack_error call
             self._correlator.resolve(pb.correlationId, ack)

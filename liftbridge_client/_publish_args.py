@@ -6,12 +6,12 @@ anything is queued, so bad input raises `InvalidInputError` and nothing is sent.
 
 from __future__ import annotations
 
-import math
+import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
-from liftbridge_client import errors
+from liftbridge_client import _validate, errors
 from liftbridge_client._correlation import AckFuture
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.envelope import check_header_keys
@@ -38,8 +38,8 @@ __all__ = [
     "seconds_arg",
 ]
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
+INT32_MAX = _validate.INT32_MAX
+INT64_MAX = _validate.INT64_MAX
 
 
 class PublishOptions(TypedDict, total=False):
@@ -52,7 +52,7 @@ class PublishOptions(TypedDict, total=False):
     expected_offset: int  # optimistic concurrency; -1 (default) = no check
     correlation_id: str | None  # default: a fresh unique id
     transport: Transport | None  # default: the client's
-    ack_wait: float | None  # default: ClientOptions.ack_wait
+    ack_wait: float | datetime.timedelta | None  # default: ClientOptions.ack_wait
 
 
 class PublishArgs(PublishOptions, total=False):
@@ -67,7 +67,7 @@ class SubjectOptions(TypedDict, total=False):
     key: bytes | None
     headers: Mapping[str, bytes] | None
     correlation_id: str | None
-    ack_wait: float | None
+    ack_wait: float | datetime.timedelta | None
 
 
 class SubjectPublishArgs(TypedDict, total=False):
@@ -77,7 +77,7 @@ class SubjectPublishArgs(TypedDict, total=False):
     headers: Mapping[str, bytes] | None
     ack_policy: AckPolicy
     correlation_id: str | None
-    ack_wait: float | None
+    ack_wait: float | datetime.timedelta | None
 
 
 PUBLISH_KEYS = frozenset(PublishArgs.__optional_keys__)
@@ -129,6 +129,7 @@ def headers_arg(headers: object) -> dict[str, bytes] | None:
     for name, value in headers.items():
         if not isinstance(name, str):
             raise errors.InvalidInputError(f"header names must be str, got {name!r}")
+        _validate.text("header name", name, empty_ok=True)
         out[name] = as_bytes(f"header {name[:40]!r}", value)
     check_header_keys(out)  # the server crashes on keys over 32767 bytes
     return out or None
@@ -146,23 +147,14 @@ def ack_policy_arg(value: object) -> AckPolicy:
 
 
 def seconds_arg(name: str, value: object, default: float) -> float:
-    """A positive, finite number of seconds; ``default`` for None."""
+    """Seconds > 0 (a number or a timedelta, see `_validate.seconds`); ``default`` for None."""
     if value is None:
         return default
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise errors.InvalidInputError(f"{name} must be a number of seconds > 0, got {value!r}")
-    return float(value)
+    return _validate.seconds(name, value)
 
 
 def correlation_id_arg(value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise errors.InvalidInputError(f"correlation_id must be a non-empty str, got {value!r}")
-    return value
+    return _validate.text("correlation_id", value)
 
 
 def reject_unknown(kw: Mapping[str, object], known: frozenset[str]) -> None:

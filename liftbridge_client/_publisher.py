@@ -44,6 +44,7 @@ as the message is written.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import itertools
 import logging
 import secrets
@@ -55,7 +56,7 @@ import anyio
 import nats.aio.client
 import nats.errors
 
-from liftbridge_client import errors
+from liftbridge_client import _validate, errors
 from liftbridge_client._correlation import AckFuture, Correlator
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._grpc_publish import (
@@ -243,8 +244,7 @@ class Publisher:
     def _prepare_checked(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> Item:
         """`_prepare` with every argument checked and converted."""
         self._check_accepting()
-        if not isinstance(stream, str) or not stream:
-            raise errors.InvalidInputError(f"stream must be a non-empty str, got {stream!r}")
+        _validate.text("stream", stream)
         value = as_bytes("value", value)
         key: bytes | None = None
         headers: dict[str, bytes] | None = None
@@ -260,28 +260,17 @@ class Publisher:
                 key = as_bytes("key", k)
             headers = headers_arg(kw.get("headers"))
             partition = kw.get("partition")
-            if partition is not None and (
-                isinstance(partition, bool)
-                or not isinstance(partition, int)
-                or not 0 <= partition <= INT32_MAX
-            ):
-                raise errors.InvalidInputError(f"partition must be an int >= 0, got {partition!r}")
+            if partition is not None:
+                _validate.int_arg("partition", partition, 0, INT32_MAX)
             partitioner = kw.get("partitioner", partitioner)
             if partitioner is not None and not callable(partitioner):
                 raise errors.InvalidInputError(f"partitioner must be callable, got {partitioner!r}")
             if "ack_policy" in kw:
                 ack_policy = ack_policy_arg(kw["ack_policy"])
             if "expected_offset" in kw:
-                expected_offset = kw["expected_offset"]
-                if (
-                    isinstance(expected_offset, bool)
-                    or not isinstance(expected_offset, int)
-                    or not -1 <= expected_offset <= INT64_MAX
-                ):
-                    raise errors.InvalidInputError(
-                        f"expected_offset must be an int >= -1 (-1: no check), "
-                        f"got {expected_offset!r}"
-                    )
+                expected_offset = _validate.int_arg(
+                    "expected_offset (-1: no check)", kw["expected_offset"], -1, INT64_MAX
+                )
                 if expected_offset != -1 and ack_policy is AckPolicy.NONE:
                     raise errors.InvalidInputError(
                         "expected_offset needs an ack (ack_policy LEADER or ALL): with NONE "
@@ -325,6 +314,8 @@ class Publisher:
         info = self._metadata.current.streams.get(item.stream)
         if info is not None:
             self._complete(item, info)
+        else:  # not a stream we know: check the name before it goes into a request
+            _validate.text("stream", item.stream)
         return item
 
     def _complete(self, item: Item, info: StreamInfo) -> None:
@@ -376,7 +367,7 @@ class Publisher:
         """Register the future on the slot just acquired and wake the sender."""
         ack_wait = self._options.ack_wait
         if kw and (w := kw.get("ack_wait")) is not None:
-            ack_wait = float(w)
+            ack_wait = _validate.seconds("ack_wait", w)
         try:
             fut = self._correlator.register(item.correlation_id, ack_wait)
         except BaseException:
@@ -430,6 +421,7 @@ class Publisher:
                     assert item.payload is not None
                     self._nats_used = True
                     fut.owner = self._nats_pub  # lost with the NATS connection
+                    fut.expect = (item.stream, item.subject)  # what its ack must name
                     # nats-py swallows a CancelledError in a forced flush and returns
                     # normally: the loop condition re-checks _closed after this await.
                     await self._nats_pub.send(item.subject, item.payload)
@@ -518,8 +510,7 @@ class Publisher:
         subject, `AckTimeoutError`. Not counted in the in-flight window.
         """
         self._check_accepting()
-        if not isinstance(subject, str) or not subject:
-            raise errors.InvalidInputError(f"subject must be a non-empty str, got {subject!r}")
+        _validate.publish_subject(subject)
         value = as_bytes("value", value)
         reject_unknown(kw, SUBJECT_KEYS)
         key = as_bytes("key", kw["key"]) if kw.get("key") is not None else b""
@@ -555,13 +546,13 @@ class Publisher:
 
     # ------------------------------------------------------------ flush and close
 
-    async def flush(self, timeout: float | None) -> None:
+    async def flush(self, timeout: float | datetime.timedelta | None) -> None:
         """Wait until every publish made so far is acked or failed, and NATS has the bytes.
 
         Publishes made while waiting are not waited for. `TimeoutError` (ours,
         also the builtin) after ``timeout`` seconds; nothing is cancelled then.
         """
-        seconds_arg("timeout", timeout, 0.0)
+        timeout = None if timeout is None else seconds_arg("timeout", timeout, 0.0)
         self._check_accepting()
         loop = self._loop
         deadline = None if timeout is None else loop.time() + timeout
@@ -667,6 +658,7 @@ class Publisher:
             pending=len(self._correlator),
             unknown_acks=self._correlator.unknown_acks,
             undecodable_acks=self._nats_pub.undecodable_acks if self._nats_pub else 0,
+            mismatched_acks=self._nats_pub.mismatched_acks if self._nats_pub else 0,
         )
 
 

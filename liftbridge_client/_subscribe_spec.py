@@ -11,13 +11,13 @@
 
 from __future__ import annotations
 
+import datetime
 import enum
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict, TypeVar
 
-from liftbridge_client import errors
+from liftbridge_client import _validate, errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import StartPosition, StopPosition
 
@@ -31,8 +31,8 @@ __all__ = [
     "classify",
 ]
 
-_INT32_MAX = 2**31 - 1
-_INT64_MAX = 2**63 - 1
+_INT32_MAX = _validate.INT32_MAX
+_INT64_MAX = _validate.INT64_MAX
 
 _P = TypeVar("_P", StartPosition, StopPosition)
 _E = TypeVar("_E", bound=errors.SubscriptionEnded)
@@ -44,10 +44,12 @@ class SubscribeArgs(TypedDict, total=False):
     start: StartPosition  # default NEW_ONLY (or implied by the option below)
     start_offset: int  # implies StartPosition.OFFSET
     start_timestamp_ns: int  # implies StartPosition.TIMESTAMP (Unix ns)
-    start_time_delta: float  # seconds back from now; implies StartPosition.TIMESTAMP
+    start_time_delta: float | datetime.timedelta  # back from now; implies TIMESTAMP
     stop: StopPosition  # default ON_CANCEL (or implied by the option below)
     stop_offset: int  # implies StopPosition.OFFSET (inclusive)
     stop_timestamp_ns: int  # implies StopPosition.TIMESTAMP (Unix ns)
+    start_time: datetime.datetime  # implies StartPosition.TIMESTAMP (naive: local time)
+    stop_time: datetime.datetime  # implies StopPosition.TIMESTAMP (naive: local time)
     read_isr_replica: bool  # read from a random in-sync replica, not only the leader
     resume: bool  # resume the partition if it is paused
     reverse: bool  # newest first (emulated on servers that ignore it, e.g. v1.9.0)
@@ -57,17 +59,10 @@ _KNOWN_ARGS = frozenset(SubscribeArgs.__annotations__)
 
 
 def _int(name: str, value: object, low: int, high: int = _INT64_MAX) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise errors.InvalidInputError(f"{name} must be an int, got {value!r}")
-    if not low <= value <= high:
-        raise errors.InvalidInputError(f"{name} must be in [{low}, {high}], got {value}")
-    return value
+    return _validate.int_arg(name, value, low, high)
 
 
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise errors.InvalidInputError(f"{name} must be a bool, got {value!r}")
-    return value
+_flag = _validate.flag
 
 
 def _position(name: str, value: object, enum_type: type[_P]) -> _P:
@@ -114,8 +109,7 @@ class SubscribeSpec:
         cls, stream: str, partition: int, args: Mapping[str, object], *, now_ns: int
     ) -> SubscribeSpec:
         """Validate ``args`` (`SubscribeArgs`); ``now_ns`` anchors ``start_time_delta``."""
-        if not isinstance(stream, str) or not stream:
-            raise errors.InvalidInputError(f"stream must be a non-empty string, got {stream!r}")
+        _validate.text("stream", stream)
         partition = _int("partition", partition, 0, _INT32_MAX)
         unknown = sorted(set(args) - _KNOWN_ARGS)
         if unknown:
@@ -128,6 +122,7 @@ class SubscribeSpec:
                 "start_offset": StartPosition.OFFSET,
                 "start_timestamp_ns": StartPosition.TIMESTAMP,
                 "start_time_delta": StartPosition.TIMESTAMP,
+                "start_time": StartPosition.TIMESTAMP,
             },
             StartPosition.NEW_ONLY,
         )
@@ -140,27 +135,26 @@ class SubscribeSpec:
         elif start is StartPosition.TIMESTAMP:
             if "start_timestamp_ns" in args:
                 start_ts = _int("start_timestamp_ns", args["start_timestamp_ns"], 0)
+            elif "start_time" in args:
+                start_ts = _validate.timestamp_ns("start_time", args["start_time"])
             elif "start_time_delta" in args:
-                delta = args["start_time_delta"]
-                if (
-                    isinstance(delta, bool)
-                    or not isinstance(delta, int | float)
-                    or not math.isfinite(delta)
-                    or delta < 0
-                ):
-                    raise errors.InvalidInputError(
-                        f"start_time_delta must be seconds >= 0, got {delta!r}"
-                    )
+                delta = _validate.seconds(
+                    "start_time_delta", args["start_time_delta"], allow_zero=True
+                )
                 start_ts = max(0, now_ns - round(delta * 1e9))
             else:
                 raise errors.InvalidInputError(
-                    "start=TIMESTAMP needs start_timestamp_ns or start_time_delta"
+                    "start=TIMESTAMP needs start_timestamp_ns, start_time or start_time_delta"
                 )
 
         stop = _implied_position(
             "stop",
             args,
-            {"stop_offset": StopPosition.OFFSET, "stop_timestamp_ns": StopPosition.TIMESTAMP},
+            {
+                "stop_offset": StopPosition.OFFSET,
+                "stop_timestamp_ns": StopPosition.TIMESTAMP,
+                "stop_time": StopPosition.TIMESTAMP,
+            },
             StopPosition.ON_CANCEL,
         )
 
@@ -174,9 +168,14 @@ class SubscribeSpec:
                     f"stop_offset {stop_offset} is before start_offset {start_offset}"
                 )
         elif stop is StopPosition.TIMESTAMP:
-            if "stop_timestamp_ns" not in args:
-                raise errors.InvalidInputError("stop=TIMESTAMP needs stop_timestamp_ns")
-            stop_ts = _int("stop_timestamp_ns", args["stop_timestamp_ns"], 0)
+            if "stop_timestamp_ns" in args:
+                stop_ts = _int("stop_timestamp_ns", args["stop_timestamp_ns"], 0)
+            elif "stop_time" in args:
+                stop_ts = _validate.timestamp_ns("stop_time", args["stop_time"])
+            else:
+                raise errors.InvalidInputError(
+                    "stop=TIMESTAMP needs stop_timestamp_ns or stop_time"
+                )
             if start is StartPosition.TIMESTAMP and stop_ts < start_ts:
                 raise errors.InvalidInputError(
                     f"stop_timestamp_ns {stop_ts} is before the start timestamp {start_ts}"

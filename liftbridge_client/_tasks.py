@@ -125,6 +125,15 @@ class TaskSupervisor:
                 await fn(*args)
         except Exception:
             log.exception("background task %s failed", handle.name)
+        except asyncio.CancelledError:
+            # grpc.aio raises CancelledError out of a call cancelled from elsewhere (the
+            # client closing a stream does that). Nobody cancelled this task then; spreading
+            # it would end the whole group (every sibling), so only this task ends. A real
+            # cancellation (the group closing) has task.cancelling() set and goes on.
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise
+            log.debug("background task %s ended by a stray CancelledError", handle.name)
         finally:
             handle._done.set()
             self._handles.discard(handle)

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import datetime
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
@@ -21,14 +21,17 @@ import nats
 import nats.aio.client
 import nats.errors
 
-from liftbridge_client import _admin, _cursors, errors
+from liftbridge_client import _admin, _cursors, _validate, errors
 from liftbridge_client._correlation import PublishFuture
 from liftbridge_client._feature_probe import FeatureDetector
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._nats_connect import nats_security_args
 from liftbridge_client._publish_args import PublishOptions, SubjectOptions
 from liftbridge_client._publisher import Publisher
 from liftbridge_client._tasks import TaskSupervisor
+from liftbridge_client.activity import ACTIVITY_STREAM, ActivityStream
+from liftbridge_client.groups import Consumer, ConsumerOptions
 from liftbridge_client.models import (
     Ack,
     AckPolicy,
@@ -65,6 +68,21 @@ def _abort_nats_transport(nc: nats.aio.client.Client) -> None:
         raw.abort()
 
 
+def _check_brokers(brokers: object) -> list[str]:
+    """The seed addresses, each ``host:port``; at least one (rejected here, naming it)."""
+    try:
+        addresses: list[str] = list(brokers)  # type: ignore[call-overload]
+    except TypeError:
+        raise errors.InvalidInputError(
+            f"brokers must be a list of host:port strings, got {brokers!r}"
+        ) from None
+    if not addresses:
+        raise errors.InvalidInputError("brokers must name at least one host:port address")
+    for address in addresses:
+        _validate.broker_address(address)
+    return addresses
+
+
 class Client:
     """An asyncio Liftbridge client.
 
@@ -86,16 +104,24 @@ class Client:
     ) -> None:
         if isinstance(brokers, str):
             brokers = [brokers]
+        if options is not None and not isinstance(options, ClientOptions):
+            raise errors.InvalidInputError(f"options must be a ClientOptions, got {options!r}")
         self._options = options or ClientOptions()
+        brokers = _check_brokers(brokers)
         for address in brokers:
-            self._options.resolve(address)
-        self._nats_servers = list(nats_servers or ())
+            _validate.broker_address(self._options.resolve(address))
+        if isinstance(nats_servers, str):
+            nats_servers = [nats_servers]
+        self._nats_servers = [
+            _validate.nats_server_url(s, "nats_servers entry") for s in nats_servers or ()
+        ]
         self._pool = BrokerPool(self._options)
         self._metadata = MetadataCache(self._pool, brokers, self._options)
         self._features = FeatureDetector(self._metadata, self._pool, self._options)
         self._nats: nats.aio.client.Client | None = None
         self._publisher: Publisher | None = None
         self._subscriptions: set[Subscription] = set()
+        self._consumers: set[Consumer] = set()
         self._nats_error: Exception | None = None
         self._nats_errors: dict[str, None] = {}  # distinct texts while connecting, in order
         self._tasks = TaskSupervisor()
@@ -164,9 +190,7 @@ class Client:
             "reconnected_cb": self._on_nats_reconnected,
             "closed_cb": self._on_nats_closed,
         }
-        auth = self._options.nats_auth
-        if auth is not None:
-            args.update({k: v for k, v in dataclasses.asdict(auth).items() if v is not None})
+        args.update(nats_security_args(self._options))
         return args
 
     # nats-py reports through callbacks; by default it prints tracebacks. Log instead, and
@@ -247,6 +271,8 @@ class Client:
                 failures.append((what, exc))
 
         await step("stopping the metadata refresher", self._metadata.stop)
+        for consumer in list(self._consumers):
+            await step("closing a group consumer", consumer.close)
         for sub in list(self._subscriptions):
             await step("closing a subscription", sub.close)
         if self._publisher is not None:
@@ -344,10 +370,14 @@ class Client:
         self._features.check("readonly_streams")
         await _admin.set_stream_readonly(self._metadata, self._options, name, partitions, readonly)
 
-    async def fetch_metadata(self, *streams: str) -> Metadata:
-        """Cluster metadata for the given streams (all streams if none given)."""
+    async def fetch_metadata(self, *streams: str, groups: Sequence[str] = ()) -> Metadata:
+        """Cluster metadata for the given streams (all streams if none given).
+
+        ``groups`` are consumer group ids whose coordinator and epoch to include in
+        ``Metadata.groups`` (groups the server does not know are left out).
+        """
         self._require_open()
-        return await _admin.fetch_metadata(self._metadata, streams)
+        return await _admin.fetch_metadata(self._metadata, streams, groups)
 
     async def fetch_partition_metadata(self, stream: str, partition: int = 0) -> PartitionInfo:
         """Offsets and state of one partition, asked of its leader."""
@@ -504,7 +534,7 @@ class Client:
         """Publisher counters: pending publishes, and acks that were dropped and why."""
         return self._require_open().stats()
 
-    async def flush(self, timeout: float | None = None) -> None:
+    async def flush(self, timeout: float | datetime.timedelta | None = None) -> None:
         """Wait until every publish sent so far is acked or failed."""
         await self._require_open().flush(timeout)
 
@@ -560,3 +590,44 @@ class Client:
         return await _cursors.fetch_cursor(
             self._metadata, self._options, cursor_id, stream, partition
         )
+
+    # ------------------------------------------------------------ consumer groups
+
+    def consumer(
+        self,
+        group_id: str,
+        streams: Sequence[str],
+        *,
+        options: ConsumerOptions | None = None,
+    ) -> Consumer:
+        """A member of consumer group ``group_id`` reading ``streams``: ``async with`` it
+        (joins the group) and ``async for`` over it. See `Consumer` and
+        docs/consumer-groups.md. Needs cursors enabled on the server, and a server with
+        consumer groups (else `FeatureNotSupportedError` when it joins)."""
+        self._require_open()
+        consumer = Consumer(
+            self._metadata,
+            self._pool,
+            self._options,
+            self.subscribe,
+            group_id,
+            streams,
+            options,
+            on_close=self._consumers.discard,
+        )
+        self._consumers.add(consumer)
+        return consumer
+
+    # ------------------------------------------------------------ activity stream
+
+    def activity(self, **kw: Unpack[SubscribeArgs]) -> ActivityStream:
+        """The server's activity stream as typed events (see `ActivityStream`).
+
+        Takes the `subscribe` options: the default starts with new events only;
+        ``start=StartPosition.EARLIEST`` reads from the first, and
+        ``start_offset=event.offset + 1`` resumes after an event already handled.
+        The server must run with ``activity.stream.enabled: true``, else
+        `FeatureNotSupportedError`.
+        """
+        self._require_open()
+        return ActivityStream(self._metadata, self.subscribe(ACTIVITY_STREAM, 0, **kw))

@@ -181,6 +181,14 @@ class StreamInfo:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupInfo:
+    """A consumer group as FetchMetadata reports it.
+
+    ``coordinator`` is the id of the broker that assigns the group's partitions;
+    ``epoch`` grows with every change of coordinator or membership. The server does
+    not report members or assignments in metadata (v1.9.0's wire schema has no field
+    for them): a member learns its own assignments from the coordinator.
+    """
+
     group_id: str
     coordinator: str
     epoch: int
@@ -299,4 +307,6 @@ def metadata_from_proto(pb: api_pb2.FetchMetadataResponse) -> Metadata:
         for g in pb.groupMetadata
         if g.error == api_pb2.ConsumerGroupMetadata.OK
     }
-    return Metadata(brokers=brokers, streams=MappingProxyType(streams), groups=groups)
+    return Metadata(
+        brokers=brokers, streams=MappingProxyType(streams), groups=MappingProxyType(groups)
+    )

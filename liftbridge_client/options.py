@@ -1,19 +1,22 @@
 """Frozen, validated option objects. Times are float seconds everywhere.
 
-Validation happens at construction, so a bad value fails where it was written,
-with an `InvalidInputError` naming the field.
+Durations may be given as numbers of seconds or as `datetime.timedelta`; they read back
+as float seconds. Validation happens at construction (`_validate`), so a bad value fails
+where it was written, with an `InvalidInputError` naming the field.
 """
 
 from __future__ import annotations
 
+import datetime
 import enum
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TypedDict
 
+from liftbridge_client import _validate
+from liftbridge_client._option_fields import OptionalSeconds, Seconds
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.features import parse_version
@@ -37,18 +40,10 @@ class Transport(enum.Enum):
     GRPC = "grpc"  # the PublishAsync gRPC stream to the partition leader
 
 
-def _positive(name: str, value: float | None, *, allow_zero: bool = False) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise InvalidInputError(f"{name} must be a number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidInputError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-
-
 @dataclass(frozen=True, slots=True)
 class TLSConfig:
-    """TLS for the gRPC connections. Paths are read when the client connects.
+    """TLS for the gRPC connections (``ClientOptions.tls``) or the NATS connection
+    (``ClientOptions.nats_tls``). Paths are read when the client connects.
 
     ``cert_file`` and ``key_file`` together present a client certificate
     (mutual TLS, needed for the server's authorization).
@@ -60,6 +55,12 @@ class TLSConfig:
     server_name: str | None = None  # override the name checked in the server's certificate
 
     def __post_init__(self) -> None:
+        for name in ("ca_file", "cert_file", "key_file"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _path(name, value))
+        if self.server_name is not None:
+            _validate.text("server_name", self.server_name)
         if (self.cert_file is None) != (self.key_file is None):
             raise InvalidInputError("TLSConfig needs both cert_file and key_file, or neither")
 
@@ -73,29 +74,66 @@ class TLSConfig:
 
 @dataclass(frozen=True, slots=True)
 class NatsAuth:
-    """Credentials for the NATS connection. The password never appears in a repr."""
+    """Credentials for the NATS connection. No secret ever appears in a repr.
+
+    One way to authenticate: ``user`` and ``password`` (or a ``token``), an nkey
+    (``nkey_seed_file``: a file holding the user's seed, ``SU...``) or a NATS credentials
+    file (``creds_file``: a user JWT and its seed, as ``nsc`` writes them). Files are read
+    when the client connects; nkeys and credentials files need the ``nkeys`` package
+    (``pip install 'liftbridge-client[nkeys]'``).
+    """
 
     user: str | None = None
     password: str | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)
+    nkey_seed_file: Path | None = None
+    creds_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("user", "password", "token"):
+            if (value := getattr(self, name)) is not None:
+                _validate.text(name, value, empty_ok=True)
+        for name in ("nkey_seed_file", "creds_file"):
+            if (value := getattr(self, name)) is not None:
+                object.__setattr__(self, name, _path(name, value))
+        ways = [
+            way
+            for way, given in (
+                ("user/password/token", {self.user, self.password, self.token} != {None}),
+                ("nkey_seed_file", self.nkey_seed_file is not None),
+                ("creds_file", self.creds_file is not None),
+            )
+            if given
+        ]
+        if len(ways) > 1:
+            raise InvalidInputError(f"NatsAuth takes one way to authenticate, got {ways}")
 
 
-@dataclass(frozen=True, slots=True)
+def _path(name: str, value: object) -> Path:
+    if isinstance(value, str):
+        value = Path(_validate.text(name, value))
+    if not isinstance(value, Path):
+        raise InvalidInputError(f"{name} must be a path, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
 class RetryPolicy:
     """Bounded retries for retriable RPC failures: exponential backoff with a cap."""
 
     attempts: int = 5
-    initial_backoff: float = 0.05
-    max_backoff: float = 1.0
+    initial_backoff: Seconds = Seconds(0.05, allow_zero=True)
+    max_backoff: Seconds = Seconds(1.0, allow_zero=True)
     multiplier: float = 2.0
 
     def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise InvalidInputError(f"attempts must be >= 1, got {self.attempts}")
-        _positive("initial_backoff", self.initial_backoff, allow_zero=True)
-        _positive("max_backoff", self.max_backoff, allow_zero=True)
-        if self.multiplier < 1:
-            raise InvalidInputError(f"multiplier must be >= 1, got {self.multiplier}")
+        _validate.int_arg("attempts", self.attempts, 1, 1000)
+        if (
+            isinstance(self.multiplier, bool)
+            or not isinstance(self.multiplier, int | float)
+            or not 1 <= self.multiplier <= 1000
+        ):
+            raise InvalidInputError(f"multiplier must be in [1, 1000], got {self.multiplier!r}")
 
     def backoff(self, attempt: int) -> float:
         """Delay before retry number ``attempt`` (1-based)."""
@@ -105,7 +143,7 @@ class RetryPolicy:
 KEEPALIVE_DEFAULT = 330.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ClientOptions:
     """How a `Client` connects, publishes and retries.
 
@@ -118,30 +156,37 @@ class ClientOptions:
     `InvalidInputError`.
     """
 
-    ack_wait: float = 5.0  # per published message
-    rpc_timeout: float = 10.0  # deadline of each unary RPC attempt
-    connect_timeout: float = 5.0
+    ack_wait: Seconds = Seconds(5.0)  # per published message
+    rpc_timeout: Seconds = Seconds(10.0)  # deadline of each unary RPC attempt
+    connect_timeout: Seconds = Seconds(5.0)
     max_inflight: int = 1024  # unacked publishes before publishing waits
     transport: Transport | None = None  # None: NATS if connected to NATS, else gRPC
     envelope_crc: bool = False  # add CRC-32C to enveloped NATS publishes
-    metadata_refresh_interval: float | None = 30.0  # None: refresh on errors only
-    resubscribe_wait: float = 30.0  # how long a subscription keeps trying to come back
+    metadata_refresh_interval: OptionalSeconds = OptionalSeconds(30.0)  # None: on errors only
+    resubscribe_wait: Seconds = Seconds(30.0)  # how long a subscription keeps trying to come back
     # gRPC keepalive pings during calls; None disables. The server (grpc-go defaults) closes
     # connections that ping more often than every 5 minutes (GOAWAY "too_many_pings").
-    keepalive_time: float | None = KEEPALIVE_DEFAULT
+    keepalive_time: OptionalSeconds = OptionalSeconds(KEEPALIVE_DEFAULT)
     address_overrides: Mapping[str, str] = field(default_factory=dict)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     tls: TLSConfig | None = None
     nats_auth: NatsAuth | None = None
-    create_stream_timeout: float = 30.0  # retry "no known metadata leader" this long
+    create_stream_timeout: Seconds = Seconds(30.0)  # retry "no known metadata leader" this long
     # For publishes without partition=: by default the CRC-32 of the key, as Kafka users
     # expect and as go-liftbridge's KeyPartitioner computes it (no key: partition 0).
     # None: partition 0 whatever the key, go-liftbridge's default.
     partitioner: Partitioner | None = field(default_factory=KeyPartitioner)
     # close(): how long pending publishes may take to be acked (drain), then how long
     # stopping connections and tasks may take whatever the servers do.
-    drain_timeout: float = 10.0
-    close_timeout: float = 1.0
+    drain_timeout: Seconds = Seconds(10.0)
+    close_timeout: Seconds = Seconds(1.0)
+    # TLS for the NATS connection (CA, client certificate for servers that verify it,
+    # server_name): like ``tls`` for gRPC. None: what the NATS URL and server ask for.
+    nats_tls: TLSConfig | None = None
+    # Subject prefix of the client's NATS ack inbox (nats-py's inbox_prefix; default
+    # "_INBOX"). A prefix per NATS user lets NATS permissions keep other users off the
+    # inbox (docs/security.md).
+    nats_inbox_prefix: str | None = None
     # Server features (docs/compatibility.md), after librdkafka's api.version.request and
     # broker.version.fallback: with probe_features each broker is probed once, on first
     # need; what probing cannot observe, and everything when probe_features is False, is
@@ -150,22 +195,18 @@ class ClientOptions:
     server_version_fallback: str = "v1.7.1"
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in {
-                "ack_wait",
-                "rpc_timeout",
-                "connect_timeout",
-                "metadata_refresh_interval",
-                "resubscribe_wait",
-                "keepalive_time",
-                "create_stream_timeout",
-                "drain_timeout",
-                "close_timeout",
-            }:
-                _positive(f.name, value)
-        if not isinstance(self.max_inflight, int) or self.max_inflight < 1:
-            raise InvalidInputError(f"max_inflight must be an int >= 1, got {self.max_inflight!r}")
+        _validate.int_arg("max_inflight", self.max_inflight, 1, _validate.INT32_MAX)
+        _validate.flag("envelope_crc", self.envelope_crc)
+        if not isinstance(self.retry, RetryPolicy):
+            raise InvalidInputError(f"retry must be a RetryPolicy, got {self.retry!r}")
+        if self.tls is not None and not isinstance(self.tls, TLSConfig):
+            raise InvalidInputError(f"tls must be a TLSConfig, got {self.tls!r}")
+        if self.nats_inbox_prefix is not None:
+            _validate.publish_subject(self.nats_inbox_prefix, "nats_inbox_prefix")
+        if self.nats_tls is not None and not isinstance(self.nats_tls, TLSConfig):
+            raise InvalidInputError(f"nats_tls must be a TLSConfig, got {self.nats_tls!r}")
+        if self.nats_auth is not None and not isinstance(self.nats_auth, NatsAuth):
+            raise InvalidInputError(f"nats_auth must be a NatsAuth, got {self.nats_auth!r}")
         if self.partitioner is not None and not callable(self.partitioner):
             raise InvalidInputError(f"partitioner must be callable, got {self.partitioner!r}")
         if not isinstance(self.probe_features, bool):
@@ -173,10 +214,14 @@ class ClientOptions:
         parse_version(self.server_version_fallback, name="server_version_fallback")
         if self.transport is not None and not isinstance(self.transport, Transport):
             raise InvalidInputError(f"transport must be a Transport, got {self.transport!r}")
+        if not isinstance(self.address_overrides, Mapping):
+            raise InvalidInputError(
+                f"address_overrides must be a mapping, got {self.address_overrides!r}"
+            )
         overrides = dict(self.address_overrides)
         for advertised, reachable in overrides.items():
-            for address in (advertised, reachable):
-                _split_address(address)
+            _validate.broker_address(advertised, "address_overrides key")
+            _validate.broker_address(reachable, f"address_overrides[{advertised!r}]")
         object.__setattr__(self, "address_overrides", MappingProxyType(overrides))
 
     def resolve(self, address: str) -> str:
@@ -185,22 +230,21 @@ class ClientOptions:
 
 
 def _split_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InvalidInputError(f"broker address must be host:port, got {address!r}")
-    return host.strip("[]"), int(port)
+    return _validate.broker_address(address)
 
 
 # ---------------------------------------------------------------- streams
 
-_INT32_MAX = 2**31 - 1
+_INT32_MAX = _validate.INT32_MAX
+_INT64_MAX = _validate.INT64_MAX
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class StreamConfig:
     """Options of a new stream. ``None`` means "not sent": the server's default applies.
 
-    Durations are seconds (sent to the server as milliseconds).
+    Durations are seconds or `datetime.timedelta` (sent to the server as milliseconds).
+    The stream's name and subject are checked by `Client.create_stream`.
     """
 
     group: str | None = None
@@ -208,35 +252,41 @@ class StreamConfig:
     partitions: int | None = None
     retention_max_bytes: int | None = None
     retention_max_messages: int | None = None
-    retention_max_age: float | None = None
-    cleaner_interval: float | None = None
+    retention_max_age: OptionalSeconds = OptionalSeconds(None, allow_zero=True)
+    cleaner_interval: OptionalSeconds = OptionalSeconds(None, allow_zero=True)
     segment_max_bytes: int | None = None
-    segment_max_age: float | None = None
+    segment_max_age: OptionalSeconds = OptionalSeconds(None, allow_zero=True)
     compact_enabled: bool | None = None
     compact_max_goroutines: int | None = None
-    auto_pause_time: float | None = None
+    auto_pause_time: OptionalSeconds = OptionalSeconds(None, allow_zero=True)
     auto_pause_disable_if_subscribers: bool | None = None
     min_isr: int | None = None
     optimistic_concurrency_control: bool | None = None
     encryption: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.group is not None:
+            _validate.group_name(self.group)
         # Negative partition counts crash the server: never let one through.
-        if self.partitions is not None and not 1 <= self.partitions <= _INT32_MAX:
-            raise InvalidInputError(f"partitions must be >= 1, got {self.partitions}")
+        if self.partitions is not None:
+            _validate.int_arg("partitions", self.partitions, 1, _INT32_MAX)
         rf = self.replication_factor
-        if rf is not None and not (rf == -1 or 1 <= rf <= _INT32_MAX):
-            raise InvalidInputError(f"replication_factor must be -1 or >= 1, got {rf}")
+        if rf is not None and _validate.int_arg("replication_factor", rf, -1, _INT32_MAX) == 0:
+            raise InvalidInputError("replication_factor must be -1 (all servers) or >= 1, got 0")
         for name in ("retention_max_bytes", "retention_max_messages", "segment_max_bytes"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise InvalidInputError(f"{name} must be an int >= 0, got {value!r}")
-        for name in ("retention_max_age", "cleaner_interval", "segment_max_age", "auto_pause_time"):
-            _positive(name, getattr(self, name), allow_zero=True)
+            if (value := getattr(self, name)) is not None:
+                _validate.int_arg(name, value, 0, _INT64_MAX)
         for name in ("compact_max_goroutines", "min_isr"):
-            value = getattr(self, name)
-            if value is not None and not 1 <= value <= _INT32_MAX:
-                raise InvalidInputError(f"{name} must be >= 1, got {value!r}")
+            if (value := getattr(self, name)) is not None:
+                _validate.int_arg(name, value, 1, _INT32_MAX)
+        for name in (
+            "compact_enabled",
+            "auto_pause_disable_if_subscribers",
+            "optimistic_concurrency_control",
+            "encryption",
+        ):
+            if (value := getattr(self, name)) is not None:
+                _validate.flag(name, value)
 
     def to_request(self, subject: str, name: str) -> api_pb2.CreateStreamRequest:
         """The CreateStreamRequest carrying only what was set."""
@@ -283,13 +333,13 @@ class StreamSettings(TypedDict, total=False):
     partitions: int | None
     retention_max_bytes: int | None
     retention_max_messages: int | None
-    retention_max_age: float | None
-    cleaner_interval: float | None
+    retention_max_age: float | datetime.timedelta | None
+    cleaner_interval: float | datetime.timedelta | None
     segment_max_bytes: int | None
-    segment_max_age: float | None
+    segment_max_age: float | datetime.timedelta | None
     compact_enabled: bool | None
     compact_max_goroutines: int | None
-    auto_pause_time: float | None
+    auto_pause_time: float | datetime.timedelta | None
     auto_pause_disable_if_subscribers: bool | None
     min_isr: int | None
     optimistic_concurrency_control: bool | None

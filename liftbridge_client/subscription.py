@@ -9,6 +9,7 @@ reading, resubscribing, closing.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import random
 import time
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Self, Unpack
 import grpc
 import grpc.aio
 
-from liftbridge_client import _admin, _reverse, errors
+from liftbridge_client import _admin, _reverse, _validate, errors
 from liftbridge_client._errors_map import map_rpc_error
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._metadata import MetadataCache
@@ -198,7 +199,7 @@ class Subscription:
         """The same as `close` (for ``contextlib.aclosing`` and async-generator habits)."""
         await self.close()
 
-    async def next(self, timeout: float | None = None) -> Message:
+    async def next(self, timeout: float | datetime.timedelta | None = None) -> Message:
         """The next message, waiting at most ``timeout`` seconds (None: no limit).
 
         `LiftbridgeTimeoutError` when nothing came in time: the subscription stays
@@ -206,8 +207,8 @@ class Subscription:
         the subscription it raises why it ended (a `SubscriptionEnded`, e.g.
         `StopPositionReached`), or `ConnectionClosedError` after `close`.
         """
-        if timeout is not None and not (isinstance(timeout, int | float) and timeout >= 0):
-            raise errors.InvalidInputError(f"timeout must be a number >= 0, got {timeout!r}")
+        if timeout is not None:
+            timeout = _validate.seconds("timeout", timeout, allow_zero=True)
         try:
             async with asyncio.timeout(timeout):
                 return await self.__anext__()

@@ -19,7 +19,14 @@ provisions or runs servers from the command line. See docs/testing.md.
 
 from __future__ import annotations
 
-from liftbridge_client.testing._config import CLUSTER_SETTINGS, NodeConfig, Setting
+from liftbridge_client.testing._authz import AuthzPolicy
+from liftbridge_client.testing._config import (
+    ACTIVITY_STREAM_SETTINGS,
+    CLUSTER_SETTINGS,
+    GROUP_SETTINGS,
+    NodeConfig,
+    Setting,
+)
 from liftbridge_client.testing._deployments import (
     ENV_ADDRS,
     ENV_NATS_URL,
@@ -36,6 +43,12 @@ from liftbridge_client.testing._errors import (
     SnapshotMissingError,
 )
 from liftbridge_client.testing._names import StreamName, StreamNames
+from liftbridge_client.testing._nkeys import (
+    NkeyUser,
+    OperatorSetup,
+    make_nkey_user,
+    make_operator_setup,
+)
 from liftbridge_client.testing._probe import PROBE_STREAM_PREFIX
 from liftbridge_client.testing._process import free_ports
 from liftbridge_client.testing._provision import (
@@ -56,13 +69,16 @@ from liftbridge_client.testing._versions import (
 from liftbridge_client.testing._wait import wait_until
 
 __all__ = [
+    "ACTIVITY_STREAM_SETTINGS",
     "CLUSTER_SETTINGS",
     "ENV_ADDRS",
     "ENV_NATS_URL",
+    "GROUP_SETTINGS",
     "KNOWN_VERSIONS",
     "LIFTBRIDGE_VERSION",
     "MASTER_VERSION",
     "PROBE_STREAM_PREFIX",
+    "AuthzPolicy",
     "Cluster",
     "ConfigError",
     "Deployment",
@@ -70,7 +86,9 @@ __all__ = [
     "HarnessError",
     "LiftbridgeNode",
     "NatsServer",
+    "NkeyUser",
     "NodeConfig",
+    "OperatorSetup",
     "ProvisionError",
     "ProvisionReport",
     "ServerStartError",
@@ -84,6 +102,8 @@ __all__ = [
     "TestPKI",
     "free_ports",
     "liftbridge_binary",
+    "make_nkey_user",
+    "make_operator_setup",
     "make_pki",
     "nats_server_binary",
     "provision",

@@ -13,7 +13,7 @@ lists are flow sequences (``["n1", "n2", "n3"]``), durations are Go duration str
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -21,8 +21,11 @@ from types import MappingProxyType
 from liftbridge_client.testing._errors import ConfigError
 
 __all__ = [
+    "ACTIVITY_STREAM_SETTINGS",
     "CLUSTER_SETTINGS",
+    "GROUP_SETTINGS",
     "LOOPBACK",
+    "NatsServerTLS",
     "NodeConfig",
     "Setting",
     "nats_embedded_config",
@@ -59,6 +62,21 @@ CLUSTER_SETTINGS: Mapping[str, Setting] = MappingProxyType(
 The metadata Raft group's own timeouts are not configurable in v1.9.0 (hashicorp/raft
 defaults: about 1 s to elect a new metadata leader).
 """
+
+GROUP_SETTINGS: Mapping[str, Setting] = MappingProxyType(
+    {
+        # Consumer groups notice a silent member or coordinator in seconds, not the default
+        # 15 s each. Members heartbeat every 0.4 x the consumer timeout.
+        "groups.consumer.timeout": "3s",
+        "groups.coordinator.timeout": "3s",
+    }
+)
+"""Settings for group tests (v1.8.0+ keys): fast expiry of members and coordinators."""
+
+ACTIVITY_STREAM_SETTINGS: Mapping[str, Setting] = MappingProxyType(
+    {"activity.stream.enabled": True}
+)
+"""Settings that make the server publish its activity stream (``__activity``)."""
 
 # Keys the harness owns: passing them in ``extra`` would silently fight the typed fields.
 _OWNED_KEYS = frozenset(
@@ -160,17 +178,55 @@ def render_settings(settings: Mapping[str, Setting], *, header: str = "") -> str
     return "\n".join(lines) + "\n"
 
 
-def nats_embedded_config(port: int, credentials: tuple[str, str] | None = None) -> str:
+def nats_embedded_config(
+    port: int,
+    credentials: tuple[str, str] | None = None,
+    *,
+    tls: NatsServerTLS | None = None,
+    nkeys: Sequence[str] = (),
+    users: Sequence[Mapping[str, object]] = (),
+) -> str:
     """The NATS configuration for an embedded server: loopback only, on ``port``.
 
     Without it the embedded server binds 0.0.0.0:4222. ``credentials`` (user, password)
-    makes NATS require them.
+    makes NATS require them; ``nkeys`` (public user keys, ``U...``) are further users,
+    authenticating with their seeds. ``tls`` makes NATS require TLS (and, with
+    ``verify``, a client certificate signed by ``ca_file``). ``users`` are further entries
+    of the NATS ``authorization.users`` list, as mappings (e.g. ``{"user": "u",
+    "password": "p", "permissions": {"publish": {"allow": ["a.>"]}}}``), written as JSON,
+    which NATS configuration files accept.
     """
     text = f"listen: {LOOPBACK}:{port}\n"
+    if tls is not None:
+        text += (
+            "tls {\n"
+            f"  cert_file: {json.dumps(str(tls.cert_file))}\n"
+            f"  key_file: {json.dumps(str(tls.key_file))}\n"
+            f"  ca_file: {json.dumps(str(tls.ca_file))}\n"
+            f"  verify: {json.dumps(tls.verify)}\n"
+            "  timeout: 5\n"
+            "}\n"
+        )
+    entries: list[str] = []
     if credentials is not None:
         user, password = (json.dumps(v) for v in credentials)
-        text += f"authorization {{\n  user: {user}\n  password: {password}\n}}\n"
+        entries.append(f"{{user: {user}, password: {password}}}")
+    entries += [f"{{nkey: {json.dumps(key)}}}" for key in nkeys]
+    entries += [json.dumps(dict(entry)) for entry in users]
+    if entries:
+        text += "authorization {\n  users: [\n" + "".join(f"    {u}\n" for u in entries)
+        text += "  ]\n}\n"
     return text
+
+
+@dataclass(frozen=True)
+class NatsServerTLS:
+    """TLS files of a NATS server; ``verify`` demands client certificates too."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+    verify: bool = False
 
 
 def nats_server_argv(binary: Path, port: int) -> list[str]:

@@ -22,6 +22,7 @@ from typing import Protocol, Self, runtime_checkable
 
 from liftbridge_client.testing._config import (
     CLUSTER_SETTINGS,
+    NatsServerTLS,
     NodeConfig,
     Setting,
     nats_embedded_config,
@@ -47,7 +48,7 @@ __all__ = [
 ENV_ADDRS = "LIFTBRIDGE_ADDRS"
 ENV_NATS_URL = "LIFTBRIDGE_NATS_URL"
 
-_log = logging.getLogger("liftbridge_client.testing")
+_log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -151,25 +152,54 @@ class SingleNode(_LocalDeployment):
         server_id: str = "n1",
         tls: ServerTLS | None = None,
         nats_credentials: tuple[str, str] | None = None,
+        nats_tls: ServerTLS | None = None,
+        nats_nkeys: Sequence[str] = (),
+        nats_users: Sequence[Mapping[str, object]] = (),
         version: str = LIFTBRIDGE_VERSION,
     ) -> None:
         """Pick ports and write the configuration; :meth:`start` (or ``with``) runs it.
 
         ``version`` is the server version to run (``v1.9.0``, ``v1.7.1``, ``master``; see
         :data:`~liftbridge_client.testing.KNOWN_VERSIONS`). ``tls`` serves the gRPC API
-        over TLS (see :func:`make_pki`); NATS stays plaintext.
+        over TLS (see :func:`make_pki`).
         ``nats_credentials`` (user, password) makes the embedded NATS require them (the
-        node itself is configured with them too).
+        node itself is configured with them too). ``nats_tls`` makes the embedded NATS
+        require TLS, and with ``client_auth`` a client certificate (the node presents the
+        PKI's client certificate). ``nats_nkeys`` (public user keys, see
+        :func:`make_nkey_user`) are NATS users that authenticate with their seeds; the
+        node then gets a user and password of its own unless ``nats_credentials`` says.
+        ``nats_users`` are more NATS users, as entries of NATS's ``authorization.users``
+        (with ``permissions`` if wanted); the node again gets a user of its own.
         """
         root = self._setup_dir(base_dir, "liftbridge-single-")
         workdir = root / server_id
         workdir.mkdir(parents=True, exist_ok=True)
         port, self.nats_port = free_ports(2)
         nats_config = workdir / "nats.conf"
-        nats_config.write_text(nats_embedded_config(self.nats_port, nats_credentials))
+        if (nats_nkeys or nats_users) and nats_credentials is None:
+            nats_credentials = ("liftbridge", uuid.uuid4().hex)
+        server_tls = None
+        if nats_tls is not None:
+            pki = nats_tls.pki
+            server_tls = NatsServerTLS(
+                pki.server_cert, pki.server_key, pki.ca_cert, verify=nats_tls.client_auth
+            )
+        nats_config.write_text(
+            nats_embedded_config(
+                self.nats_port,
+                nats_credentials,
+                tls=server_tls,
+                nkeys=nats_nkeys,
+                users=nats_users,
+            )
+        )
         auth: dict[str, Setting] = {}
         if nats_credentials is not None:
             auth = {"nats.user": nats_credentials[0], "nats.password": nats_credentials[1]}
+        if nats_tls is not None:
+            auth["nats.tls.cert"] = str(nats_tls.pki.client_cert)
+            auth["nats.tls.key"] = str(nats_tls.pki.client_key)
+            auth["nats.tls.ca"] = str(nats_tls.pki.ca_cert)
         config = NodeConfig(
             server_id=server_id,
             port=port,
@@ -339,7 +369,8 @@ class Cluster(_LocalDeployment):
         """Block until the whole cluster works.
 
         Every node must be running and able to create a stream; a stream replicated on every
-        node must be creatable; and every node's FetchMetadata must list every broker.
+        node must be creatable and known to every node (so restarted nodes have recovered);
+        and every node's FetchMetadata must list every broker.
         """
         deadline = time.monotonic() + timeout
         for node in self._nodes:
@@ -351,6 +382,7 @@ class Cluster(_LocalDeployment):
             replication_factor=len(self._nodes),
             timeout=max(1.0, deadline - time.monotonic()),
             check_alive=self._check_all_alive,
+            applied_on=[node.address for node in self._nodes],
         )
         expected = set(self.server_ids)
         for node in self._nodes:

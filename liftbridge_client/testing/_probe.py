@@ -68,9 +68,14 @@ def wait_serving(
     timeout: float = 30.0,
     check_alive: Callable[[], None] = _no_check,
     credentials: grpc.ChannelCredentials | None = None,
+    applied_on: Iterable[str] = (),
 ) -> None:
     """Block until a stream with ``replication_factor`` can be created through ``address``.
 
+    With ``applied_on``, also wait until each of those nodes lists the probe stream in its
+    own metadata: it has applied the Raft log up to the creation, so a restarted node has
+    finished recovering its partitions (v1.9.0 panics if recovery fails, e.g. when NATS is
+    down at that moment, so a test must not stop NATS before).
     ``check_alive`` is called before every attempt and should raise when the server process
     is gone. Raises :class:`ServerStartError` after ``timeout`` seconds.
     """
@@ -98,6 +103,8 @@ def wait_serving(
                         maybe_created.append(name)
                 else:
                     maybe_created.append(name)
+                    for node in applied_on:
+                        _wait_listed(node, name, deadline, check_alive)
                     return
                 if time.monotonic() >= deadline:
                     raise ServerStartError(
@@ -107,6 +114,34 @@ def wait_serving(
                 time.sleep(_RETRY_PAUSE)
         finally:
             _delete_streams(stub, maybe_created)
+
+
+def _wait_listed(
+    address: str, stream: str, deadline: float, check_alive: Callable[[], None]
+) -> None:
+    """Block until FetchMetadata on ``address`` knows ``stream`` (answered from local state)."""
+    request = api_pb2.FetchMetadataRequest(streams=[stream])
+    last = "no answer yet"
+    with grpc_channel(address) as channel:
+        stub = api_pb2_grpc.APIStub(channel)
+        while True:
+            check_alive()
+            remaining = deadline - time.monotonic()
+            try:
+                response = stub.FetchMetadata(request, timeout=max(0.2, min(3.0, remaining)))
+            except grpc.RpcError as exc:
+                last = _describe(exc)
+            else:
+                known = [s for s in response.streamMetadata if s.name == stream]
+                if known and known[0].error == api_pb2.StreamMetadata.Error.OK:
+                    return
+                last = "stream not known yet"
+            if time.monotonic() >= deadline:
+                raise ServerStartError(
+                    f"{address} did not apply the creation of probe stream {stream} in time; "
+                    f"last answer: {last}"
+                )
+            time.sleep(_RETRY_PAUSE)
 
 
 def _delete_streams(stub: api_pb2_grpc.APIStub, names: Iterable[str]) -> None:

@@ -24,7 +24,7 @@ from liftbridge_client.testing._config import LOOPBACK
 
 __all__ = ["ServerProcess", "free_ports", "tail"]
 
-_log = logging.getLogger("liftbridge_client.testing")
+_log = logging.getLogger(__name__)
 
 _STOP_TIMEOUT = 15.0
 _EXIT_STOP_TIMEOUT = 5.0

@@ -88,7 +88,7 @@ _VERSION_TIMEOUT = 10.0
 _TAIL_LINES = 40
 _VERSION_RE = re.compile(r"v\d+\.\d+\.\d+[0-9A-Za-z.+-]*")
 
-_log = logging.getLogger("liftbridge_client.testing")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,11 +112,32 @@ class _Server:
 class NatsServer(_Server):
     """A standalone ``nats-server`` on ``127.0.0.1:port``, restartable on the same port."""
 
-    def __init__(self, workdir: Path, *, port: int | None = None, binary: Path | None = None):
-        """Describe the server (a free port is picked when ``port`` is None); not started."""
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        port: int | None = None,
+        binary: Path | None = None,
+        config: str | None = None,
+    ):
+        """Describe the server (a free port is picked when ``port`` is None); not started.
+
+        ``config`` is NATS configuration text (accounts, authorization, operator mode...)
+        written to a file the server reads; the harness adds the loopback ``listen`` line,
+        so ``config`` may not set ``listen``, ``host``, ``net`` or ``port``.
+        """
         self.workdir = workdir
         self.port = port if port is not None else free_ports(1)[0]
         argv = nats_server_argv(binary or nats_server_binary(), self.port)
+        if config is not None:
+            for line in config.splitlines():
+                key = line.strip().split(":", 1)[0].split("=", 1)[0].strip().lower()
+                if key in {"listen", "host", "net", "port"}:
+                    raise ConfigError(f"NATS config may not set {key!r}: the harness owns it")
+            workdir.mkdir(parents=True, exist_ok=True)
+            path = workdir / "nats.conf"
+            path.write_text(f"listen: {LOOPBACK}:{self.port}\n{config}")
+            argv = [argv[0], "-c", str(path)]
         self.process = ServerProcess(f"nats-server:{self.port}", argv, workdir / "server.log")
 
     def __repr__(self) -> str:

@@ -160,6 +160,21 @@ def test_ensure_all_running_restores_a_crashed_node(liftbridge_cluster: Cluster)
     assert liftbridge_cluster.ensure_all_running() == []  # nothing to do: returns at once
 
 
+def test_nats_outage_right_after_a_node_restart_does_not_crash_it(
+    liftbridge_cluster: Cluster,
+) -> None:
+    # v1.9.0 panics (exit 2, "failed to recover from Raft log") when a restarted node
+    # replays its log while NATS is down. ensure_all_running must not return before the
+    # node has recovered, so a test may stop NATS right after it (as CI once did).
+    liftbridge_cluster.node("n2").kill()
+    assert liftbridge_cluster.ensure_all_running() == ["n2"]
+    assert liftbridge_cluster.nats.stop() == 0
+    time.sleep(2.0)  # the outage itself: nothing to wait for
+    liftbridge_cluster.nats.start()
+    liftbridge_cluster.wait_ready(timeout=60)
+    assert liftbridge_cluster.unexpected_exits() == {}
+
+
 async def test_nats_stops_and_restarts_on_the_same_port(liftbridge_cluster: Cluster) -> None:
     nats_server = liftbridge_cluster.nats
     url, port = nats_server.url, nats_server.port

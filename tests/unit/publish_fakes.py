@@ -104,14 +104,25 @@ class Rig:
         assert self.nc is not None
         return self.nc
 
-    def ack(self, cid: str, offset: int, error: int = 0) -> None:
-        """Deliver an ack on the NATS inbox, as the server would."""
+    def ack(
+        self,
+        cid: str,
+        offset: int,
+        error: int = 0,
+        *,
+        stream: str | None = None,
+        subject: str | None = None,
+    ) -> None:
+        """Deliver an ack on the NATS inbox, as the server would: naming the stream and
+        the subject the pending publish went to (unless told otherwise)."""
+        fut = self.publisher._correlator.get(cid)
+        expect = fut.expect if fut is not None and fut.expect else ("s", "s.subj")
         pb = api_pb2.Ack(
-            stream="s",
+            stream=expect[0] if stream is None else stream,
             correlationId=cid,
             offset=offset,
             ackError=cast(Any, error),
-            msgSubject="s.subj",
+            msgSubject=expect[1] if subject is None else subject,
         )
         nats_pub = self.publisher._nats_pub
         assert nats_pub is not None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 import hypothesis.strategies as st
@@ -81,6 +82,12 @@ BAD_PUBLISHES: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
     ("empty correlation id", ("s", b"v"), {"correlation_id": ""}, "correlation_id"),
     ("int correlation id", ("s", b"v"), {"correlation_id": 5}, "correlation_id"),
     ("unknown argument", ("s", b"v"), {"partiton": 1}, "unknown publish argument"),
+    ("surrogate correlation id", ("s", b"v"), {"correlation_id": "\ud800"}, "correlation_id"),
+    ("surrogate stream", ("\ud800", b"v"), {}, "stream does not encode"),
+    ("huge partition", ("s", b"v"), {"partition": 2**40}, "partition must be"),
+    ("key is int", ("s", b"v"), {"key": 5}, "key must be bytes"),
+    ("ack wait too big", ("s", b"v"), {"ack_wait": 1e300}, "ack_wait"),
+    ("ack wait bad timedelta", ("s", b"v"), {"ack_wait": timedelta(seconds=-1)}, "ack_wait"),
 ]
 
 
@@ -194,6 +201,11 @@ BAD_SUBJECT_PUBLISHES: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = 
     ("ack wait zero", ("a.b", b"v"), {"ack_wait": 0}, "ack_wait"),
     ("ack policy bad", ("a.b", b"v"), {"ack_policy": 9}, "ack_policy"),
     ("correlation id empty", ("a.b", b"v"), {"correlation_id": ""}, "correlation_id"),
+    ("correlation id surrogate", ("a.b", b"v"), {"correlation_id": "\udfff"}, "correlation_id"),
+    ("subject surrogate", ("\ud800", b"v"), {}, "subject does not encode"),
+    ("subject wildcard", ("a.*", b"v"), {}, "wildcard"),
+    ("subject with space", ("a b", b"v"), {}, "whitespace"),
+    ("subject empty token", ("a..b", b"v"), {}, "'..'"),
 ]
 
 
@@ -214,6 +226,12 @@ async def test_flush_timeout_must_be_positive(rig: Rig) -> None:
         await rig.publisher.flush(0)
     with pytest.raises(errors.InvalidInputError):
         await rig.publisher.flush(-1)
+    with pytest.raises(errors.InvalidInputError, match="timeout"):
+        await rig.publisher.flush(float("inf"))
+    fut = rig.publisher.publish_nowait("s", b"v", ack_wait=30)
+    with pytest.raises(errors.LiftbridgeTimeoutError, match="still pending"):
+        await rig.publisher.flush(timedelta(milliseconds=20))  # a timedelta is seconds too
+    fut.cancel()
 
 
 # ---------------------------------------------------------------- fast path == slow path
@@ -271,3 +289,9 @@ def test_prepare_fast_path_builds_what_the_checked_path_builds(
             await r.close()
 
     asyncio.run(compare())
+
+
+async def test_ack_wait_takes_a_timedelta(rig: Rig) -> None:
+    fut = rig.publisher.publish_nowait("s", b"v", ack_wait=timedelta(milliseconds=50))
+    with pytest.raises(errors.AckTimeoutError, match=r"within 0\.05s"):
+        await asyncio.wait_for(fut, 5)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -498,10 +499,10 @@ async def test_next_raises_the_end_reason_and_validates_its_timeout(
         A, EMPTY, msg(0), rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached")
     )
     sub, _ = subscribe(cluster, stop_offset=0)
-    assert (await sub.next()).offset == 0
+    assert (await sub.next(timeout=datetime.timedelta(seconds=5))).offset == 0
     with pytest.raises(errors.StopPositionReached):
         await sub.next(timeout=1)
-    for bad in (-1, "1", float("nan")):
+    for bad in (-1, "1", float("nan"), float("inf"), datetime.timedelta(seconds=-1)):
         with pytest.raises(errors.InvalidInputError, match="timeout"):
             await sub.next(timeout=bad)  # type: ignore[arg-type]
 

@@ -1,0 +1,197 @@
+"""The consumer-group RPCs, with the errors a group member acts on.
+
+No state here: each function is one request (routed and retried as the RPC needs) and the
+typed errors it can end with. A server without the group RPCs (before v1.8.0) answers
+UNIMPLEMENTED: that becomes `FeatureNotSupportedError` before anything else sees it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+import grpc.aio
+
+from liftbridge_client import errors
+from liftbridge_client._errors_map import is_no_metadata_leader
+from liftbridge_client._grpc import BrokerPool, Stub, call, with_retries
+from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._proto import api_pb2
+from liftbridge_client.models import ConsumerGroupInfo, metadata_from_proto
+from liftbridge_client.options import ClientOptions
+
+__all__ = [
+    "FEATURE",
+    "Joined",
+    "fetch_assignments",
+    "fetch_group",
+    "is_not_member",
+    "join",
+    "leave",
+    "report_coordinator",
+]
+
+log = logging.getLogger(__name__)
+
+FEATURE = "consumer_groups"
+"""The feature name `FeatureNotSupportedError` carries for the group RPCs."""
+
+T = TypeVar("T")
+
+_NS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """What JoinConsumerGroup answers: the coordinator, the epoch and the server's timeouts."""
+
+    coordinator: str
+    epoch: int
+    consumer_timeout: float  # seconds without FetchConsumerGroupAssignments before expiry
+    coordinator_timeout: float  # seconds without the coordinator before reporting it
+
+
+def _unimplemented(exc: grpc.RpcError, what: str, address: str) -> None:
+    if isinstance(exc, grpc.aio.AioRpcError) and exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+        where = f" at {address}" if address else ""
+        raise errors.FeatureNotSupportedError(
+            f"{what}: the broker{where} has no consumer groups (they need Liftbridge >= v1.8.0)"
+            f": {exc.details()}",
+            feature=FEATURE,
+            broker=address,
+        ) from exc
+
+
+def _guard(what: str, address: str, rpc: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+    async def run() -> T:
+        try:
+            return await rpc()
+        except grpc.RpcError as exc:
+            _unimplemented(exc, what, address)
+            raise
+
+    return run
+
+
+def _retriable(exc: errors.LiftbridgeError) -> bool:
+    return exc.retriable or is_no_metadata_leader(exc)
+
+
+async def _any_broker(
+    metadata: MetadataCache,
+    options: ClientOptions,
+    what: str,
+    fn: Callable[[Stub], Awaitable[T]],
+) -> T:
+    """An RPC any broker forwards to the metadata leader, retried while that is in doubt."""
+
+    async def attempt() -> T:
+        return await metadata.call_any(what, fn)
+
+    return await with_retries(attempt, options.retry, what=what, retry_if=_retriable)
+
+
+async def join(
+    metadata: MetadataCache,
+    options: ClientOptions,
+    group_id: str,
+    consumer_id: str,
+    streams: tuple[str, ...],
+) -> Joined:
+    req = api_pb2.JoinConsumerGroupRequest(
+        groupId=group_id, consumerId=consumer_id, streams=list(streams)
+    )
+    timeout = options.rpc_timeout
+
+    def fn(stub: Stub) -> Awaitable[api_pb2.JoinConsumerGroupResponse]:
+        return _guard(
+            "JoinConsumerGroup", "", lambda: stub.JoinConsumerGroup(req, timeout=timeout)
+        )()
+
+    resp = await _any_broker(metadata, options, "JoinConsumerGroup", fn)
+    return Joined(
+        coordinator=resp.coordinator,
+        epoch=resp.epoch,
+        consumer_timeout=resp.consumerTimeout * _NS,
+        coordinator_timeout=resp.coordinatorTimeout * _NS,
+    )
+
+
+async def leave(
+    metadata: MetadataCache,
+    options: ClientOptions,
+    group_id: str,
+    consumer_id: str,
+) -> None:
+    req = api_pb2.LeaveConsumerGroupRequest(groupId=group_id, consumerId=consumer_id)
+    timeout = options.rpc_timeout
+
+    def fn(stub: Stub) -> Awaitable[api_pb2.LeaveConsumerGroupResponse]:
+        return _guard(
+            "LeaveConsumerGroup", "", lambda: stub.LeaveConsumerGroup(req, timeout=timeout)
+        )()
+
+    await _any_broker(metadata, options, "LeaveConsumerGroup", fn)
+
+
+async def fetch_assignments(
+    pool: BrokerPool,
+    options: ClientOptions,
+    address: str,
+    group_id: str,
+    consumer_id: str,
+    epoch: int,
+) -> tuple[int, Mapping[str, tuple[int, ...]]]:
+    """Ask the coordinator at ``address``: (epoch, stream -> partitions). Also a heartbeat."""
+    req = api_pb2.FetchConsumerGroupAssignmentsRequest(
+        groupId=group_id, consumerId=consumer_id, epoch=epoch
+    )
+    stub = pool.stub(address)
+    resp = await call(
+        _guard(
+            "FetchConsumerGroupAssignments",
+            address,
+            lambda: stub.FetchConsumerGroupAssignments(req, timeout=options.rpc_timeout),
+        )
+    )
+    assignments = {a.stream: tuple(sorted(a.partitions)) for a in resp.assignments}
+    return resp.epoch, assignments
+
+
+async def report_coordinator(
+    metadata: MetadataCache,
+    options: ClientOptions,
+    group_id: str,
+    consumer_id: str,
+    coordinator: str,
+    epoch: int,
+) -> None:
+    req = api_pb2.ReportConsumerGroupCoordinatorRequest(
+        groupId=group_id, consumerId=consumer_id, coordinator=coordinator, epoch=epoch
+    )
+    timeout = options.rpc_timeout
+
+    def fn(stub: Stub) -> Awaitable[api_pb2.ReportConsumerGroupCoordinatorResponse]:
+        return _guard(
+            "ReportConsumerGroupCoordinator",
+            "",
+            lambda: stub.ReportConsumerGroupCoordinator(req, timeout=timeout),
+        )()
+
+    await _any_broker(metadata, options, "ReportConsumerGroupCoordinator", fn)
+
+
+async def fetch_group(metadata: MetadataCache, group_id: str) -> ConsumerGroupInfo | None:
+    """The group's coordinator and epoch from metadata; None if the server has no such group."""
+    resp = await metadata.fetch((), (group_id,))
+    return metadata_from_proto(resp).groups.get(group_id)
+
+
+def is_not_member(exc: errors.LiftbridgeError) -> bool:
+    """The coordinator no longer counts us in (expired, or the group is gone): join again."""
+    if isinstance(exc, errors.NotFoundError):
+        return True
+    return isinstance(exc, errors.FailedPreconditionError) and "not a member" in exc.details
