@@ -312,9 +312,16 @@ async def publish_to_subject(
     With no stream on the subject nothing answers: `AckTimeoutError` after ``timeout``.
     """
     check_request_size(req)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     try:
         resp = await stub.PublishToSubject(req, timeout=timeout)
     except grpc.RpcError as exc:
+        code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
+        if code is grpc.StatusCode.CANCELLED and loop.time() - started >= timeout * 0.9:
+            # The server can reset the call at the deadline (RST_STREAM CANCEL) before the
+            # client's own deadline reports DEADLINE_EXCEEDED: the same silence.
+            raise errors.AckTimeoutError(f"no ack within the deadline ({timeout}s)") from exc
         raise publish_status_error(exc) from exc
     return _unary_ack(resp.ack if resp.HasField("ack") else None)
 

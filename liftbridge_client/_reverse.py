@@ -57,17 +57,26 @@ class ReverseReader:
     ) -> None:
         self._open = open_window
         self._plan = windows(top, oldest, size)
+        self._window: tuple[int, int] | None = None  # the window being read
         self._buffer: list[Message] = []
         self._current: Subscription | None = None
         self._closed = False
 
     async def next(self) -> Message | None:
-        """The next message (lower offset than the last), or None after the oldest."""
+        """The next message (lower offset than the last), or None after the oldest.
+
+        A caller cancelled mid-window (a read timeout) loses nothing: the next call reads
+        that window again from its start.
+        """
         while not self._buffer:
-            window = next(self._plan, None)
-            if window is None or self._closed:
+            if self._closed:
                 return None
-            self._buffer = await self._read(*window)
+            if self._window is None:
+                self._window = next(self._plan, None)
+                if self._window is None:
+                    return None
+            self._buffer = await self._read(*self._window)
+            self._window = None
         return self._buffer.pop()
 
     async def _read(self, start: int, stop: int) -> list[Message]:

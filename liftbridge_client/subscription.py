@@ -107,7 +107,7 @@ class Subscription:
         **kw: Unpack[SubscribeArgs],
     ) -> None:
         self._spec = SubscribeSpec.build(stream, partition, kw, now_ns=time.time_ns())
-        # Reverse reads: None until decided; then native (the server reads backwards) or
+        # Reverse reads are decided on first open: native (the server reads backwards) or
         # emulated by forward windows. Without a detector the request goes out as asked.
         self._features = features
         self._reverse_decided = features is None or not self._spec.reverse

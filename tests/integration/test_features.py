@@ -274,3 +274,27 @@ async def test_rolling_upgrade_of_one_node_to_master(
             assert offsets(await drain(client, stream, start=StartPosition.LATEST)) == [2, 1, 0]
             after = client.features.cached()[node.address]
             assert after.state("reverse_subscribe") is State.SUPPORTED
+
+
+@pytest.mark.parametrize("versioned", VERSIONS, indirect=True)
+async def test_consumer_groups_agree_with_detection_on_every_version(
+    versioned: tuple[str, Client], unique_stream: StreamName
+) -> None:
+    """The consumer API (which maps UNIMPLEMENTED itself) and `features` agree."""
+    version, client = versioned
+    await client.create_stream(unique_stream.subject, unique_stream.name)
+    supported = await client.features.supported("consumer_groups")
+    assert supported is (version != "v1.7.1")
+    consumer = client.consumer(f"g-{unique_stream.name}", [unique_stream.name])
+    if supported:
+        async with consumer:  # joins, then leaves
+            pass
+    else:
+        with pytest.raises(errors.FeatureNotSupportedError) as info:
+            async with consumer:
+                pass
+        assert info.value.feature == "consumer_groups"
+        # Detection names the broker (the join's error does not: it goes to any broker).
+        with pytest.raises(errors.FeatureNotSupportedError) as detected:
+            await client.features.require("consumer_groups")
+        assert detected.value.broker == (await client.fetch_metadata()).brokers[0].address

@@ -317,3 +317,53 @@ async def test_a_broker_that_left_the_metadata_is_forgotten(fake: FakeCluster) -
     await metadata.refresh()
     assert [b.broker for b in (await features.cluster()).brokers] == [fake.address("a")]
     assert set(features.cached()) == {fake.address("a")}  # probed again if it comes back
+
+
+class _Window:
+    """A stand-in forward subscription of one window (hangs once when asked to)."""
+
+    def __init__(self, start: int, stop: int, hang: asyncio.Event | None) -> None:
+        self.items = list(range(start, stop + 1))
+        self.hang = hang
+        self.closed = False
+
+    async def __aenter__(self) -> _Window:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.closed = True
+
+    def __aiter__(self) -> _Window:
+        return self
+
+    async def __anext__(self) -> object:
+        if self.hang is not None and not self.hang.is_set():
+            await asyncio.Event().wait()  # until cancelled
+        if not self.items:
+            raise StopAsyncIteration
+        from liftbridge_client.models import Message
+
+        return Message(stream="s", partition=0, offset=self.items.pop(0), value=b"")
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_read_timeout_mid_window_loses_nothing() -> None:
+    opened: list[_Window] = []
+    released = asyncio.Event()
+
+    def open_window(start: int, stop: int) -> _Window:
+        window = _Window(start, stop, released if not opened else None)
+        opened.append(window)
+        return window
+
+    reader = _reverse.ReverseReader(open_window, 5, 0, size=3)  # type: ignore[arg-type]
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(reader.next(), 0.1)
+    assert opened[0].closed  # the cancelled window's subscription was closed
+    got = []
+    while (message := await reader.next()) is not None:
+        got.append(message.offset)
+    assert got == [5, 4, 3, 2, 1, 0]  # the interrupted window [3, 5] was read again
+    assert [(w.items, w.closed) for w in opened][1:] == [([], True), ([], True)]
