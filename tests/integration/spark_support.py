@@ -9,7 +9,7 @@ import asyncio
 import os
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,3 +111,53 @@ async def _read_all(addresses: Sequence[str], stream: str, partitions: int) -> l
 def read_all(addresses: Sequence[str], stream: str, partitions: int = 1) -> list[Message]:
     """Every message of the stream, as the plain client reads it."""
     return asyncio.run(_read_all(addresses, stream, partitions))
+
+
+def copy_query_failing_while(
+    spark: SparkSession,
+    broker: str,
+    src: str,
+    dst: str,
+    *,
+    checkpoint: Path,
+    flag: Path,
+    fail_at: int,
+    sink_option: str,
+) -> Callable[[], Any]:
+    """``start()`` of a streaming copy of ``src`` into ``dst`` through the sink mode
+    ``sink_option`` ("idempotent" or "exactlyOnce"): values "partition-offset", same partition.
+
+    While ``flag`` exists the row at offset ``fail_at`` of partition 0 goes to partition 99,
+    which does not exist: every attempt of that task fails there, after publishing the rows
+    before it, so the query stops mid-batch.
+    """
+    from pyspark.sql.functions import concat_ws, udf
+
+    flag_path = str(flag)
+
+    def target(partition: int, offset: int) -> int:
+        failing = partition == 0 and offset == fail_at and Path(flag_path).exists()
+        return 99 if failing else partition
+
+    targets = udf(lambda p, o: target(p, o), "int")  # noqa: PLW0108
+
+    def start() -> Any:
+        return (
+            spark.readStream.format("liftbridge")
+            .option("brokers", broker)
+            .option("stream", src)
+            .option("startingOffsets", "earliest")
+            .load()
+            .select(
+                concat_ws("-", "partition", "offset").alias("value"),
+                targets("partition", "offset").alias("partition"),
+            )
+            .writeStream.format("liftbridge")
+            .option("brokers", broker)
+            .option("stream", dst)
+            .option(sink_option, "true")
+            .option("checkpointLocation", str(checkpoint))
+            .start()
+        )
+
+    return start

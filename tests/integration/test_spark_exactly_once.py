@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from spark_support import OPTIONS, create_stream, publish, read_all, start_spark
+from spark_support import (
+    OPTIONS,
+    copy_query_failing_while,
+    create_stream,
+    publish,
+    read_all,
+    start_spark,
+)
 from test_spark_write import flaky_rows
 
 from liftbridge_client import AckPolicy, Client, Message
@@ -173,42 +180,22 @@ def test_streaming_query_restarted_mid_batch_commits_each_row_once(
     stream_names: StreamNames,
     tmp_path: Path,
 ) -> None:
-    from pyspark.sql.functions import concat_ws, udf
-
     (src, src_subject), (dst, dst_subject) = stream_names("src"), stream_names("dst")
     create_stream(liftbridge_server.addresses, src_subject, src, partitions=2)
     create_stream(liftbridge_server.addresses, dst_subject, dst, partitions=2)
     publish(liftbridge_server.addresses, src, [(b"k", b"%d" % i, i % 2) for i in range(2400)])
     flag = tmp_path / "fail"
     flag.touch()
-    flag_path = str(flag)
-
-    def target(partition: int, offset: int) -> int:
-        # While the flag exists, every attempt of the task of source partition 0 fails at
-        # offset 1100 (its second chunk of 1000 rows), after publishing the first chunk:
-        # the query stops mid-batch.
-        return 99 if partition == 0 and offset == 1100 and Path(flag_path).exists() else partition
-
-    targets = udf(lambda p, o: target(p, o), "int")  # noqa: PLW0108
-
-    def start() -> Any:
-        return (
-            spark.readStream.format("liftbridge")
-            .option("brokers", liftbridge_server.addresses[0])
-            .option("stream", src)
-            .option("startingOffsets", "earliest")
-            .load()
-            .select(
-                concat_ws("-", "partition", "offset").alias("value"),
-                targets("partition", "offset").alias("partition"),
-            )
-            .writeStream.format("liftbridge")
-            .option("brokers", liftbridge_server.addresses[0])
-            .option("stream", dst)
-            .option("exactlyOnce", "true")
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .start()
-        )
+    start = copy_query_failing_while(
+        spark,
+        liftbridge_server.addresses[0],
+        src,
+        dst,
+        checkpoint=tmp_path / "checkpoint",
+        flag=flag,
+        fail_at=1100,  # in the second chunk of 1000 rows: the first was published
+        sink_option="exactlyOnce",
+    )
 
     query = start()
     with pytest.raises(Exception, match="99"):

@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from spark_support import create_stream, publish, read_all, start_spark
+from spark_support import (
+    copy_query_failing_while,
+    create_stream,
+    publish,
+    read_all,
+    start_spark,
+)
 
 from liftbridge_client.testing import Deployment, StreamNames
 
@@ -162,41 +168,22 @@ def test_streaming_query_restarted_mid_batch_publishes_no_row_twice(
     stream_names: StreamNames,
     tmp_path: Path,
 ) -> None:
-    from pyspark.sql.functions import concat_ws, udf
-
     (src, src_subject), (dst, dst_subject) = stream_names("src"), stream_names("dst")
     create_stream(liftbridge_server.addresses, src_subject, src, partitions=2)
     create_stream(liftbridge_server.addresses, dst_subject, dst, partitions=2)
     publish(liftbridge_server.addresses, src, [(b"k", b"%d" % i, i % 2) for i in range(6000)])
     flag = tmp_path / "fail"
     flag.touch()
-    flag_path = str(flag)
-
-    def target(partition: int, offset: int) -> int:
-        # While the flag exists, one row goes to a partition that does not exist: every
-        # attempt of its task fails there, after publishing the rows before it.
-        return 99 if partition == 0 and offset == 2500 and Path(flag_path).exists() else partition
-
-    targets = udf(lambda p, o: target(p, o), "int")  # noqa: PLW0108
-
-    def start() -> Any:
-        return (
-            spark.readStream.format("liftbridge")
-            .option("brokers", liftbridge_server.addresses[0])
-            .option("stream", src)
-            .option("startingOffsets", "earliest")
-            .load()
-            .select(
-                concat_ws("-", "partition", "offset").alias("value"),
-                targets("partition", "offset").alias("partition"),
-            )
-            .writeStream.format("liftbridge")
-            .option("brokers", liftbridge_server.addresses[0])
-            .option("stream", dst)
-            .option("idempotent", "true")
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .start()
-        )
+    start = copy_query_failing_while(
+        spark,
+        liftbridge_server.addresses[0],
+        src,
+        dst,
+        checkpoint=tmp_path / "checkpoint",
+        flag=flag,
+        fail_at=2500,
+        sink_option="idempotent",
+    )
 
     query = start()
     with pytest.raises(Exception, match="99"):
