@@ -64,7 +64,7 @@ demo: servers
 
 # The Spark pipeline example on a throwaway local node (the venv has the spark extra).
 spark-demo: servers
-	$(BIN)/python scripts/spark_demo.py
+	$(BIN)/python scripts/demo.py spark_pipeline
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 
