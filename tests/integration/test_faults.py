@@ -95,7 +95,10 @@ async def read_all(client: Client, stream: str) -> list[bytes]:
 
 async def new_replicated_stream(client: Client, names: StreamNames) -> str:
     name, subject = names("faults")
-    await client.create_stream(subject, name, replication_factor=3)
+    # min ISR 2: with the default 1, ack ALL is sent once the leader alone has a message
+    # whenever the lagging followers were dropped from the ISR (a 3 s lag here), and a
+    # SIGKILL of that leader then loses acked messages by the server's own rules.
+    await client.create_stream(subject, name, replication_factor=3, min_isr=2)
     # The broker that answers FetchMetadata may apply the creation a moment later (seen with
     # a node just restarted in a container): wait until it names a leader.
     async with asyncio.timeout(15):
