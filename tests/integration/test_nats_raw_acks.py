@@ -7,7 +7,7 @@ from typing import Any
 import nats
 import pytest
 
-from liftbridge_client import Client, envelope
+from liftbridge_client import Client, _nats_raw, envelope
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.testing import Deployment, StreamNames, wait_until
 
@@ -25,12 +25,25 @@ async def test_acks_take_the_raw_route_and_other_traffic_is_untouched(
         pub = client._publisher._nats_pub
         assert pub is not None
         assert pub.raw_acks  # if nats-py changed, this says the short cut is off
-        stream = stream_names()
-        await client.create_stream(stream.subject, stream.name)
-        acks = [await client.publish(stream.name, b"v%d" % i) for i in range(3)]
-        assert [a.offset for a in acks if a is not None] == [0, 1, 2]
         nc = client._nats
         assert nc is not None
+        assert "parse" in vars(nc._ps)  # and this, that the routed-MSG walk is off
+        served = 0
+        real_serve = _nats_raw.serve_routed
+
+        def counting_serve(*args: Any) -> tuple[int, bool]:
+            nonlocal served
+            served += 1
+            return real_serve(*args)
+        stream = stream_names()
+        await client.create_stream(stream.subject, stream.name)
+        _nats_raw.serve_routed = counting_serve  # type: ignore[assignment]
+        try:
+            acks = [await client.publish(stream.name, b"v%d" % i) for i in range(3)]
+        finally:
+            _nats_raw.serve_routed = real_serve
+        assert [a.offset for a in acks if a is not None] == [0, 1, 2]
+        assert served >= 3  # each ack's read went through the walk
         # Then the sender appends to nats-py's buffer itself (the subject is known now).
         out = nc.stats["out_msgs"]
         slow: list[str] = []
