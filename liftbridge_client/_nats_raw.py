@@ -202,7 +202,7 @@ class PubBuffer:
     Otherwise it returns False and the caller publishes through nats-py.
     """
 
-    __slots__ = ("_connected", "_heads", "_nc", "_usable", "unflushed")
+    __slots__ = ("_connected", "_heads", "_nc", "_usable", "appended", "unflushed")
 
     def __init__(self, nc: nats.aio.client.Client) -> None:
         self._nc: Any = nc
@@ -217,6 +217,7 @@ class PubBuffer:
         self._connected = getattr(nats.aio.client.Client, "CONNECTED", None)
         self._heads: dict[str, bytes] = {}  # subject -> b"PUB <subject> "
         self.unflushed = False  # appended since the flusher was last woken
+        self.appended = 0  # how many of them
 
     def learn(self, subject: str) -> None:
         """nats-py accepted a publish on ``subject``: later ones may take `append`."""
@@ -239,20 +240,20 @@ class PubBuffer:
         stats["out_msgs"] += 1
         stats["out_bytes"] += size
         self.unflushed = True
+        self.appended += 1
         return True
 
-    async def kick(self) -> None:
-        """Wake nats-py's flusher for what `append` queued (as its publish does)."""
-        if not self.unflushed:
-            return
-        self.unflushed = False
+    def write_now(self) -> bool:
+        """Write what `append` queued now, as nats-py's flusher would on its next turn.
+
+        Only when the socket has nothing queued and the flusher is not due (then
+        it is the same bytes, in order, one event-loop round sooner). False:
+        nothing was written; `kick` leaves it to the flusher.
+        """
         nc = self._nc
         queue = nc._flush_queue
         if queue is None or not queue.empty():
-            return  # the flusher is due already and takes these bytes too
-        # The socket has nothing queued: write now, as nats-py's flusher would on its
-        # next turn (one event-loop round less per batch; the same bytes, in order).
-        # With a backlog, or a transport of another shape, the flusher keeps pacing.
+            return False  # the flusher is due already and takes these bytes too
         writer: Any = getattr(getattr(nc, "_transport", None), "_io_writer", None)
         transport = getattr(writer, "transport", None)
         if (
@@ -266,5 +267,20 @@ class PubBuffer:
             nc._pending = []
             nc._pending_data_size = 0
             writer.writelines(pending)
+            self.unflushed = False
+            self.appended = 0
+            return True
+        return False
+
+    async def kick(self) -> None:
+        """Get what `append` queued written: now (`write_now`), else by nats-py's
+        flusher, woken as its publish wakes it."""
+        if not self.unflushed or self.write_now():
             return
-        await nc._flush_pending()
+        self.unflushed = False
+        self.appended = 0
+        queue = self._nc._flush_queue
+        if queue is None or not queue.empty():
+            return  # the flusher is due already and takes these bytes too
+        # With a backlog, or a transport of another shape, the flusher keeps pacing.
+        await self._nc._flush_pending()

@@ -94,7 +94,11 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Partitioner", "PublishArgs", "Publisher", "SubjectPublishArgs"]
 
-_YIELD_EVERY = 256  # the sender lets the NATS flusher and ack readers run this often
+# The sender gets NATS bytes written this often in a long queue, and lets the ack
+# readers run less often: the queue is bounded by max_inflight, and a sender that
+# yields mid-queue lets new publishes queue behind it instead of taking the direct path.
+_KICK_EVERY = 256
+_YIELD_EVERY = 4096
 
 
 class Publisher:
@@ -141,6 +145,7 @@ class Publisher:
         self._closed = False
         self._fast_ok = True  # False once closing, draining or NATS is lost: full checks
         self._outages = OutageLog()
+        self._ack_wait = options.ack_wait
 
     def __repr__(self) -> str:
         return (
@@ -191,6 +196,8 @@ class Publisher:
 
     async def send(self, stream: str, value: bytes, **kw: Any) -> AckFuture:
         """Wait for room in the in-flight window, queue the message, return its future."""
+        if (fut := self.send_direct(stream, value, kw)) is not None:
+            return fut
         item = self._prepare(stream, value, kw)
         if not item.ready:
             self._complete(item, await self._metadata.stream(stream))
@@ -204,9 +211,103 @@ class Publisher:
         cached yet (the first publish to it) is it looked up by the sender;
         lookup failures, and a partition out of range, then fail the future.
         """
+        if (fut := self.send_direct(stream, value, kw)) is not None:
+            return fut
         item = self._prepare(stream, value, kw)
         self._correlator.try_acquire()
         return self._enqueue(item, kw)
+
+    def send_direct(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> AckFuture | None:
+        """The common NATS publish in one step, or None: take the general path.
+
+        Common means: nothing queued ahead of it (so order holds) and the sender
+        idle, a slot free in the window, the stream's metadata cached, plain
+        arguments (exact bytes, at most ``partition`` and ``ack_policy``), no
+        partitioner to call. Then the message is encoded, registered and
+        appended to nats-py's buffer here, skipping the queue item and the hop
+        through the sender, which is only woken to write the batch out. The
+        bytes on the wire and every check are those of the general path.
+        """
+        nats_pub = self._nats_pub
+        if (
+            self._queue
+            or not self._sender_idle
+            or not self._fast_ok
+            or nats_pub is None
+            or self._transport is not Transport.NATS
+            or type(stream) is not str
+            or type(value) is not bytes
+        ):
+            return None
+        info = self._metadata.current.streams.get(stream)
+        if info is None:
+            return None
+        if kw:
+            partition = kw.get("partition")
+            ack_policy = kw.get("ack_policy", AckPolicy.LEADER)
+            if type(ack_policy) is not AckPolicy or len(kw) != ("partition" in kw) + (
+                "ack_policy" in kw
+            ):
+                return None
+        else:
+            partition = None
+            ack_policy = AckPolicy.LEADER
+        if partition is None:
+            partitioner = self._options.partitioner
+            if partitioner is not None and type(partitioner) is not KeyPartitioner:
+                return None  # it may look at the value: the general path calls it
+            partition = 0
+        elif type(partition) is not int or not 0 <= partition < len(info.partitions):
+            return None  # the general path says what is wrong with it
+        correlator = self._correlator
+        if not correlator.take():
+            return None  # the general path waits (send) or raises (publish_nowait)
+        subject = info.partition_subject(partition)
+        cid = f"{self._cid_prefix}{next(self._cid_counter)}"
+        try:
+            payload = nats_pub.encode_plain(subject, value, cid, ack_policy)
+        except BaseException:
+            correlator.release()
+            raise
+        fut = correlator.register(cid, self._ack_wait)
+        if not self._write_nats(nats_pub, stream, subject, payload, fut, ack_policy):
+            # nats-py must take it (reconnecting, buffer full...): the sender does that.
+            item = Item(stream, value, None, None, partition, None, ack_policy, -1, cid, True)
+            item.subject = subject
+            item.payload = payload
+            item.future = fut
+            self._queue.append(item)
+            self._wake_sender()
+        return fut
+
+    def _write_nats(
+        self,
+        nats_pub: NatsPublisher,
+        stream: str,
+        subject: str,
+        payload: bytes,
+        fut: AckFuture,
+        ack_policy: AckPolicy,
+    ) -> bool:
+        """Append a registered NATS publish to nats-py's buffer, as the sender would.
+
+        False when nats-py must take it itself (the sender does that); the idle
+        sender is woken either way, to get the batch written.
+        """
+        if not nats_pub.send_nowait_batched(subject, payload):
+            return False
+        self._nats_used = True
+        fut.owner = nats_pub  # lost with the NATS connection
+        fut.expect = (stream, subject)  # what its ack must name
+        if ack_policy is AckPolicy.NONE:
+            self._correlator.resolve(fut.correlation_id, None)  # written: nothing will come
+        self._wake_sender()
+        return True
+
+    def _wake_sender(self) -> None:
+        waker = self._waker
+        if waker is not None and not waker.done():
+            waker.set_result(None)
 
     def _prepare(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> Item:
         """Validate everything client-side; nothing is sent for bad input."""
@@ -366,7 +467,7 @@ class Publisher:
 
     def _enqueue(self, item: Item, kw: Mapping[str, Any]) -> AckFuture:
         """Register the future on the slot just acquired and wake the sender."""
-        ack_wait = self._options.ack_wait
+        ack_wait = self._ack_wait
         if kw and (w := kw.get("ack_wait")) is not None:
             ack_wait = _validate.seconds("ack_wait", w)
         try:
@@ -375,6 +476,18 @@ class Publisher:
             self._correlator.release()
             raise
         item.future = fut
+        if (
+            item.use_nats
+            and not self._queue
+            and self._sender_idle
+            and self._fast_ok
+            and item.payload is not None
+            and self._nats_pub is not None
+            and self._write_nats(
+                self._nats_pub, item.stream, item.subject, item.payload, fut, item.ack_policy
+            )
+        ):
+            return fut  # nothing ahead of it: written as the sender would write it
         if not item.use_nats and not self._queue and self._sender_idle and item.request:
             # Nothing is ahead of it in the publisher (empty queue, sender idle): hand the
             # request straight to its stream's writer, saving a hop through the sender.
@@ -387,9 +500,7 @@ class Publisher:
                 route.submit(item.request, fut, item.ack_policy is AckPolicy.NONE, self._requeue)
                 return fut
         self._queue.append(item)
-        waker = self._waker
-        if waker is not None and not waker.done():
-            waker.set_result(None)
+        self._wake_sender()
         return fut
 
     # ------------------------------------------------------------ the sender
@@ -447,10 +558,11 @@ class Publisher:
             if item.use_nats and item.ack_policy is AckPolicy.NONE and not fut.done():
                 correlator.resolve(fut.correlation_id, None)
             written += 1
-            if written % _YIELD_EVERY == 0:
+            if written % _KICK_EVERY == 0:
                 if nats_pub is not None:
                     await nats_pub.kick()
-                await asyncio.sleep(0)
+                if written % _YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
 
     def _new_stream(self, address: str) -> PublishStream:
         if self._options.stream_transport == "h2":
@@ -515,9 +627,7 @@ class Publisher:
             )
             for req, fut in reversed(unwritten)
         )
-        waker = self._waker
-        if waker is not None and not waker.done():
-            waker.set_result(None)
+        self._wake_sender()
 
     # ------------------------------------------------------------ subject publish
 

@@ -491,6 +491,8 @@ class Client:
         publisher = self._require_open()
         if self._tracer is not None:
             return await self._tracer.send(publisher.send, stream, value, kw)
+        if (fut := publisher.send_direct(stream, value, kw)) is not None:
+            return fut  # the common case, without one more coroutine
         return await publisher.send(stream, value, **kw)
 
     @overload
