@@ -35,6 +35,7 @@ async def test_acks_take_the_raw_route_and_other_traffic_is_untouched(
             nonlocal served
             served += 1
             return real_serve(*args)
+
         stream = stream_names()
         await client.create_stream(stream.subject, stream.name)
         _nats_raw.serve_routed = counting_serve  # type: ignore[assignment]
