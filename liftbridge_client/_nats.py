@@ -216,7 +216,8 @@ class NatsPublisher:
             self.undecodable_acks += 1
             log.debug("dropped undecodable message on ack inbox %s: %s", self.inbox, exc)
             return
-        fut = self._correlator.get(pb.correlationId)
+        cid = pb.correlationId
+        fut = self._correlator.get(cid)
         if fut is not None and fut.expect != (pb.stream, pb.msgSubject):
             # Not the ack of this publish (forged, or another stream's ack routed here).
             self.mismatched_acks += 1
@@ -226,16 +227,16 @@ class NatsPublisher:
                 "dropped an ack on inbox %s for correlation id %r naming stream %r subject %r; "
                 "the publish went to %r (first of such acks warns; see Client.stats())",
                 self.inbox,
-                pb.correlationId,
+                cid,
                 pb.stream,
                 pb.msgSubject,
                 fut.expect,
             )
             return
         if pb.ackError == _ACK_OK:  # the common case, without the ack_error call
-            self._correlator.resolve(pb.correlationId, ack)
+            self._correlator.resolve(cid, ack)
             return
         failure = ack_error(pb)
         assert failure is not None  # only OK maps to None
-        if not self._correlator.fail(pb.correlationId, failure):
+        if not self._correlator.fail(cid, failure):
             log.warning("error ack for a publish no longer pending: %s", failure)

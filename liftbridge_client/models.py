@@ -1,15 +1,17 @@
 """Public data types, and the one place where protobuf becomes them.
 
-Everything a caller receives is a frozen dataclass defined here; protobuf
-messages never leak out of the package. Timestamps from the server are Unix
-nanoseconds (``*_ns`` fields); ``datetime`` views are properties.
+Everything a caller receives is immutable and defined here: frozen dataclasses,
+and `Ack`, which reads its fields from the decoded wire message it wraps (as
+go-liftbridge's does); protobuf messages never leak out of the package.
+Timestamps from the server are Unix nanoseconds (``*_ns`` fields); ``datetime``
+views are properties.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
 
@@ -64,19 +66,91 @@ def _ns_to_datetime(ns: int) -> datetime:
     return datetime.fromtimestamp(ns / 1e9, tz=UTC)
 
 
-@dataclass(frozen=True, slots=True)
 class Ack:
-    """The server's acknowledgement that a message was committed."""
+    """The server's acknowledgement that a message was committed.
 
-    stream: str
-    partition_subject: str
-    msg_subject: str
-    offset: int
-    ack_inbox: str
-    correlation_id: str
-    ack_policy: AckPolicy
-    reception_timestamp_ns: int
-    commit_timestamp_ns: int
+    Immutable, compared and hashed by its fields. As go-liftbridge's Ack does, it
+    reads its fields from the decoded wire message when they are asked for: acks
+    arrive by the tens of thousands a second, and most are never looked at, so
+    copying nine fields into each cost more than anything else per ack.
+    """
+
+    __slots__ = ("_pb",)
+    __match_args__ = (
+        "stream",
+        "partition_subject",
+        "msg_subject",
+        "offset",
+        "ack_inbox",
+        "correlation_id",
+        "ack_policy",
+        "reception_timestamp_ns",
+        "commit_timestamp_ns",
+    )
+    _pb: api_pb2.Ack
+
+    def __init__(
+        self,
+        stream: str,
+        partition_subject: str,
+        msg_subject: str,
+        offset: int,
+        ack_inbox: str,
+        correlation_id: str,
+        ack_policy: AckPolicy,
+        reception_timestamp_ns: int,
+        commit_timestamp_ns: int,
+    ) -> None:
+        pb = api_pb2.Ack(
+            stream=stream,
+            partitionSubject=partition_subject,
+            msgSubject=msg_subject,
+            offset=offset,
+            ackInbox=ack_inbox,
+            correlationId=correlation_id,
+            ackPolicy=AckPolicy(ack_policy),  # type: ignore[arg-type]
+            receptionTimestamp=reception_timestamp_ns,
+            commitTimestamp=commit_timestamp_ns,
+        )
+        object.__setattr__(self, "_pb", pb)
+
+    @property
+    def stream(self) -> str:
+        return self._pb.stream
+
+    @property
+    def partition_subject(self) -> str:
+        """The NATS subject of the stream's partition 0 (the stream's subject)."""
+        return self._pb.partitionSubject
+
+    @property
+    def msg_subject(self) -> str:
+        """The NATS subject the message was published on (its partition's subject)."""
+        return self._pb.msgSubject
+
+    @property
+    def offset(self) -> int:
+        return self._pb.offset
+
+    @property
+    def ack_inbox(self) -> str:
+        return self._pb.ackInbox
+
+    @property
+    def correlation_id(self) -> str:
+        return self._pb.correlationId
+
+    @property
+    def ack_policy(self) -> AckPolicy:
+        return _ACK_POLICIES[self._pb.ackPolicy]  # checked when the Ack was made
+
+    @property
+    def reception_timestamp_ns(self) -> int:
+        return self._pb.receptionTimestamp
+
+    @property
+    def commit_timestamp_ns(self) -> int:
+        return self._pb.commitTimestamp
 
     @property
     def commit_time(self) -> datetime:
@@ -93,6 +167,34 @@ class Ack:
             return 0 if msg else -1
         suffix = msg[len(base) + 1 :] if msg.startswith(base + ".") else ""
         return int(suffix) if suffix.isdigit() and suffix.isascii() else -1
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__match_args__)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Ack)
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(
+            f"{name}={value!r}"
+            for name, value in zip(self.__match_args__, self._fields(), strict=True)
+        )
+        return f"Ack({inner})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[type[Ack], tuple[object, ...]]:
+        return Ack, self._fields()
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,25 +315,20 @@ class Metadata:
 
 
 def ack_from_proto(pb: api_pb2.Ack) -> Ack:
-    # Hot path (one call per ack): a dict lookup instead of the enum call, positional
-    # arguments; an unknown policy still raises ValueError from AckPolicy().
-    policy = pb.ackPolicy
-    ack_policy = _ACK_POLICIES.get(policy)
-    if ack_policy is None:
-        ack_policy = AckPolicy(policy)
-    return Ack(
-        pb.stream,
-        pb.partitionSubject,
-        pb.msgSubject,
-        pb.offset,
-        pb.ackInbox,
-        pb.correlationId,
-        ack_policy,
-        pb.receptionTimestamp,
-        pb.commitTimestamp,
-    )
+    """The Ack of a decoded wire ack, which it takes over: ``pb`` must not change after.
+
+    ValueError for an ack policy this client does not know.
+    """
+    if pb.ackPolicy not in _ACK_POLICIES:
+        raise ValueError(f"{pb.ackPolicy} is not a valid AckPolicy")
+    ack = _new_ack(Ack)
+    _set_ack_pb(ack, pb)
+    return ack
 
 
+_new_ack = object.__new__
+# The slot's own setter, past Ack.__setattr__ (which refuses every assignment).
+_set_ack_pb = vars(Ack)["_pb"].__set__
 _ACK_POLICIES: dict[int, AckPolicy] = {p.value: p for p in AckPolicy}
 
 

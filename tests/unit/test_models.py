@@ -1,14 +1,16 @@
-"""Protobuf becomes frozen public dataclasses in one place (models.py)."""
+"""Protobuf becomes immutable public types in one place (models.py)."""
 
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from datetime import UTC, datetime
 
 import pytest
 
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import (
+    Ack,
     AckPolicy,
     EventTimestamps,
     Message,
@@ -154,3 +156,60 @@ def test_owned_conversion_reads_headers_lazily_and_equals_the_copying_one() -> N
     with pytest.raises(TypeError):
         owned.headers["x"] = b"y"  # type: ignore[index]
     assert owned_message_from_proto(api_pb2.Message()).headers == {}
+
+
+def _wire_ack(**kw: object) -> api_pb2.Ack:
+    fields: dict[str, object] = {
+        "stream": "s",
+        "partitionSubject": "subj",
+        "msgSubject": "subj.2",
+        "offset": 7,
+        "ackInbox": "_INBOX.x",
+        "correlationId": "c-1",
+        "ackPolicy": api_pb2.ALL,
+        "receptionTimestamp": 11,
+        "commitTimestamp": 12,
+    }
+    fields.update(kw)
+    return api_pb2.Ack(**fields)  # type: ignore[arg-type]
+
+
+def test_an_ack_from_the_wire_equals_one_built_by_hand() -> None:
+    wire = ack_from_proto(_wire_ack())
+    built = Ack("s", "subj", "subj.2", 7, "_INBOX.x", "c-1", AckPolicy.ALL, 11, 12)
+    assert wire == built
+    assert hash(wire) == hash(built)
+    assert wire != ack_from_proto(_wire_ack(offset=8))
+    assert wire != ("s", "subj", "subj.2", 7, "_INBOX.x", "c-1", AckPolicy.ALL, 11, 12)
+    assert repr(wire) == (
+        "Ack(stream='s', partition_subject='subj', msg_subject='subj.2', offset=7, "
+        "ack_inbox='_INBOX.x', correlation_id='c-1', ack_policy=<AckPolicy.ALL: 1>, "
+        "reception_timestamp_ns=11, commit_timestamp_ns=12)"
+    )
+    assert wire.partition == 2
+    assert pickle.loads(pickle.dumps(wire)) == wire
+    match wire:
+        case Ack(stream, _, _, offset):
+            assert (stream, offset) == ("s", 7)
+        case _:  # pragma: no cover - the match above must take it
+            pytest.fail("Ack did not match positionally")
+
+
+def test_an_ack_cannot_be_changed() -> None:
+    ack = ack_from_proto(_wire_ack())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ack.stream = "other"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ack._pb = api_pb2.Ack()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del ack.offset
+    with pytest.raises(AttributeError):
+        ack.extra = 1
+    assert ack.offset == 7
+
+
+def test_an_ack_with_an_unknown_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="AckPolicy"):
+        ack_from_proto(_wire_ack(ackPolicy=7))
+    with pytest.raises(ValueError, match="AckPolicy"):
+        Ack("s", "s", "s", 0, "", "c", 7, 0, 0)  # type: ignore[arg-type]
