@@ -59,6 +59,7 @@ _Unwritten = Callable[[list[tuple[api_pb2.PublishRequest, AckFuture]]], None]
 # Starts a supervised background task (`TaskSupervisor.spawn`).
 _Spawn = Callable[..., TaskHandle]
 Spawn = _Spawn
+Unwritten = _Unwritten
 
 
 class OutageLog:
@@ -124,8 +125,9 @@ class PublishStream:
         self._call: grpc.aio.StreamStreamCall[api_pb2.PublishRequest, api_pb2.PublishResponse]
         self._reader: TaskHandle | None = None
         self._writer: TaskHandle | None = None
-        # Submitted, not yet written: (request, future, resolve-on-write for ack policy NONE).
-        self._outbox: deque[tuple[api_pb2.PublishRequest, AckFuture, bool]] = deque()
+        # Submitted, not yet written: (request, future, resolve-on-write for ack policy NONE);
+        # the h2 stream also takes requests serialized already (bytes).
+        self._outbox: deque[tuple[api_pb2.PublishRequest | bytes, AckFuture, bool]] = deque()
         self._wake: asyncio.Future[None] | None = None
         self._on_unwritten: _Unwritten | None = None
         self.broken: errors.LiftbridgeError | None = None
@@ -158,6 +160,15 @@ class PublishStream:
         futures submitted but not yet written are taken back (ownership cleared)
         and handed to ``on_unwritten``, oldest first, for a new stream to carry.
         """
+        self._submit(req, fut, resolve_on_write, on_unwritten)
+
+    def _submit(
+        self,
+        req: api_pb2.PublishRequest | bytes,
+        fut: AckFuture,
+        resolve_on_write: bool,
+        on_unwritten: _Unwritten,
+    ) -> None:
         if self.broken is not None:
             raise errors.ConnectionClosedError(
                 f"PublishAsync stream to {self.address} broke"
@@ -186,6 +197,7 @@ class PublishStream:
             req, fut, resolve_on_write = outbox.popleft()
             if fut.done():
                 continue  # cancelled or timed out before it went out: never sent
+            assert not isinstance(req, bytes)  # only the h2 stream takes serialized ones
             try:
                 await call.write(req)
             except grpc.RpcError as exc:
@@ -269,7 +281,11 @@ class PublishStream:
 
     def _take_back_unwritten(self) -> None:
         """Give futures submitted but never written back to the publisher (in order)."""
-        unwritten = [(req, fut) for req, fut, _ in self._outbox if not fut.done()]
+        unwritten = [
+            (api_pb2.PublishRequest.FromString(req) if isinstance(req, bytes) else req, fut)
+            for req, fut, _ in self._outbox
+            if not fut.done()
+        ]
         self._outbox.clear()
         for _, fut in unwritten:
             fut.owner = None

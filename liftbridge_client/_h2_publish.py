@@ -15,10 +15,10 @@ import logging
 import grpc
 
 from liftbridge_client import errors
-from liftbridge_client._correlation import Correlator
+from liftbridge_client._correlation import AckFuture, Correlator
 from liftbridge_client._errors_map import map_rpc_error
 from liftbridge_client._grpc import BrokerPool
-from liftbridge_client._grpc_publish import OutageLog, PublishStream, Spawn
+from liftbridge_client._grpc_publish import OutageLog, PublishStream, Spawn, Unwritten
 from liftbridge_client._h2 import BidiStreamCall
 from liftbridge_client._proto import api_pb2
 
@@ -45,6 +45,12 @@ class H2PublishStream(PublishStream):
         self._h2call: BidiStreamCall[api_pb2.PublishResponse] = pool.h2().bidi_stream(
             address, _PATH, api_pb2.PublishResponse.FromString
         )
+
+    def submit_raw(
+        self, raw: bytes, fut: AckFuture, resolve_on_write: bool, on_unwritten: Unwritten
+    ) -> None:
+        """`submit` of a request serialized already (the publisher's plain hot path)."""
+        self._submit(raw, fut, resolve_on_write, on_unwritten)
 
     def open(self) -> None:
         """Start the reader; the writer connects the call on the first submit."""
@@ -73,7 +79,7 @@ class H2PublishStream(PublishStream):
                 if fut.done():
                     continue  # cancelled or timed out before it went out: never sent
                 try:
-                    write(req.SerializeToString())
+                    write(req if isinstance(req, bytes) else req.SerializeToString())
                 except grpc.RpcError as exc:
                     outbox.appendleft((req, fut, resolve_on_write))  # never written
                     self._break(map_rpc_error(exc))

@@ -60,6 +60,7 @@ from liftbridge_client import _validate, errors
 from liftbridge_client._correlation import AckFuture, Correlator
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._grpc_publish import (
+    MAX_REQUEST_BYTES,
     OutageLog,
     PublishStream,
     check_request_size,
@@ -85,6 +86,7 @@ from liftbridge_client._publish_args import (
     reject_unknown,
     seconds_arg,
 )
+from liftbridge_client._publish_wire import plain_publish_request
 from liftbridge_client._tasks import TaskHandle, TaskSupervisor
 from liftbridge_client.models import Ack, AckPolicy, PublishStats, StreamInfo
 from liftbridge_client.options import ClientOptions, Transport
@@ -98,6 +100,8 @@ __all__ = ["Partitioner", "PublishArgs", "Publisher", "SubjectPublishArgs"]
 # readers run less often: the queue is bounded by max_inflight, and a sender that
 # yields mid-queue lets new publishes queue behind it instead of taking the direct path.
 _KICK_EVERY = 256
+# Values up to this size cannot make a plain request exceed the server's gRPC limit.
+MAX_PLAIN_VALUE = MAX_REQUEST_BYTES - 65536
 _YIELD_EVERY = 4096
 
 
@@ -218,23 +222,22 @@ class Publisher:
         return self._enqueue(item, kw)
 
     def send_direct(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> AckFuture | None:
-        """The common NATS publish in one step, or None: take the general path.
+        """The common publish in one step, or None: take the general path.
 
         Common means: nothing queued ahead of it (so order holds) and the sender
         idle, a slot free in the window, the stream's metadata cached, plain
         arguments (exact bytes, at most ``partition`` and ``ack_policy``), no
-        partitioner to call. Then the message is encoded, registered and
-        appended to nats-py's buffer here, skipping the queue item and the hop
-        through the sender, which is only woken to write the batch out. The
-        bytes on the wire and every check are those of the general path.
+        partitioner to call; over gRPC, also the h2 stream transport and a
+        PublishAsync stream to the partition's leader already open. Then the
+        message is encoded and registered here and handed to nats-py's buffer
+        or that stream's writer, skipping the queue item and the hop through
+        the sender (woken only to write a NATS batch out). The bytes on the
+        wire and every check are those of the general path.
         """
-        nats_pub = self._nats_pub
         if (
             self._queue
             or not self._sender_idle
             or not self._fast_ok
-            or nats_pub is None
-            or self._transport is not Transport.NATS
             or type(stream) is not str
             or type(value) is not bytes
         ):
@@ -259,8 +262,16 @@ class Publisher:
             partition = 0
         elif type(partition) is not int or not 0 <= partition < len(info.partitions):
             return None  # the general path says what is wrong with it
+        if self._transport is Transport.NATS:
+            return self._direct_nats(stream, value, info, partition, ack_policy)
+        return self._direct_h2(stream, value, partition, ack_policy)
+
+    def _direct_nats(
+        self, stream: str, value: bytes, info: StreamInfo, partition: int, ack_policy: AckPolicy
+    ) -> AckFuture | None:
+        nats_pub = self._nats_pub
         correlator = self._correlator
-        if not correlator.take():
+        if nats_pub is None or not correlator.take():
             return None  # the general path waits (send) or raises (publish_nowait)
         subject = info.partition_subject(partition)
         cid = f"{self._cid_prefix}{next(self._cid_counter)}"
@@ -278,6 +289,30 @@ class Publisher:
             item.future = fut
             self._queue.append(item)
             self._wake_sender()
+        return fut
+
+    def _direct_h2(
+        self, stream: str, value: bytes, partition: int, ack_policy: AckPolicy
+    ) -> AckFuture | None:
+        if self._routes_metadata is not self._metadata.current:
+            return None  # the metadata changed: the sender finds the leader again
+        route = self._routes.get((stream, partition))
+        if (
+            not isinstance(route, H2PublishStream)
+            or not route.usable
+            or len(value) > MAX_PLAIN_VALUE
+        ):
+            return None
+        correlator = self._correlator
+        if not correlator.take():
+            return None
+        cid = f"{self._cid_prefix}{next(self._cid_counter)}"
+        raw = plain_publish_request(value, stream, partition, cid, ack_policy)
+        if raw is None:
+            correlator.release()
+            return None
+        fut = correlator.register(cid, self._ack_wait)
+        route.submit_raw(raw, fut, ack_policy is AckPolicy.NONE, self._requeue)
         return fut
 
     def _write_nats(
