@@ -226,8 +226,8 @@ class Publisher:
 
         Common means: nothing queued ahead of it (so order holds) and the sender
         idle, a slot free in the window, the stream's metadata cached, plain
-        arguments (exact bytes, at most ``partition`` and ``ack_policy``), no
-        partitioner to call; over gRPC, also the h2 stream transport and a
+        arguments (exact bytes, at most ``partition``, ``ack_policy`` and
+        ``transport``), no partitioner to call; over gRPC, also the h2 stream transport and a
         PublishAsync stream to the partition's leader already open. Then the
         message is encoded and registered here and handed to nats-py's buffer
         or that stream's writer, skipping the queue item and the hop through
@@ -248,13 +248,18 @@ class Publisher:
         if kw:
             partition = kw.get("partition")
             ack_policy = kw.get("ack_policy", AckPolicy.LEADER)
-            if type(ack_policy) is not AckPolicy or len(kw) != ("partition" in kw) + (
-                "ack_policy" in kw
+            transport = kw.get("transport", self._transport)
+            known = ("partition" in kw) + ("ack_policy" in kw) + ("transport" in kw)
+            if (
+                type(ack_policy) is not AckPolicy
+                or type(transport) is not Transport
+                or len(kw) != known
             ):
                 return None
         else:
             partition = None
             ack_policy = AckPolicy.LEADER
+            transport = self._transport
         if partition is None:
             partitioner = self._options.partitioner
             if partitioner is not None and type(partitioner) is not KeyPartitioner:
@@ -262,7 +267,7 @@ class Publisher:
             partition = 0
         elif type(partition) is not int or not 0 <= partition < len(info.partitions):
             return None  # the general path says what is wrong with it
-        if self._transport is Transport.NATS:
+        if transport is Transport.NATS:
             return self._direct_nats(stream, value, info, partition, ack_policy)
         return self._direct_h2(stream, value, partition, ack_policy)
 

@@ -127,6 +127,49 @@ async def test_publish_and_read_back_in_order(
 
 
 @BOTH
+async def test_plain_and_general_publishes_keep_call_order(
+    client: Client, stream_names: StreamNames, transport: Transport
+) -> None:
+    """Plain publishes take the one-step path, others (headers, a key, an ack wait, a
+    stream whose metadata is not cached yet) the queue; none overtakes another."""
+    stream = await new_stream(client, stream_names, partitions=2)
+    other = await new_stream(client, stream_names)
+    futs: list[asyncio.Future[Any]] = []
+    expected: list[bytes] = []
+    for i in range(900):
+        value = b"v%d" % i
+        if i % 97 == 5:  # the first publish to a stream waits for its metadata
+            fresh = await new_stream(client, stream_names)
+            await client.publish(fresh.name, b"x", transport=transport)
+        if i % 50 == 7:
+            fut = await client.send(
+                stream.name, value, partition=1, headers={"i": b"%d" % i}, transport=transport
+            )
+        elif i % 50 == 13:
+            fut = client.publish_nowait(
+                stream.name, value, partition=1, ack_wait=5.0, transport=transport
+            )
+        elif i % 50 == 21:
+            fut = await client.send(other.name, value, transport=transport)  # another stream
+            futs.append(fut)
+            continue
+        elif i % 3 == 0:
+            fut = client.publish_nowait(stream.name, value, partition=1, transport=transport)
+        else:
+            fut = await client.send(stream.name, value, partition=1, transport=transport)
+        futs.append(fut)
+        expected.append(value)
+        if i % 300 == 299:
+            await asyncio.sleep(0.05)  # let the queue and the window empty
+    acks = await asyncio.gather(*futs)
+    mine = [a for a in acks if a is not None and a.stream == stream.name]
+    assert [a.offset for a in mine] == list(range(len(expected)))
+    assert {a.partition for a in mine} == {1}
+    messages = await read_back(client, stream.name, len(expected), partition=1)
+    assert [m.value for m in messages] == expected
+
+
+@BOTH
 async def test_ack_fields(client: Client, stream_names: StreamNames, transport: Transport) -> None:
     stream = await new_stream(client, stream_names)
     before = time.time_ns()
