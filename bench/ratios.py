@@ -397,7 +397,10 @@ def markdown(results: dict[str, Any], chart_name: str | None) -> str:
         "",
         f"Sizes: publish {plan['n_pub']} x {plan['size']} B (ack LEADER, 1024 in flight for "
         f"this client), one at a time {plan['n_one']}, subscribe {plan['n_sub']} x "
-        f"{plan['size']} B from EARLIEST. CPU per message: the client process's CPU time "
+        f"{plan['size']} B from EARLIEST. Pipelined publishes count their acks the same way "
+        "on both sides: go-liftbridge's PublishAsync calls an ack handler that counts, this "
+        "client's futures get a done callback that counts (the futures are not kept), then "
+        "each waits for the last ack. CPU per message: the client process's CPU time "
         "(user + system) and the server process's (Liftbridge with its embedded NATS) over "
         "the run, divided by the messages.",
         "",
