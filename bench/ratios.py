@@ -453,8 +453,8 @@ def markdown(results: dict[str, Any], chart_name: str | None) -> str:
     lines += [
         "",
         "The sections below come from the last full `python -m bench` run (its date is at the "
-        "top of the page); unless it is newer than this section they predate the h2 stream "
-        "transport and compare pipelined publishes with go's batch-100.",
+        "top of the page): one run of each configuration, not interleaved, so its single "
+        "ratios move more than the medians above, which are the figures to quote.",
         "",
         BLOCK_END,
     ]
