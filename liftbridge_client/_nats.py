@@ -218,7 +218,9 @@ class NatsPublisher:
             return
         cid = pb.correlationId
         fut = self._correlator.get(cid)
-        if fut is not None and fut.expect != (pb.stream, pb.msgSubject):
+        if fut is not None and (
+            (expect := fut.expect) is None or expect[0] != pb.stream or expect[1] != pb.msgSubject
+        ):
             # Not the ack of this publish (forged, or another stream's ack routed here).
             self.mismatched_acks += 1
             level = logging.WARNING if self.mismatched_acks == 1 else logging.DEBUG

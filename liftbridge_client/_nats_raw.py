@@ -127,40 +127,48 @@ def serve_routed(
     """
     pos = 0
     end = len(data)
-    while pos < end:
-        if not data.startswith(b"MSG ", pos):
-            # A fragment of "MSG " at the end of the read is a cut MSG.
-            return pos, end - pos < 4 and b"MSG "[: end - pos] == data[pos:]
-        eol = data.find(b"\r\n", pos, pos + _MAX_CONTROL_LINE)
-        if eol < 0:
-            # No line end yet: a cut MSG, unless the line is already over the limit.
-            return pos, end - pos < _MAX_CONTROL_LINE
-        args = data[pos + 4 : eol].split()
-        if len(args) == 3:
-            sid, size = args[1], args[2]
-        elif len(args) == 4:
-            sid, size = args[1], args[3]
-        else:
-            return pos, False
-        if not (sid.isdigit() and size.isdigit()):
-            return pos, False
-        handler = table.get(int(sid))
-        if handler is None:
-            return pos, False
-        start = eol + 2
-        stop = start + int(size)
-        if stop + 2 > end:
-            return pos, True
-        payload = data[start:stop]
-        pos = stop + 2  # nats-py skips the two bytes after a payload unchecked, as here
-        if counts is not None:  # what nats-py's own path counts
-            counts["in_msgs"] += 1
-            counts["in_bytes"] += stop - start
-        try:
-            handler(payload)
-        except Exception:  # a bug in a handler must not break nats-py's read loop
-            log.exception("handler of NATS subscription %d failed", int(sid))
-    return pos, False
+    served = served_bytes = 0
+    last_sid = b""  # acks all come for one subscription: look its handler up once
+    handler: Handler | None = None
+    try:
+        while pos < end:
+            if not data.startswith(b"MSG ", pos):
+                # A fragment of "MSG " at the end of the read is a cut MSG.
+                return pos, end - pos < 4 and b"MSG "[: end - pos] == data[pos:]
+            eol = data.find(b"\r\n", pos, pos + _MAX_CONTROL_LINE)
+            if eol < 0:
+                # No line end yet: a cut MSG, unless the line is already over the limit.
+                return pos, end - pos < _MAX_CONTROL_LINE
+            args = data[pos + 4 : eol].split()
+            if len(args) == 3:
+                sid, size = args[1], args[2]
+            elif len(args) == 4:
+                sid, size = args[1], args[3]
+            else:
+                return pos, False
+            if sid != last_sid:
+                if not sid.isdigit():
+                    return pos, False
+                handler = table.get(int(sid))
+                last_sid = sid
+            if handler is None or not size.isdigit():
+                return pos, False
+            start = eol + 2
+            stop = start + int(size)
+            if stop + 2 > end:
+                return pos, True
+            pos = stop + 2  # nats-py skips the two bytes after a payload unchecked, as here
+            served += 1
+            served_bytes += stop - start
+            try:
+                handler(data[start:stop])
+            except Exception:  # a bug in a handler must not break nats-py's read loop
+                log.exception("handler of NATS subscription %d failed", int(sid))
+        return pos, False
+    finally:
+        if counts is not None and served:  # what nats-py's own path counts
+            counts["in_msgs"] += served
+            counts["in_bytes"] += served_bytes
 
 
 def route_sid(nc: nats.aio.client.Client, sub: object, handler: Handler) -> bool:
