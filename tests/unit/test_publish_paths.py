@@ -18,6 +18,8 @@ from liftbridge_client._correlation import Correlator
 from liftbridge_client._errors_map import ack_error, async_error
 from liftbridge_client._errors_map import publish_status_error as unary_publish_error
 from liftbridge_client._grpc_publish import PublishStream
+from liftbridge_client._h2.status import H2RpcError
+from liftbridge_client._h2_publish import H2PublishStream
 from liftbridge_client._nats import NatsPublisher
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._tasks import TaskSupervisor
@@ -489,3 +491,40 @@ async def test_publishes_a_broken_stream_never_wrote_go_out_on_a_new_stream(rig:
             )
         )
     assert [cast(Any, await fut).offset for fut in futs[1:]] == [7, 8]
+
+
+async def test_h2_one_step_publishes_a_broken_stream_never_wrote_go_out_again() -> None:
+    """Over h2, plain publishes reach the stream's outbox already serialized; when the
+    stream breaks before writing them they are parsed back and resent in order."""
+    rig = await make_rig(stream_transport="h2")
+    try:
+        p = rig.publisher
+        first = p.publish_nowait("s", b"0", transport=Transport.GRPC, partition=1)
+        await wait_until(lambda: rig.calls and rig.calls[0].written, what="the first request")
+        [stream] = p._streams.values()
+        assert isinstance(stream, H2PublishStream)
+
+        futs = [
+            p.publish_nowait("s", bytes([v]), transport=Transport.GRPC, partition=1) for v in b"123"
+        ]
+        assert [type(req) for req, _, _ in stream._outbox] == [bytes] * 3  # the one-step path
+        # The call fails before its writer ran (a connection reset).
+        stream._h2call._fail(H2RpcError(grpc.StatusCode.UNAVAILABLE, "connection reset"), True)
+        await wait_until(
+            lambda: len(rig.calls) == 2 and len(rig.calls[1].written) == 3, what="resent"
+        )
+        sent = rig.calls[1].written
+        assert [r.value for r in sent] == [b"1", b"2", b"3"]
+        assert [r.correlationId for r in sent] == [cast(Any, f).correlation_id for f in futs]
+        assert [(r.stream, r.partition, r.expectedOffset) for r in sent] == [("s", 1, -1)] * 3
+        for fut, offset in zip(futs, (5, 6, 7), strict=True):
+            rig.calls[1].responses.put_nowait(
+                api_pb2.PublishResponse(
+                    correlationId=cast(Any, fut).correlation_id, ack=api_pb2.Ack(offset=offset)
+                )
+            )
+        assert [cast(Any, await fut).offset for fut in futs] == [5, 6, 7]
+        with pytest.raises(errors.UnavailableError):
+            await first  # written on the broken stream: failed, for the caller to retry
+    finally:
+        await rig.close()
