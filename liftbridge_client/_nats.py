@@ -146,29 +146,21 @@ class NatsPublisher:
         self, subject: str, value: bytes, correlation_id: str, ack_policy: int
     ) -> bytes:
         """`encode` of a message with no key, headers or offset check (the hot path)."""
-        if self._crc:
-            return self.encode(
-                subject,
-                value,
-                key=None,
-                headers=None,
-                correlation_id=correlation_id,
-                ack_policy=ack_policy,
-                expected_offset=-1,
-            )
-        inbox = "" if ack_policy == api_pb2.NONE else self.inbox
-        payload = envelope.encode_message_plain(value, inbox, correlation_id, ack_policy)
-        if len(payload) > self._nc.max_payload:
-            return self.encode(
-                subject,
-                value,
-                key=None,
-                headers=None,
-                correlation_id=correlation_id,
-                ack_policy=ack_policy,
-                expected_offset=-1,
-            )  # raises MessageTooLargeError, worded as for every publish
-        return payload
+        if not self._crc:
+            inbox = "" if ack_policy == api_pb2.NONE else self.inbox
+            payload = envelope.encode_message_plain(value, inbox, correlation_id, ack_policy)
+            if len(payload) <= self._nc.max_payload:
+                return payload
+        # With a CRC, or too large for NATS (encode raises, worded as for every publish).
+        return self.encode(
+            subject,
+            value,
+            key=None,
+            headers=None,
+            correlation_id=correlation_id,
+            ack_policy=ack_policy,
+            expected_offset=-1,
+        )
 
     async def send(self, subject: str, payload: bytes) -> None:
         """Hand the bytes to nats-py (its buffer; its flusher writes them out)."""

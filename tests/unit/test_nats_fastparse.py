@@ -17,15 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats.protocol.parser import Parser
+from test_nats_raw import Sub
 
 from liftbridge_client._nats_raw import route_sid, serve_routed
 
 ROUTED = (3, 11)  # the subscription ids with a raw handler
-
-
-class Sub:
-    def __init__(self, sid: int) -> None:
-        self._id = sid
 
 
 class Conn:
