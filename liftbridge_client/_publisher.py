@@ -9,10 +9,14 @@
   acks on the client's inbox;
 - `_grpc_publish`: PublishAsync streams (one per broker) and the unary calls.
 
-Ordering. Every `publish`, `send` and `publish_nowait` call puts one item on a
-FIFO queue, synchronously, before it returns (or, for `send`, once it has a
-window slot; slots are granted first come, first served). One sender task
-drains the queue in order. NATS items it writes itself, awaiting each write; a
+Ordering. A plain publish with nothing queued ahead of it and the sender idle
+takes one step in the call (`Publisher.send_direct`): over NATS it is appended
+to nats-py's outgoing buffer (`_nats_raw.PubBuffer`), over gRPC with the h2
+transport it goes, serialized, to the outbox of the open PublishAsync stream
+to its leader. Every other `publish`, `send` and `publish_nowait` call puts
+one item on a FIFO queue, synchronously, before it returns (or, for `send`,
+once it has a window slot; slots are granted first come, first served). One
+sender task drains the queue in order. NATS items it writes itself, awaiting each write; a
 gRPC item it hands (no await) to the outbox of the PublishAsync stream to the
 partition's leader, whose single writer task awaits each write in turn. When
 nothing is ahead of a gRPC item (the queue is empty and the sender idle) and
@@ -21,7 +25,8 @@ to that outbox directly, saving the hop through the sender. Either way
 messages reach the wire in call order: per NATS connection, and per
 PublishAsync stream. Single writers are required because both writes are
 coroutines (``nats.aio.client.Client.publish``, ``StreamStreamCall.write``) and
-nats-py has no public synchronous way to append to its outgoing buffer. The
+nats-py has no public synchronous way to append to its outgoing buffer (the
+one-step path appends only when nothing would differ from nats-py's own). The
 queues are plain deques and the writers wake through one future per idle
 period, so the per-message cost is a future, a timer handle and one awaited
 write - no task per message. A stream that breaks gives the requests it never
@@ -227,12 +232,12 @@ class Publisher:
         Common means: nothing queued ahead of it (so order holds) and the sender
         idle, a slot free in the window, the stream's metadata cached, plain
         arguments (exact bytes, at most ``partition``, ``ack_policy`` and
-        ``transport``), no partitioner to call; over gRPC, also the h2 stream transport and a
-        PublishAsync stream to the partition's leader already open. Then the
-        message is encoded and registered here and handed to nats-py's buffer
-        or that stream's writer, skipping the queue item and the hop through
-        the sender (woken only to write a NATS batch out). The bytes on the
-        wire and every check are those of the general path.
+        ``transport``), no partitioner to call; over gRPC, also the h2 stream
+        transport and a PublishAsync stream to the partition's leader already
+        open. Then the message is encoded and registered here and handed to
+        nats-py's buffer or that stream's writer, skipping the queue item and
+        the hop through the sender (woken only to write a NATS batch out). The
+        bytes on the wire and every check are those of the general path.
         """
         if (
             self._queue
