@@ -44,15 +44,11 @@ MESSAGES = int(os.environ.get("EO_FAULT_MESSAGES", "3000"))
 KILLS = int(os.environ.get("EO_FAULT_KILLS", "2"))
 PUBLISHERS = 4
 PARTITIONS = 2
-# Retries must outlast the server's failover: once in a full `make test` run, v1.9.0 let
-# two restarted followers take a partition's leadership from each other every 3 s for
-# about 40 s after a kill ("exceeded max leader timeout", epochs climbing), longer than
-# the 8 attempts (about 35 s) this used to allow. 30 attempts wait about 2.5 minutes.
 OPTIONS = ClientOptions(
     ack_wait=4.0,
     rpc_timeout=3.0,
     max_inflight=256,
-    retry=RetryPolicy(attempts=30, initial_backoff=0.1, max_backoff=1.0),
+    retry=RetryPolicy(attempts=8, initial_backoff=0.1, max_backoff=1.0),
 )
 
 
