@@ -52,6 +52,20 @@ OPTIONS = ClientOptions(
 )
 
 
+@pytest.fixture
+def own_cluster(tmp_path: Path, liftbridge_server_version: str) -> Iterator[Cluster]:
+    """A 3-node cluster of each test's own, not the shared ``liftbridge_cluster``.
+
+    After the earlier tests of a full run, v1.9.0 sometimes never settled after these
+    kills: a restarted follower's replication requests to the new leader timed out, it
+    reported the leader every 3 s and leadership moved between the two other nodes for
+    minutes, longer than any publisher retries (seen twice in full runs, never on a fresh
+    cluster; docs/testing.md). The client behaviour under test is the same.
+    """
+    with Cluster(3, base_dir=tmp_path, versions=liftbridge_server_version) as cluster:
+        yield cluster
+
+
 async def read_with_retries(client: Client, stream: str, committed: bool) -> list[Message]:
     """Read every partition to its end; a reader cut by a late failover starts again."""
     async with asyncio.timeout(120):
@@ -86,8 +100,9 @@ async def leader_of(client: Client, stream: str, partition: int) -> str:
 
 @pytest.mark.timeout(600)
 async def test_leader_kills_with_retries_read_committed_exactly_once(
-    liftbridge_cluster: Cluster, stream_names: StreamNames
+    own_cluster: Cluster, stream_names: StreamNames
 ) -> None:
+    liftbridge_cluster = own_cluster
     async with Client(
         liftbridge_cluster.addresses, nats_servers=[liftbridge_cluster.nats_url], options=OPTIONS
     ) as client:
@@ -157,8 +172,9 @@ async def test_leader_kills_with_retries_read_committed_exactly_once(
 
 @pytest.mark.timeout(300)
 async def test_transaction_across_a_leader_kill_and_a_writer_crash_commits_once(
-    liftbridge_cluster: Cluster, stream_names: StreamNames
+    own_cluster: Cluster, stream_names: StreamNames
 ) -> None:
+    liftbridge_cluster = own_cluster
     async with Client(
         liftbridge_cluster.addresses, nats_servers=[liftbridge_cluster.nats_url], options=OPTIONS
     ) as client:
