@@ -6,9 +6,13 @@ Java is required: without it the fixture fails with a message saying so (never s
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import os
 import shutil
 import sys
+import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +25,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 OPTIONS = ClientOptions(transport=Transport.GRPC)
+
+log = logging.getLogger(__name__)
 
 
 def java_or_fail() -> None:
@@ -45,7 +51,7 @@ def start_spark(tmp: Path) -> Iterator[SparkSession]:
 
     from liftbridge_client.spark import register
 
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2,2]")  # 2 cores, 2 attempts per task
         .appName("liftbridge-client-tests")
         .config("spark.ui.enabled", "false")
@@ -61,13 +67,37 @@ def start_spark(tmp: Path) -> Iterator[SparkSession]:
         # Rows reach a Python sink in Arrow batches of this size: small, so a task failing
         # mid-way has already published some (the retry tests need that).
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
-        .getOrCreate()
     )
+    spark = _get_or_create(builder)
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     # Not stopped here: the next test module gets the same session from getOrCreate (one
     # JVM start per pytest run); pyspark kills its JVM when the interpreter exits.
     yield spark
+
+
+def _get_or_create(builder: SparkSession.Builder) -> SparkSession:
+    """``getOrCreate``, starting the JVM a second time if its launch died.
+
+    Once in a full run the JVM's launcher exited before it reported its port: it was
+    forked while grpcio threads of earlier tests were busy ("skipping fork() handlers").
+    PySpark then leaves its pipe to the dead launcher behind; it is closed here, quietly,
+    not in whatever test the garbage collector happens to run next.
+    """
+    from pyspark.errors import PySparkRuntimeError
+
+    for attempt in (1, 2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            try:
+                return builder.getOrCreate()
+            except PySparkRuntimeError as exc:
+                if attempt == 2 or exc.getErrorClass() != "JAVA_GATEWAY_EXITED":
+                    raise
+                log.warning("Spark's JVM did not start (%s): starting it again", exc)
+            gc.collect()
+        time.sleep(1)
+    raise AssertionError("unreachable")
 
 
 async def _publish(
