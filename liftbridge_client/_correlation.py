@@ -157,14 +157,13 @@ class Correlator:
     def try_acquire(self) -> None:
         """Take a slot now, or raise `InflightLimitError` (also when others are waiting)."""
         self._check_open()
-        if self._held >= self._capacity or self._waiters:
+        if not self.take():
             raise InflightLimitError(
                 f"{self._held} publishes in flight, the limit (max_inflight) is {self._capacity}"
             )
-        self._held += 1
 
     def take(self) -> bool:
-        """`try_acquire` without the error: True when a slot was taken."""
+        """`try_acquire` without the errors: True when a slot was taken."""
         if self._held < self._capacity and not self._waiters and self._closed is None:
             self._held += 1
             return True
