@@ -28,7 +28,13 @@ async def run(task: dict[str, Any]) -> dict[str, Any]:
     n, size = int(task["n"]), int(task.get("size", 256))
     if task["op"] == "pub":
         return await ours.publish_pipelined(
-            target, transport, n, size, "LEADER", stream_transport=stream_transport
+            target,
+            transport,
+            n,
+            size,
+            "LEADER",
+            window=int(task.get("window", 1024)),
+            stream_transport=stream_transport,
         )
     if task["op"] == "one":
         out = await ours.publish_one(

@@ -126,7 +126,7 @@ class PublishStream:
         self._reader: TaskHandle | None = None
         self._writer: TaskHandle | None = None
         # Submitted, not yet written: (request, future, resolve-on-write for ack policy NONE);
-        # the h2 stream also takes requests serialized already (bytes).
+        # the h2 stream also takes requests serialized already as gRPC messages (bytes).
         self._outbox: deque[tuple[api_pb2.PublishRequest | bytes, AckFuture, bool]] = deque()
         self._wake: asyncio.Future[None] | None = None
         self._on_unwritten: _Unwritten | None = None
@@ -289,7 +289,7 @@ class PublishStream:
     def _take_back_unwritten(self) -> None:
         """Give futures submitted but never written back to the publisher (in order)."""
         unwritten = [
-            (api_pb2.PublishRequest.FromString(req) if isinstance(req, bytes) else req, fut)
+            (api_pb2.PublishRequest.FromString(req[5:]) if isinstance(req, bytes) else req, fut)
             for req, fut, _ in self._outbox
             if not fut.done()
         ]

@@ -317,12 +317,12 @@ class Publisher:
         if not correlator.take():
             return None
         cid = f"{self._cid_prefix}{next(self._cid_counter)}"
-        raw = plain_publish_request(value, stream, partition, cid, ack_policy)
-        if raw is None:
+        message = plain_publish_request(value, stream, partition, cid, ack_policy)
+        if message is None:
             correlator.release()
             return None
         fut = correlator.register(cid, self._ack_wait)
-        route.submit_raw(raw, fut, ack_policy is AckPolicy.NONE, self._requeue)
+        route.submit_raw(message, fut, ack_policy is AckPolicy.NONE, self._requeue)
         return fut
 
     def _write_nats(

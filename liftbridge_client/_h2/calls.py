@@ -336,9 +336,9 @@ class BidiStreamCall(_Call[T]):
         max_message: int = DEFAULT_MAX_MESSAGE,
     ) -> None:
         super().__init__(connect, path, decode, timeout=timeout, max_message=max_message)
-        self._out: list[bytes] = []
+        self._out: deque[bytes] = deque()  # whole messages, no byte of them sent yet
         self._out_size = 0
-        self._backlog = b""  # what the window did not take yet
+        self._backlog = b""  # the rest of a message the send window cut
         self._half_closed = False
         self._end_sent = False
         self._pump_pending = False
@@ -355,15 +355,37 @@ class BidiStreamCall(_Call[T]):
         """Bytes written but not yet sent (the send window is full or the loop did not run)."""
         return self._out_size + len(self._backlog)
 
+    @property
+    def has_room(self) -> bool:
+        """Started, not ended, and at most the high-water mark queued: a write need not wait."""
+        return (
+            self._conn is not None
+            and self._error is None
+            and self._out_size + len(self._backlog) <= _SEND_HIGH_WATER
+        )
+
     def write(self, payload: bytes) -> None:
         """Queue one message; `H2RpcError` if the call has ended."""
+        self.write_message(encode_message(payload))
+
+    def write_message(self, message: bytes) -> None:
+        """`write` of a gRPC message framed already (its 5-byte head included)."""
         if self._error is not None:
             raise self._error
         if self._ended or self._half_closed:
             raise H2RpcError(StatusCode.INTERNAL, "write after the call was half-closed")
-        self._out.append(encode_message(payload))
-        self._out_size += 5 + len(payload)
-        self._schedule_pump()
+        self._out.append(message)
+        self._out_size += len(message)
+        if not self._pump_pending:
+            self._schedule_pump()
+
+    def take_unsent(self) -> list[bytes]:
+        """Take back the messages written but not yet handed to the connection (no byte
+        of them left), oldest first; they will not be sent."""
+        out = list(self._out)
+        self._out.clear()
+        self._out_size = 0
+        return out
 
     def push(self) -> None:
         """Send what is queued now, as far as the windows allow (no wait for the next
@@ -405,17 +427,43 @@ class BidiStreamCall(_Call[T]):
         conn = self._conn
         if conn is None or self.done():
             return
-        if self._out:
-            self._backlog = b"".join((self._backlog, *self._out))
-            self._out.clear()
-            self._out_size = 0
-        data = self._backlog
-        end = self._half_closed and not self._end_sent
-        if data or end:
-            sent = conn.send(self._sid, data, end)
-            self._backlog = data[sent:] if sent < len(data) else b""
-            if end and not self._backlog:
-                self._end_sent = True
+        sid, out = self._sid, self._out
+        if out or self._backlog:
+            # Only what the send windows take now is joined and sent; the rest stays as
+            # it is (joining everything queued on each pass copied up to the high-water
+            # mark per pass while the server's window was the limit).
+            take = conn.room(sid)
+            if take > 0:
+                parts = []
+                backlog = self._backlog
+                if backlog:
+                    parts.append(backlog[:take])
+                    self._backlog = backlog[take:]
+                    take -= len(parts[0])
+                if take >= self._out_size:  # the common case: everything fits
+                    parts.extend(out)
+                    out.clear()
+                    self._out_size = 0
+                else:
+                    while take > 0:
+                        message = out.popleft()
+                        self._out_size -= len(message)
+                        if len(message) > take:
+                            parts.append(message[:take])
+                            self._backlog = message[take:]
+                            break
+                        parts.append(message)
+                        take -= len(message)
+                data = b"".join(parts)
+                last = self._half_closed and not self._backlog and not out
+                sent = conn.send(sid, data, last)
+                if sent < len(data):  # the windows shrank meanwhile (not expected)
+                    self._backlog = data[sent:] + self._backlog
+                elif last:
+                    self._end_sent = True
+        elif self._half_closed and not self._end_sent:
+            conn.send(sid, b"", True)
+            self._end_sent = True
         room = self._room
         if room is not None and not room.done() and self.queued <= _SEND_HIGH_WATER:
             room.set_result(None)

@@ -319,6 +319,15 @@ class Connection(asyncio.Protocol):
         self._schedule_flush()
         return sid
 
+    def room(self, sid: int) -> int:
+        """How many bytes of ``sid`` the send windows take now (0 once it ended)."""
+        if self._closed or sid not in self._streams:
+            return 0
+        try:
+            return self._h2.local_flow_control_window(sid)
+        except h2.exceptions.NoSuchStreamError:  # and StreamClosedError
+            return 0
+
     def send(self, sid: int, data: bytes | memoryview, end: bool) -> int:
         """Send what the flow-control windows allow of ``data``; how many bytes went.
 

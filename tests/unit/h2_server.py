@@ -3,7 +3,8 @@
 Each request runs ``handler(stream)``; the handler answers with raw HTTP/2 moves -
 headers, DATA (padded or not, cut anywhere), trailers, RST_STREAM, GOAWAY, closing
 the socket - which a real gRPC server would not let a test choose. What the client
-did is recorded: its requests, resets, pings and window updates.
+did is recorded: its requests, resets, pings and window updates. With ``hold`` it
+hands back no send window until told (``ServerStream.release``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class ServerStream:
     reset_code: int | None = None
     window: asyncio.Event = field(default_factory=asyncio.Event)
     sent: int = 0  # DATA bytes sent
+    held: int = 0  # received bytes not handed back to the client's send window (hold mode)
 
     def respond(self, end: bool = False, status: bytes = b"200") -> None:
         self.conn.h2.send_headers(
@@ -71,6 +73,12 @@ class ServerStream:
 
     def reset(self, code: ErrorCodes) -> None:
         self.conn.h2.reset_stream(self.stream_id, code)
+        self.conn.flush()
+
+    def release(self) -> None:
+        """Hand back the send window held so far (``H2Server.hold``)."""
+        self.conn.h2.acknowledge_received_data(self.held, self.stream_id)
+        self.held = 0
         self.conn.flush()
 
     def send_window(self) -> int:
@@ -128,7 +136,12 @@ class ServerConnection:
                 elif isinstance(ev, h2.events.DataReceived):
                     stream = self.streams[ev.stream_id]
                     stream.body += ev.data or b""
-                    self.h2.acknowledge_received_data(ev.flow_controlled_length or 0, ev.stream_id)
+                    if self.server.hold:
+                        stream.held += ev.flow_controlled_length or 0
+                    else:
+                        self.h2.acknowledge_received_data(
+                            ev.flow_controlled_length or 0, ev.stream_id
+                        )
                 elif isinstance(ev, h2.events.StreamEnded):
                     self.streams[ev.stream_id].ended.set()
                 elif isinstance(ev, h2.events.StreamReset):
@@ -151,6 +164,7 @@ class H2Server:
         self.events: list[h2.events.Event] = []
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.hold = False  # True: received DATA is not acknowledged until stream.release()
 
     @property
     def address(self) -> str:

@@ -17,7 +17,7 @@ from h2_server import H2Server, ServerStream
 
 from liftbridge_client import errors
 from liftbridge_client._errors_map import map_rpc_error
-from liftbridge_client._h2 import H2Pool, H2RpcError, ServerStreamCall
+from liftbridge_client._h2 import BidiStreamCall, H2Pool, H2RpcError, ServerStreamCall
 from liftbridge_client._h2.connection import STREAM_WINDOW
 from liftbridge_client._h2.framing import encode_message
 from liftbridge_client.options import ClientOptions
@@ -319,3 +319,40 @@ async def test_keepalive_pings_only_while_a_call_is_open(serve: Serve) -> None:
     quiet = server.pings()
     await asyncio.sleep(0.2)
     assert server.pings() == quiet  # no call open: no ping
+
+
+async def test_writes_wait_for_the_send_window_and_unsent_messages_come_back_whole(
+    serve: Serve,
+) -> None:
+    """PublishAsync's side: no more than the server's window leaves; a message the window
+    cut finishes later, and only messages not begun are taken back (none of them sent)."""
+
+    async def script(stream: ServerStream) -> None:
+        stream.respond()
+        await stream.ended.wait()
+        stream.trailers()
+
+    server, pool = await serve(script)
+    server.hold = True
+    c: BidiStreamCall[bytes] = pool.bidi_stream(server.address, "/proto.API/PublishAsync", identity)
+    await c.start()
+    messages = [bytes([i]) * 1000 for i in range(100)]  # 1005 bytes each on the wire
+    for m in messages[:50]:
+        c.write(m)
+    c.push()
+    for m in messages[50:]:
+        c.write_message(encode_message(m))
+    await wait_until(lambda: server.requests and len(server.requests[0].body) >= 65535)
+    [stream] = server.requests
+    await asyncio.sleep(0.05)
+    assert len(stream.body) == 65535  # the initial window and not a byte more
+    assert c.queued == 100 * 1005 - 65535
+    assert c.has_room  # 35 KB waiting is under the high-water mark
+    # 65 whole messages left, the 66th was cut: the 34 after it are taken back whole.
+    assert c.take_unsent() == [encode_message(m) for m in messages[66:]]
+    assert c.queued == 66 * 1005 - 65535
+    c.done_writing()
+    stream.release()
+    async with asyncio.timeout(5):
+        await stream.ended.wait()
+    assert bytes(stream.body) == b"".join(encode_message(m) for m in messages[:66])

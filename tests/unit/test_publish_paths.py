@@ -493,9 +493,11 @@ async def test_publishes_a_broken_stream_never_wrote_go_out_on_a_new_stream(rig:
     assert [cast(Any, await fut).offset for fut in futs[1:]] == [7, 8]
 
 
-async def test_h2_one_step_publishes_a_broken_stream_never_wrote_go_out_again() -> None:
-    """Over h2, plain publishes reach the stream's outbox already serialized; when the
-    stream breaks before writing them they are parsed back and resent in order."""
+@pytest.mark.parametrize("writer", ["idle", "busy"])
+async def test_h2_one_step_publishes_a_broken_stream_never_wrote_go_out_again(writer: str) -> None:
+    """Over h2, plain publishes go serialized to the call itself while the stream's writer
+    is idle (else to its outbox); when the call breaks before any of their bytes left,
+    they are parsed back and resent in order."""
     rig = await make_rig(stream_transport="h2")
     try:
         p = rig.publisher
@@ -503,11 +505,19 @@ async def test_h2_one_step_publishes_a_broken_stream_never_wrote_go_out_again() 
         await wait_until(lambda: rig.calls and rig.calls[0].written, what="the first request")
         [stream] = p._streams.values()
         assert isinstance(stream, H2PublishStream)
+        assert stream._idle
+        if writer == "busy":
+            stream._idle = False  # as while it writes or waits for send window
 
         futs = [
             p.publish_nowait("s", bytes([v]), transport=Transport.GRPC, partition=1) for v in b"123"
         ]
-        assert [type(req) for req, _, _ in stream._outbox] == [bytes] * 3  # the one-step path
+        if writer == "idle":  # written to the call, not yet to the connection
+            assert not stream._outbox
+            assert stream._h2call.queued == sum(len(m) for m in stream._h2call._out)
+            assert len(stream._h2call._out) == 3
+        else:  # queued for the writer, serialized already
+            assert [type(req) for req, _, _ in stream._outbox] == [bytes] * 3
         # The call fails before its writer ran (a connection reset).
         stream._h2call._fail(H2RpcError(grpc.StatusCode.UNAVAILABLE, "connection reset"), True)
         await wait_until(

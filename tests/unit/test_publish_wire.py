@@ -1,4 +1,4 @@
-"""plain_publish_request gives protobuf's own bytes for the plain PublishRequest."""
+"""plain_publish_request gives protobuf's own bytes for the plain PublishRequest, framed."""
 
 from __future__ import annotations
 
@@ -33,5 +33,7 @@ def test_the_bytes_are_protobufs(
         ackPolicy=policy,  # type: ignore[arg-type]
         expectedOffset=-1,
     )
-    assert got == req.SerializeToString()
-    assert api_pb2.PublishRequest.FromString(got) == req
+    body = req.SerializeToString()
+    assert got[:5] == b"\x00" + len(body).to_bytes(4, "big")  # uncompressed, its length
+    assert got[5:] == body
+    assert api_pb2.PublishRequest.FromString(got[5:]) == req
