@@ -13,14 +13,17 @@ import asyncio
 import logging
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from liftbridge_client import errors
 from liftbridge_client._correlation import AckFuture, Correlator
 from liftbridge_client._errors_map import map_rpc_error
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._grpc_publish import OutageLog, PublishStream, Spawn, Unwritten
-from liftbridge_client._h2 import BidiStreamCall
+from liftbridge_client._h2 import BidiStreamCall, H2RpcError
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._publish_wire import plain_ack
+from liftbridge_client.models import ack_from_wire
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +47,30 @@ class H2PublishStream(PublishStream):
         super().__init__(address, pool.stub(address), correlator, spawn=spawn, outages=outages)
         self._idle = False  # the writer waits for work with nothing queued
         self._h2call: BidiStreamCall[api_pb2.PublishResponse] = pool.h2().bidi_stream(
-            address, _PATH, api_pb2.PublishResponse.FromString
+            address, _PATH, api_pb2.PublishResponse.FromString, sink=self._on_response
         )
+
+    def _on_response(self, raw: bytes) -> None:
+        """Settle the publish a response answers, as it arrives (the call's sink).
+
+        The common response, an ack without error, is settled from its bytes with an
+        Ack decoded only if read (`plain_ack`); anything else is decoded and
+        dispatched as over grpc.aio.
+        """
+        if not self._answered:
+            self._answered = True
+            self._outages.answered(self.address)
+        plain = plain_ack(raw)
+        if plain is not None:
+            self._correlator.resolve(plain[0], ack_from_wire(plain[1]))
+            return
+        try:
+            resp = api_pb2.PublishResponse.FromString(raw)
+        except DecodeError as exc:  # the call fails with it, as when a read cannot parse
+            raise H2RpcError(
+                grpc.StatusCode.INTERNAL, f"failed to parse a response message: {exc}"
+            ) from exc
+        self.dispatch(resp)
 
     def submit_raw(
         self, message: bytes, fut: AckFuture, resolve_on_write: bool, on_unwritten: Unwritten

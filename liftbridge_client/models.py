@@ -15,7 +15,10 @@ from dataclasses import FrozenInstanceError, dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
 
+from google.protobuf.message import DecodeError
+
 from liftbridge_client._proto import api_pb2
+from liftbridge_client.errors import PayloadDecodeError
 
 __all__ = [
     "Ack",
@@ -70,12 +73,15 @@ class Ack:
     """The server's acknowledgement that a message was committed.
 
     Immutable, compared and hashed by its fields. As go-liftbridge's Ack does, it
-    reads its fields from the decoded wire message when they are asked for: acks
-    arrive by the tens of thousands a second, and most are never looked at, so
-    copying nine fields into each cost more than anything else per ack.
+    reads its fields from the wire message when they are asked for: acks arrive by
+    the tens of thousands a second, and most are never looked at, so copying nine
+    fields into each cost more than anything else per ack. An ack that came over
+    gRPC PublishAsync is decoded only when a field is first read; if its bytes
+    cannot be decoded (a server bug: it did name the publish it acks), that read
+    raises `PayloadDecodeError`.
     """
 
-    __slots__ = ("_pb",)
+    __slots__ = ("_decoded", "_raw")
     __match_args__ = (
         "stream",
         "partition_subject",
@@ -87,7 +93,8 @@ class Ack:
         "reception_timestamp_ns",
         "commit_timestamp_ns",
     )
-    _pb: api_pb2.Ack
+    _decoded: api_pb2.Ack | None  # None until the wire bytes are decoded
+    _raw: bytes  # the encoded api.Ack, while not decoded
 
     def __init__(
         self,
@@ -112,7 +119,17 @@ class Ack:
             receptionTimestamp=reception_timestamp_ns,
             commitTimestamp=commit_timestamp_ns,
         )
-        object.__setattr__(self, "_pb", pb)
+        object.__setattr__(self, "_decoded", pb)
+        object.__setattr__(self, "_raw", b"")
+
+    @property
+    def _pb(self) -> api_pb2.Ack:
+        pb = self._decoded
+        if pb is None:
+            pb = _decode_ack(self._raw)
+            _set_decoded(self, pb)
+            _set_raw(self, b"")
+        return pb
 
     @property
     def stream(self) -> str:
@@ -181,9 +198,12 @@ class Ack:
         return hash(self._fields())
 
     def __repr__(self) -> str:
+        try:
+            fields = self._fields()
+        except PayloadDecodeError:
+            return "Ack(<undecodable>)"
         inner = ", ".join(
-            f"{name}={value!r}"
-            for name, value in zip(self.__match_args__, self._fields(), strict=True)
+            f"{name}={value!r}" for name, value in zip(self.__match_args__, fields, strict=True)
         )
         return f"Ack({inner})"
 
@@ -322,13 +342,33 @@ def ack_from_proto(pb: api_pb2.Ack) -> Ack:
     if pb.ackPolicy not in _ACK_POLICIES:
         raise ValueError(f"{pb.ackPolicy} is not a valid AckPolicy")
     ack = _new_ack(Ack)
-    _set_ack_pb(ack, pb)
+    _set_decoded(ack, pb)
+    _set_raw(ack, b"")
     return ack
 
 
+def ack_from_wire(raw: bytes) -> Ack:
+    """The Ack of an encoded api.Ack, decoded when a field is first read."""
+    ack = _new_ack(Ack)
+    _set_decoded(ack, None)
+    _set_raw(ack, raw)
+    return ack
+
+
+def _decode_ack(raw: bytes) -> api_pb2.Ack:
+    try:
+        pb = api_pb2.Ack.FromString(raw)
+    except DecodeError as exc:
+        raise PayloadDecodeError(f"bad ack from the server: {exc}") from None
+    if pb.ackPolicy not in _ACK_POLICIES:
+        raise PayloadDecodeError(f"bad ack from the server: unknown ack policy {pb.ackPolicy}")
+    return pb
+
+
 _new_ack = object.__new__
-# The slot's own setter, past Ack.__setattr__ (which refuses every assignment).
-_set_ack_pb = vars(Ack)["_pb"].__set__
+# The slots' own setters, past Ack.__setattr__ (which refuses every assignment).
+_set_decoded = vars(Ack)["_decoded"].__set__
+_set_raw = vars(Ack)["_raw"].__set__
 _ACK_POLICIES: dict[int, AckPolicy] = {p.value: p for p in AckPolicy}
 
 

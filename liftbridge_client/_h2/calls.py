@@ -15,6 +15,7 @@ still read first.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Final, Generic, TypeVar
@@ -27,6 +28,8 @@ from liftbridge_client._h2.framing import DEFAULT_MAX_MESSAGE, MessageSplitter, 
 from liftbridge_client._h2.status import H2RpcError, status_error
 
 __all__ = ["BidiStreamCall", "ServerStreamCall"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Connect = Callable[[], Awaitable[Connection]]
@@ -52,8 +55,12 @@ class _Call(Generic[T]):
         *,
         timeout: float | None = None,
         max_message: int = DEFAULT_MAX_MESSAGE,
+        sink: Callable[[bytes], None] | None = None,
     ) -> None:
         self._connect = connect
+        # Takes each message as it arrives instead of the reader (which then only learns
+        # how the call ended): its window goes back at once.
+        self._sink = sink
         self._path = path.encode()
         self._decode = decode
         self._timeout = timeout
@@ -147,7 +154,18 @@ class _Call(Generic[T]):
             except H2RpcError as exc:
                 self._fail(exc, True)
                 return
-            if messages:
+            if messages and self._sink is not None:
+                try:
+                    for message in messages:
+                        self._sink(message)
+                except H2RpcError as exc:  # the sink refused a message (cannot parse it)
+                    self._fail(exc, True)
+                    return
+                except Exception as exc:  # a bug in the sink: end this call, not the connection
+                    log.exception("%s: handling a received message failed", self)
+                    self._fail(H2RpcError(StatusCode.INTERNAL, f"handling failed: {exc!r}"), True)
+                    return
+            elif messages:
                 self._inbox.extend(messages)
                 self._held += sum(map(len, messages)) + 5 * len(messages)
                 waiter = self._waiter
@@ -323,7 +341,9 @@ class BidiStreamCall(_Call[T]):
 
     ``write()`` queues without awaiting; everything queued in one event-loop
     iteration leaves in one pass, as far as the send windows allow (the rest
-    waits for WINDOW_UPDATE). ``drain()`` waits while too much is queued.
+    waits for WINDOW_UPDATE). ``drain()`` waits while too much is queued. With a
+    ``sink``, each response goes to it as it arrives, and ``read()`` only says how
+    the call ended.
     """
 
     def __init__(
@@ -334,8 +354,9 @@ class BidiStreamCall(_Call[T]):
         *,
         timeout: float | None = None,
         max_message: int = DEFAULT_MAX_MESSAGE,
+        sink: Callable[[bytes], None] | None = None,
     ) -> None:
-        super().__init__(connect, path, decode, timeout=timeout, max_message=max_message)
+        super().__init__(connect, path, decode, timeout=timeout, max_message=max_message, sink=sink)
         self._out: deque[bytes] = deque()  # whole messages, no byte of them sent yet
         self._out_size = 0
         self._backlog = b""  # the rest of a message the send window cut

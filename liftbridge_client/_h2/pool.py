@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Callable
 from typing import TypeVar
 
 from grpc import StatusCode
@@ -58,11 +59,19 @@ class H2Pool:
         )
 
     def bidi_stream(
-        self, address: str, path: str, decode: Decode[T], *, timeout: float | None = None
+        self,
+        address: str,
+        path: str,
+        decode: Decode[T],
+        *,
+        timeout: float | None = None,
+        sink: Callable[[bytes], None] | None = None,
     ) -> BidiStreamCall[T]:
         """A bidirectional call to ``address``; ``await call.start()`` opens it."""
         self._check_open()
-        return BidiStreamCall(lambda: self.connection(address), path, decode, timeout=timeout)
+        return BidiStreamCall(
+            lambda: self.connection(address), path, decode, timeout=timeout, sink=sink
+        )
 
     def _check_open(self) -> None:
         if self._closed:

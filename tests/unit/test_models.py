@@ -9,12 +9,14 @@ from datetime import UTC, datetime
 import pytest
 
 from liftbridge_client._proto import api_pb2
+from liftbridge_client.errors import PayloadDecodeError
 from liftbridge_client.models import (
     Ack,
     AckPolicy,
     EventTimestamps,
     Message,
     ack_from_proto,
+    ack_from_wire,
     message_from_proto,
     metadata_from_proto,
 )
@@ -200,7 +202,9 @@ def test_an_ack_cannot_be_changed() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         ack.stream = "other"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        ack._pb = api_pb2.Ack()
+        ack._decoded = api_pb2.Ack()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ack._raw = b""
     with pytest.raises(dataclasses.FrozenInstanceError):
         del ack.offset
     with pytest.raises(AttributeError):
@@ -213,3 +217,35 @@ def test_an_ack_with_an_unknown_policy_is_refused() -> None:
         ack_from_proto(_wire_ack(ackPolicy=7))
     with pytest.raises(ValueError, match="AckPolicy"):
         Ack("s", "s", "s", 0, "", "c", 7, 0, 0)  # type: ignore[arg-type]
+
+
+def test_an_ack_from_wire_bytes_is_decoded_when_first_read() -> None:
+    pb = _wire_ack()
+    lazy = ack_from_wire(pb.SerializeToString())
+    assert lazy._decoded is None  # nothing decoded yet
+    assert lazy.offset == 7
+    assert lazy._decoded == pb
+    assert lazy._raw == b""  # the bytes are dropped once decoded
+    again = ack_from_wire(pb.SerializeToString())
+    assert again == ack_from_proto(_wire_ack())
+    assert hash(again) == hash(ack_from_proto(_wire_ack()))
+    assert repr(ack_from_wire(pb.SerializeToString())) == repr(ack_from_proto(_wire_ack()))
+    assert pickle.loads(pickle.dumps(ack_from_wire(pb.SerializeToString()))) == again
+    assert ack_from_wire(b"").offset == 0  # an empty Ack is every field's default
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (b"\x0a\x05ab", "bad ack"),  # a string field cut short
+        (b"\xff\xff\xff", "bad ack"),
+        (_wire_ack(ackPolicy=7).SerializeToString(), "unknown ack policy 7"),
+    ],
+)
+def test_an_undecodable_wire_ack_raises_when_read(raw: bytes, why: str) -> None:
+    ack = ack_from_wire(raw)
+    assert repr(ack) == "Ack(<undecodable>)"
+    with pytest.raises(PayloadDecodeError, match=why):
+        _ = ack.offset
+    with pytest.raises(PayloadDecodeError):
+        _ = ack == ack_from_proto(_wire_ack())

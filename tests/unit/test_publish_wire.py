@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._publish_wire import plain_publish_request
+from liftbridge_client._publish_wire import plain_ack, plain_publish_request
 
 _text = st.text(alphabet=st.characters(codec="utf-8"), max_size=300)
 
@@ -37,3 +37,64 @@ def test_the_bytes_are_protobufs(
     assert got[:5] == b"\x00" + len(body).to_bytes(4, "big")  # uncompressed, its length
     assert got[5:] == body
     assert api_pb2.PublishRequest.FromString(got[5:]) == req
+
+
+_acks = st.builds(
+    api_pb2.Ack,
+    stream=_text,
+    partitionSubject=_text,
+    msgSubject=_text,
+    offset=st.integers(-(2**63), 2**63 - 1),
+    ackInbox=_text,
+    correlationId=_text,
+    ackPolicy=st.integers(0, 3),
+    receptionTimestamp=st.integers(0, 2**63 - 1),
+    commitTimestamp=st.integers(0, 2**63 - 1),
+    ackError=st.sampled_from([0, 0, 0, 1, 2, 3, 4]),
+)
+
+
+@given(
+    ack=st.none() | _acks,
+    async_error=st.none() | st.builds(api_pb2.PublishAsyncError, message=_text),
+    cid=_text,
+)
+def test_plain_ack_is_taken_only_from_a_response_it_reads_right(
+    ack: api_pb2.Ack | None, async_error: api_pb2.PublishAsyncError | None, cid: str
+) -> None:
+    resp = api_pb2.PublishResponse(correlationId=cid)
+    if ack is not None:
+        resp.ack.CopyFrom(ack)
+    if async_error is not None:
+        resp.asyncError.CopyFrom(async_error)
+    raw = resp.SerializeToString()
+    got = plain_ack(raw)
+    if got is None:
+        return  # protobuf decodes it: always right
+    decoded = api_pb2.PublishResponse.FromString(raw)
+    assert not decoded.HasField("asyncError")
+    assert decoded.ack.ackError == api_pb2.Ack.OK
+    assert got == (decoded.correlationId, decoded.ack.SerializeToString())
+    assert got[0]  # an ack names its publish
+
+
+def test_plain_ack_takes_the_servers_common_ack() -> None:
+    """What v1.9.0 sends for a publish of this client (tests/integration runs it for real)."""
+    ack = api_pb2.Ack(
+        stream="orders",
+        partitionSubject="orders",
+        msgSubject="orders",
+        offset=123_456,
+        correlationId="0123456789abcdef-42",
+        receptionTimestamp=1_763_900_000_123_456_789,
+        commitTimestamp=1_763_900_000_223_456_789,
+    )
+    raw = api_pb2.PublishResponse(ack=ack, correlationId=ack.correlationId).SerializeToString()
+    assert plain_ack(raw) == ("0123456789abcdef-42", ack.SerializeToString())
+    failed = api_pb2.PublishResponse(correlationId="c")
+    failed.ack.CopyFrom(ack)
+    failed.ack.ackError = api_pb2.Ack.INCORRECT_OFFSET
+    assert plain_ack(failed.SerializeToString()) is None
+    errored = api_pb2.PublishResponse(correlationId="c")
+    errored.asyncError.message = "no"
+    assert plain_ack(errored.SerializeToString()) is None
