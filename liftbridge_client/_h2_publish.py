@@ -21,6 +21,7 @@ from liftbridge_client._errors_map import map_rpc_error
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._grpc_publish import OutageLog, PublishStream, Spawn, Unwritten
 from liftbridge_client._h2 import BidiStreamCall, H2RpcError
+from liftbridge_client._h2.framing import encode_message
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish_wire import plain_ack
 from liftbridge_client.models import ack_from_wire
@@ -77,7 +78,21 @@ class H2PublishStream(PublishStream):
     ) -> None:
         """`submit` of a request serialized already as a gRPC message (the publisher's
         plain hot path)."""
-        self._submit(message, fut, resolve_on_write, on_unwritten)
+        # While the writer is idle with nothing queued and the call has room, the request
+        # goes to the call at once (it leaves with the call's next write-out, in this loop
+        # iteration), as the writer would have written it next: no queue entry and no
+        # wake-up of the writer per message.
+        if (
+            self._idle
+            and not self._outbox
+            and not resolve_on_write
+            and self.broken is None
+            and self._h2call.try_write(message)
+        ):
+            fut.owner = self
+            self._on_unwritten = on_unwritten
+            return
+        super()._submit(message, fut, resolve_on_write, on_unwritten)
 
     def _submit(
         self,
@@ -86,30 +101,12 @@ class H2PublishStream(PublishStream):
         resolve_on_write: bool,
         on_unwritten: Unwritten,
     ) -> None:
-        # While the writer is idle with nothing queued and the call has room, the request
-        # goes to the call at once (it leaves with the call's next write-out, in this loop
-        # iteration), as the writer would have written it next: no queue entry and no
-        # wake-up of the writer per message.
-        call = self._h2call
-        if (
-            self._idle
-            and not self._outbox
-            and not resolve_on_write
-            and self.broken is None
-            and call.has_room
-        ):
-            try:
-                if isinstance(req, bytes):
-                    call.write_message(req)
-                else:
-                    call.write(req.SerializeToString())
-            except grpc.RpcError:
-                pass  # the call failed: the writer's own write breaks the stream
-            else:
-                fut.owner = self
-                self._on_unwritten = on_unwritten
-                return
-        super()._submit(req, fut, resolve_on_write, on_unwritten)
+        if isinstance(req, bytes):
+            self.submit_raw(req, fut, resolve_on_write, on_unwritten)
+        elif self._idle and not self._outbox and not resolve_on_write:
+            self.submit_raw(encode_message(req.SerializeToString()), fut, False, on_unwritten)
+        else:
+            super()._submit(req, fut, resolve_on_write, on_unwritten)
 
     def _take_back_unwritten(self) -> None:
         # Messages the one-step path wrote that no pump handed to the connection yet are

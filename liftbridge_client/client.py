@@ -488,7 +488,9 @@ class Client:
     ) -> PublishFuture[Ack | None]: ...
     async def send(self, stream: str, value: bytes, **kw: Any) -> PublishFuture[Any]:
         """Wait for room in the in-flight window, queue the message, return its future."""
-        publisher = self._require_open()
+        publisher = self._publisher
+        if publisher is None or self._closed:
+            publisher = self._require_open()
         if self._tracer is not None:
             return await self._tracer.send(publisher.send, stream, value, kw)
         if (fut := publisher.send_direct(stream, value, kw)) is not None:

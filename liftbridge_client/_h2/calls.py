@@ -376,14 +376,22 @@ class BidiStreamCall(_Call[T]):
         """Bytes written but not yet sent (the send window is full or the loop did not run)."""
         return self._out_size + len(self._backlog)
 
-    @property
-    def has_room(self) -> bool:
-        """Started, not ended, and at most the high-water mark queued: a write need not wait."""
-        return (
-            self._conn is not None
-            and self._error is None
-            and self._out_size + len(self._backlog) <= _SEND_HIGH_WATER
-        )
+    def try_write(self, message: bytes) -> bool:
+        """`write_message` if the call is open and has room (at most the high-water mark
+        queued), else False: a writer that must not wait takes another way."""
+        if (
+            self._conn is None
+            or self._error is not None
+            or self._ended
+            or self._half_closed
+            or self._out_size + len(self._backlog) > _SEND_HIGH_WATER
+        ):
+            return False
+        self._out.append(message)
+        self._out_size += len(message)
+        if not self._pump_pending:
+            self._schedule_pump()
+        return True
 
     def write(self, payload: bytes) -> None:
         """Queue one message; `H2RpcError` if the call has ended."""

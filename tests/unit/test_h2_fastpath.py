@@ -66,6 +66,14 @@ call_plans = st.builds(
 
 def server_bytes(client_hello: bytes, plans: list[CallPlan], order: list[int]) -> bytes:
     """What an h2 server sends for ``plans`` (frames interleaved by ``order``)."""
+    return server_frames(client_hello, plans, order, headers_first=False)[0]
+
+
+def server_frames(
+    client_hello: bytes, plans: list[CallPlan], order: list[int], headers_first: bool
+) -> tuple[bytes, int]:
+    """`server_bytes`, and where the response headers end when ``headers_first`` sends
+    every call's headers before anything else (else 0)."""
     server = h2.connection.H2Connection(
         h2.config.H2Configuration(client_side=False, header_encoding=None)
     )
@@ -89,6 +97,12 @@ def server_bytes(client_hello: bytes, plans: list[CallPlan], order: list[int]) -
         steps.append(ops)
     out = bytearray(server.data_to_send())
     queues = [list(s) for s in steps]
+    if headers_first:
+        for q in queues:
+            if q and q[0][0] == "headers":
+                apply(server, q.pop(0))
+        out += server.data_to_send()
+    headers_end = len(out) if headers_first else 0
     for pick in order:  # interleave the calls, with control frames between
         live = [q for q in queues if q]
         if not live:
@@ -105,7 +119,7 @@ def server_bytes(client_hello: bytes, plans: list[CallPlan], order: list[int]) -
         for op in q:
             apply(server, op)
             out += server.data_to_send()
-    return bytes(out)
+    return bytes(out), headers_end
 
 
 def apply(server: h2.connection.H2Connection, op: tuple[Any, ...]) -> None:
@@ -161,7 +175,9 @@ def cut(data: bytes, points: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in itertools.pairwise(edges)]
 
 
-async def run_both(plans: list[CallPlan], order: list[int], points: list[int]) -> None:
+async def run_both(
+    plans: list[CallPlan], order: list[int], points: list[int], headers_first: bool = False
+) -> None:
     results = []
     hello = b""
     for fast in (True, False):
@@ -170,7 +186,11 @@ async def run_both(plans: list[CallPlan], order: list[int], points: list[int]) -
             hello = bytes(transport.out)
         else:
             assert bytes(transport.out) == hello  # both clients said the same
-        for piece in cut(server_bytes(hello, plans, order), points):
+        sent, headers_end = server_frames(hello, plans, order, headers_first)
+        if headers_end:  # the headers arrive first, alone: later DATA takes the fast path
+            conn.data_received(sent[:headers_end])
+            sent = sent[headers_end:]
+        for piece in cut(sent, points):
             conn.data_received(piece)
         outcomes = [outcome(c) for c in calls]
         for c in calls:  # read everything: each path then gave the whole window back
@@ -197,6 +217,30 @@ def test_the_fast_path_delivers_what_h2_delivers(
     plans: list[CallPlan], order: list[int], points: list[int]
 ) -> None:
     asyncio.run(run_both(plans, order, points))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.builds(
+            CallPlan,
+            messages=st.lists(st.binary(max_size=120), max_size=12),
+            cuts=st.lists(st.integers(min_value=1, max_value=130), min_size=1, max_size=6),
+            pads=st.lists(st.sampled_from([0, 0, 0, 0, 1, 9]), min_size=1, max_size=4),
+            end=st.sampled_from(["ok", "error", "reset", "open"]),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.lists(st.integers(min_value=0, max_value=1000), max_size=40),
+    st.lists(st.integers(min_value=0), max_size=30),
+)
+def test_runs_of_plain_data_frames_after_the_headers(
+    plans: list[CallPlan], order: list[int], points: list[int]
+) -> None:
+    """As a server streams: the headers first, then mostly unpadded DATA frames, one
+    message or part of one each, of one call after another (the fast path's shortcut)."""
+    asyncio.run(run_both(plans, order, points, headers_first=True))
 
 
 async def fuzz(prefix_plans: list[CallPlan], garbage: list[bytes]) -> None:

@@ -341,13 +341,12 @@ async def test_writes_wait_for_the_send_window_and_unsent_messages_come_back_who
         c.write(m)
     c.push()
     for m in messages[50:]:
-        c.write_message(encode_message(m))
+        assert c.try_write(encode_message(m))
     await wait_until(lambda: server.requests and len(server.requests[0].body) >= 65535)
     [stream] = server.requests
     await asyncio.sleep(0.05)
     assert len(stream.body) == 65535  # the initial window and not a byte more
     assert c.queued == 100 * 1005 - 65535
-    assert c.has_room  # 35 KB waiting is under the high-water mark
     # 65 whole messages left, the 66th was cut: the 34 after it are taken back whole.
     assert c.take_unsent() == [encode_message(m) for m in messages[66:]]
     assert c.queued == 66 * 1005 - 65535
@@ -356,3 +355,26 @@ async def test_writes_wait_for_the_send_window_and_unsent_messages_come_back_who
     async with asyncio.timeout(5):
         await stream.ended.wait()
     assert bytes(stream.body) == b"".join(encode_message(m) for m in messages[:66])
+    assert not c.try_write(encode_message(b"late"))  # half-closed: refused, not raised
+
+
+async def test_try_write_refuses_past_the_high_water_mark(serve: Serve) -> None:
+    async def script(stream: ServerStream) -> None:
+        stream.respond()
+        await stream.ended.wait()
+
+    server, pool = await serve(script)
+    server.hold = True  # nothing leaves beyond the first window
+    c: BidiStreamCall[bytes] = pool.bidi_stream(server.address, "/proto.API/PublishAsync", identity)
+    assert not c.try_write(encode_message(b"x"))  # not started: the writer's way
+    await c.start()
+    chunk = encode_message(bytes(64 * 1024))
+    written = 0
+    while c.try_write(chunk):
+        written += 1
+        c.push()
+    assert c.queued > 1024 * 1024  # refused only once more than the high-water mark waits
+    assert c.queued - len(chunk) <= 1024 * 1024
+    assert written == 17
+    c.cancel()
+    assert not c.try_write(chunk)  # ended
