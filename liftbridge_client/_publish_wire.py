@@ -69,25 +69,44 @@ def plain_publish_request(
 
 
 def plain_ack(response: bytes) -> tuple[str, bytes] | None:
-    """``(correlationId, encoded ack)`` of a PublishResponse that is exactly field 1 (the
-    ack) then field 3 (the correlation id), each under 128 bytes, whose ack holds no
-    0x50 byte: the tag of Ack.ackError (field 10), so no error can hide in it. None
-    for anything else (an asyncError, an error ack, other shapes): decode it fully.
+    """``(correlationId, encoded ack)`` of the common PublishResponse, else None.
+
+    Common means: exactly field 1 (the ack) then field 3 (a correlation id under 128
+    bytes), the ack naming the same id (its field 6), and no 0x50 byte after that
+    field in the ack. 0x50 is the tag of Ack.ackError (field 10); the fields between
+    (7 to 9) are varints whose last byte is far from 0x50 for any real policy or
+    timestamp. Protobuf encoders write fields in field-number order, as the server's
+    does, so an error ack always shows the tag there; the ack's earlier strings (the
+    server's ack inbox, say) may hold any byte and are not searched. None for
+    anything else (an asyncError, an error ack, other shapes): decode it fully.
     """
     size = len(response)
-    if size < 4 or response[0] != 0x0A or response[1] >= 0x80:
+    if size < 4 or response[0] != 0x0A:
         return None
-    end = response[1] + 2
+    length = response[1]
+    start = 2
+    if length >= 0x80:  # a two-byte length: an ack of 128 bytes to 16 KiB
+        if response[2] >= 0x80:
+            return None
+        length = (length & 0x7F) | (response[2] << 7)
+        start = 3
+    end = start + length
+    if end + 2 > size or response[end] != 0x1A:
+        return None
+    cid_size = response[end + 1]
+    if not 0 < cid_size < 0x80 or end + 2 + cid_size != size:
+        return None
+    cid = response[end + 2 :]
+    at = response.find(cid, start, end)
     if (
-        end + 2 > size
-        or response[end] != 0x1A
-        or response[end + 1] >= 0x80
-        or response[end + 1] + end + 2 != size
-        or response.find(b"\x50", 2, end) >= 0
+        at < start + 2
+        or response[at - 2] != 0x32
+        or response[at - 1] != cid_size
+        or response.find(b"\x50", at + cid_size, end) >= 0
     ):
         return None
     try:
-        cid = response[end + 2 :].decode()
+        text = cid.decode()
     except UnicodeDecodeError:
         return None
-    return cid, response[2:end]
+    return text, response[start:end]

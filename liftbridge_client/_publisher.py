@@ -142,6 +142,7 @@ class Publisher:
         self._transport = options.transport or (_NATS if nats is not None else Transport.GRPC)
         self._cid_prefix = secrets.token_hex(8) + "-"
         self._cid_counter = itertools.count(1)
+        self._window_was_full = False  # the last one-step publish found no free slot
         self._queue: deque[Item] = deque()
         self._waker: asyncio.Future[None] | None = None
         self._sender: TaskHandle | None = None
@@ -208,8 +209,23 @@ class Publisher:
 
     async def send(self, stream: str, value: bytes, **kw: Any) -> AckFuture:
         """Wait for room in the in-flight window, queue the message, return its future."""
+        self._window_was_full = False
         if (fut := self.send_direct(stream, value, kw)) is not None:
             return fut
+        if self._window_was_full:
+            # Only the window stood in the way: wait for a slot, then take the one-step
+            # path with it (a pipelining publisher waits here all the time).
+            await self._correlator.acquire()
+            try:
+                if (fut := self.send_direct(stream, value, kw, held=True)) is not None:
+                    return fut
+                item = self._prepare(stream, value, kw)
+                if not item.ready:
+                    self._complete(item, await self._metadata.stream(stream))
+            except BaseException:
+                self._correlator.release()
+                raise
+            return self._enqueue(item, kw)
         item = self._prepare(stream, value, kw)
         if not item.ready:
             self._complete(item, await self._metadata.stream(stream))
@@ -229,8 +245,14 @@ class Publisher:
         self._correlator.try_acquire()
         return self._enqueue(item, kw)
 
-    def send_direct(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> AckFuture | None:
+    def send_direct(
+        self, stream: str, value: bytes, kw: Mapping[str, Any], held: bool = False
+    ) -> AckFuture | None:
         """The common publish in one step, or None: take the general path.
+
+        ``held``: the caller holds a window slot for it already (and keeps it when
+        None comes back). Without, None because the window is full sets
+        ``_window_was_full``.
 
         Common means: nothing queued ahead of it (so order holds) and the sender
         idle, a slot free in the window, the stream's metadata cached, plain
@@ -276,22 +298,32 @@ class Publisher:
         elif type(partition) is not int or not 0 <= partition < len(info.partitions):
             return None  # the general path says what is wrong with it
         if transport is _NATS:
-            return self._direct_nats(stream, value, info, partition, ack_policy)
-        return self._direct_h2(stream, value, partition, ack_policy)
+            return self._direct_nats(stream, value, info, partition, ack_policy, held)
+        return self._direct_h2(stream, value, partition, ack_policy, held)
 
     def _direct_nats(
-        self, stream: str, value: bytes, info: StreamInfo, partition: int, ack_policy: AckPolicy
+        self,
+        stream: str,
+        value: bytes,
+        info: StreamInfo,
+        partition: int,
+        ack_policy: AckPolicy,
+        held: bool,
     ) -> AckFuture | None:
         nats_pub = self._nats_pub
+        if nats_pub is None:
+            return None
         correlator = self._correlator
-        if nats_pub is None or not correlator.take():
+        if not held and not correlator.take():
+            self._window_was_full = True
             return None  # the general path waits (send) or raises (publish_nowait)
         subject = info.partition_subject(partition)
         cid = f"{self._cid_prefix}{next(self._cid_counter)}"
         try:
             payload = nats_pub.encode_plain(subject, value, cid, ack_policy)
         except BaseException:
-            correlator.release()
+            if not held:
+                correlator.release()
             raise
         fut = correlator.register(cid, self._ack_wait)
         if not self._write_nats(nats_pub, stream, subject, payload, fut, ack_policy):
@@ -305,7 +337,7 @@ class Publisher:
         return fut
 
     def _direct_h2(
-        self, stream: str, value: bytes, partition: int, ack_policy: AckPolicy
+        self, stream: str, value: bytes, partition: int, ack_policy: AckPolicy, held: bool
     ) -> AckFuture | None:
         if self._routes_metadata is not self._metadata.current:
             return None  # the metadata changed: the sender finds the leader again
@@ -316,13 +348,13 @@ class Publisher:
             or len(value) > MAX_PLAIN_VALUE
         ):
             return None
-        correlator = self._correlator
-        if not correlator.take():
-            return None
         cid = f"{self._cid_prefix}{next(self._cid_counter)}"
         message = plain_publish_request(value, stream, partition, cid, ack_policy)
         if message is None:
-            correlator.release()
+            return None
+        correlator = self._correlator
+        if not held and not correlator.take():
+            self._window_was_full = True
             return None
         fut = correlator.register(cid, self._ack_wait)
         route.submit_raw(message, fut, ack_policy is _NONE, self._requeue)

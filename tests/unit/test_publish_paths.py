@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -536,5 +537,55 @@ async def test_h2_one_step_publishes_a_broken_stream_never_wrote_go_out_again(wr
         assert [cast(Any, await fut).offset for fut in futs] == [5, 6, 7]
         with pytest.raises(errors.UnavailableError):
             await first  # written on the broken stream: failed, for the caller to retry
+    finally:
+        await rig.close()
+
+
+def _ack_response(fut: Any, offset: int) -> api_pb2.PublishResponse:
+    cid = fut.correlation_id
+    return api_pb2.PublishResponse(
+        correlationId=cid, ack=api_pb2.Ack(stream="s", offset=offset, correlationId=cid)
+    )
+
+
+@pytest.mark.parametrize("metadata_changes", [False, True])
+async def test_a_send_that_waited_for_the_window_keeps_its_slot_and_its_place(
+    monkeypatch: pytest.MonkeyPatch, metadata_changes: bool
+) -> None:
+    """send() with the window full waits for a slot, then takes the one-step path with it;
+    when that path is closed meanwhile (the metadata changed) it queues with the same
+    slot. Either way: call order on the wire, and every slot comes back."""
+    rig = await make_rig(stream_transport="h2", max_inflight=2)
+    try:
+        p = rig.publisher
+        grpc_kw: dict[str, Any] = {"transport": Transport.GRPC, "partition": 1}
+        first = await p.send("s", b"0", **grpc_kw)  # opens the stream (the general path)
+        await wait_until(lambda: rig.calls and rig.calls[0].written, what="the first request")
+        second = await p.send("s", b"1", **grpc_kw)
+        enqueued: list[object] = []
+        enqueue = p._enqueue
+
+        def spy(item: Any, kw: Any) -> Any:
+            enqueued.append(item)
+            return enqueue(item, kw)
+
+        monkeypatch.setattr(p, "_enqueue", spy)
+        waiting = asyncio.ensure_future(p.send("s", b"2", **grpc_kw))
+        await settle()
+        assert not waiting.done()  # the window is full
+        assert p._correlator.held == 2
+        if metadata_changes:
+            rig.md.current = dataclasses.replace(rig.md.current)  # same content, a new snapshot
+        [call] = rig.calls
+        call.responses.put_nowait(_ack_response(first, 0))
+        third = await asyncio.wait_for(waiting, 5)
+        assert len(enqueued) == (1 if metadata_changes else 0)  # queued only when it had to
+        assert p._correlator.held == 2  # second and third: the waited-for slot, not one more
+        await wait_until(lambda: len(call.written) == 3, what="the third request")
+        assert [r.value for r in call.written] == [b"0", b"1", b"2"]
+        for fut, offset in ((second, 1), (third, 2)):
+            call.responses.put_nowait(_ack_response(fut, offset))
+        assert [cast(Any, await f).offset for f in (first, second, third)] == [0, 1, 2]
+        assert p._correlator.held == 0
     finally:
         await rig.close()

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish_wire import plain_ack, plain_publish_request
+from liftbridge_client.envelope import _varint as varint
 
 _text = st.text(alphabet=st.characters(codec="utf-8"), max_size=300)
 
@@ -58,13 +59,19 @@ _acks = st.builds(
     ack=st.none() | _acks,
     async_error=st.none() | st.builds(api_pb2.PublishAsyncError, message=_text),
     cid=_text,
+    same_cid=st.booleans(),
 )
 def test_plain_ack_is_taken_only_from_a_response_it_reads_right(
-    ack: api_pb2.Ack | None, async_error: api_pb2.PublishAsyncError | None, cid: str
+    ack: api_pb2.Ack | None,
+    async_error: api_pb2.PublishAsyncError | None,
+    cid: str,
+    same_cid: bool,
 ) -> None:
     resp = api_pb2.PublishResponse(correlationId=cid)
     if ack is not None:
         resp.ack.CopyFrom(ack)
+        if same_cid:  # as the server answers: the ack names the publish too
+            resp.ack.correlationId = cid
     if async_error is not None:
         resp.asyncError.CopyFrom(async_error)
     raw = resp.SerializeToString()
@@ -91,6 +98,19 @@ def test_plain_ack_takes_the_servers_common_ack() -> None:
     )
     raw = api_pb2.PublishResponse(ack=ack, correlationId=ack.correlationId).SerializeToString()
     assert plain_ack(raw) == ("0123456789abcdef-42", ack.SerializeToString())
+    # The server's ack inbox may hold any byte (here 0x50, the ackError tag, as "P").
+    ack.ackInbox = "lbtest-ccd37b69eb.ack.mHXHtPNjOVwcs54nk2Q3D32" + "x" * 100  # 2-byte length
+    raw = api_pb2.PublishResponse(ack=ack, correlationId=ack.correlationId).SerializeToString()
+    assert plain_ack(raw) == ("0123456789abcdef-42", ack.SerializeToString())
+    # An error ack, even with a field this client does not know after the error.
+    errored_ack = ack.SerializeToString() + b"\x50\x03" + b"\x58\x01"
+    cid = ack.correlationId.encode()
+    raw = b"\x0a" + varint(len(errored_ack)) + errored_ack + b"\x1a" + varint(len(cid)) + cid
+    assert api_pb2.PublishResponse.FromString(raw).ack.ackError == api_pb2.Ack.TOO_LARGE
+    assert plain_ack(raw) is None
+    # The ack naming another publish than the response: decoded fully.
+    other = api_pb2.PublishResponse(ack=ack, correlationId="other").SerializeToString()
+    assert plain_ack(other) is None
     failed = api_pb2.PublishResponse(correlationId="c")
     failed.ack.CopyFrom(ack)
     failed.ack.ackError = api_pb2.Ack.INCORRECT_OFFSET
