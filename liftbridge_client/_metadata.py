@@ -143,6 +143,12 @@ class MetadataCache:
             )
         return part
 
+    def cached_leader_address(self, stream: str, partition: int) -> str | None:
+        """The leader's address from the cached metadata alone; None when not known."""
+        info = self._metadata.streams.get(stream)
+        part = info.partitions.get(partition) if info is not None else None
+        return self._address_of(part.leader) if part is not None else None
+
     async def leader_address(self, stream: str, partition: int) -> str:
         part = await self.partition(stream, partition)
         address = self._address_of(part.leader)

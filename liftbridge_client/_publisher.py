@@ -93,7 +93,7 @@ from liftbridge_client._publish_args import (
 )
 from liftbridge_client._publish_wire import plain_publish_request
 from liftbridge_client._tasks import TaskHandle, TaskSupervisor
-from liftbridge_client.models import Ack, AckPolicy, PublishStats, StreamInfo
+from liftbridge_client.models import Ack, AckPolicy, Metadata, PublishStats, StreamInfo
 from liftbridge_client.options import ClientOptions, Transport
 from liftbridge_client.partitioning import KeyPartitioner, Partitioner, choose_partition
 
@@ -143,6 +143,7 @@ class Publisher:
         self._cid_prefix = secrets.token_hex(8) + "-"
         self._cid_counter = itertools.count(1)
         self._window_was_full = False  # the last one-step publish found no free slot
+        self._h2_streams = options.stream_transport == "h2"
         self._queue: deque[Item] = deque()
         self._waker: asyncio.Future[None] | None = None
         self._sender: TaskHandle | None = None
@@ -339,9 +340,13 @@ class Publisher:
     def _direct_h2(
         self, stream: str, value: bytes, partition: int, ack_policy: AckPolicy, held: bool
     ) -> AckFuture | None:
-        if self._routes_metadata is not self._metadata.current:
-            return None  # the metadata changed: the sender finds the leader again
-        route = self._routes.get((stream, partition))
+        route = (
+            self._routes.get((stream, partition))
+            if self._routes_metadata is self._metadata.current
+            else None
+        )
+        if route is None and self._h2_streams:
+            route = self._route_now(stream, partition)
         if (
             not isinstance(route, H2PublishStream)
             or not route.usable
@@ -661,6 +666,37 @@ class Publisher:
             outages=self._outages,
         )
 
+    def _open_stream(self, address: str) -> PublishStream:
+        stream = self._new_stream(address)
+        stream.open()
+        self._streams[address] = stream
+        return stream
+
+    def _remember_route(
+        self, metadata: Metadata, stream: str, partition: int, route: PublishStream
+    ) -> None:
+        """Publishes to (stream, partition) go to ``route`` while ``metadata`` is current."""
+        if self._routes_metadata is not metadata:
+            self._routes.clear()
+            self._routes_metadata = metadata
+        self._routes[(stream, partition)] = route
+
+    def _route_now(self, stream: str, partition: int) -> PublishStream | None:
+        """The route from the cached metadata, without waiting: the leader's stream
+        (opened if there is none yet); None when the sender must find it (the leader is
+        not known, or its stream broke and must be closed first)."""
+        metadata = self._metadata.current
+        address = self._metadata.cached_leader_address(stream, partition)
+        if address is None:
+            return None
+        route = self._streams.get(address)
+        if route is None:
+            route = self._open_stream(address)
+        elif not route.usable:
+            return None
+        self._remember_route(metadata, stream, partition, route)
+        return route
+
     async def _send_grpc(self, item: Item, fut: AckFuture) -> None:
         assert item.request is not None
         assert item.partition is not None
@@ -676,15 +712,10 @@ class Publisher:
                     address = await self._metadata.leader_address(item.stream, item.partition)
             stream = self._streams.get(address)
             if stream is None or not stream.usable:
-                stream = self._new_stream(address)
-                stream.open()
-                self._streams[address] = stream
+                stream = self._open_stream(address)
         stream.submit(item.request, fut, item.ack_policy is _NONE, self._requeue)
         if metadata is self._metadata.current:  # no refresh in between: the route holds
-            if self._routes_metadata is not metadata:
-                self._routes.clear()
-                self._routes_metadata = metadata
-            self._routes[(item.stream, item.partition)] = stream
+            self._remember_route(metadata, item.stream, item.partition, stream)
 
     def _requeue(self, unwritten: list[tuple[api_pb2.PublishRequest, AckFuture]]) -> None:
         """Publishes a broken stream never wrote: back to the head of the queue, in order."""

@@ -75,6 +75,9 @@ class FakeMetadata:
     async def leader_address(self, stream: str, partition: int) -> str:
         return self.address
 
+    def cached_leader_address(self, stream: str, partition: int) -> str | None:
+        return self.address if stream in self.current.streams else None
+
     async def refresh(self) -> Metadata:
         self.refreshes += 1
         return self.current

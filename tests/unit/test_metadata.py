@@ -82,6 +82,21 @@ async def test_leader_and_replica_addresses(cluster: FakeCluster) -> None:
         await cache.stream("nope")
 
 
+async def test_the_cached_leader_address_never_looks_anything_up(cluster: FakeCluster) -> None:
+    cache = cluster.metadata_cache(OPTIONS)
+    assert cache.cached_leader_address("s", 0) is None  # nothing cached yet: no lookup either
+    assert cluster.calls_of("FetchMetadata") == []
+    await cache.refresh()
+    assert cache.cached_leader_address("s", 0) == cluster.address("b")
+    assert cache.cached_leader_address("s", 1) == cluster.address("a")
+    assert cache.cached_leader_address("s", 7) is None
+    assert cache.cached_leader_address("nope", 0) is None
+    cluster.streams["s"].partitions[0].leader = ""  # an election: no leader named
+    await cache.refresh()
+    assert cache.cached_leader_address("s", 0) is None
+    assert len(cluster.calls_of("FetchMetadata")) == 2
+
+
 async def test_call_leader_refreshes_and_retries_on_not_leader(cluster: FakeCluster) -> None:
     cache = cluster.metadata_cache(OPTIONS)
     await cache.refresh()

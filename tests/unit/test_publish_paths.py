@@ -553,8 +553,8 @@ async def test_a_send_that_waited_for_the_window_keeps_its_slot_and_its_place(
     monkeypatch: pytest.MonkeyPatch, metadata_changes: bool
 ) -> None:
     """send() with the window full waits for a slot, then takes the one-step path with it;
-    when that path is closed meanwhile (the metadata changed) it queues with the same
-    slot. Either way: call order on the wire, and every slot comes back."""
+    when that path is closed meanwhile (new metadata without the leader) it queues with
+    the same slot. Either way: call order on the wire, and every slot comes back."""
     rig = await make_rig(stream_transport="h2", max_inflight=2)
     try:
         p = rig.publisher
@@ -574,8 +574,9 @@ async def test_a_send_that_waited_for_the_window_keeps_its_slot_and_its_place(
         await settle()
         assert not waiting.done()  # the window is full
         assert p._correlator.held == 2
-        if metadata_changes:
-            rig.md.current = dataclasses.replace(rig.md.current)  # same content, a new snapshot
+        if metadata_changes:  # a new snapshot that names no leader (an election, say)
+            rig.md.current = dataclasses.replace(rig.md.current)
+            monkeypatch.setattr(rig.md, "cached_leader_address", lambda stream, part: None)
         [call] = rig.calls
         call.responses.put_nowait(_ack_response(first, 0))
         third = await asyncio.wait_for(waiting, 5)
@@ -587,5 +588,26 @@ async def test_a_send_that_waited_for_the_window_keeps_its_slot_and_its_place(
             call.responses.put_nowait(_ack_response(fut, offset))
         assert [cast(Any, await f).offset for f in (first, second, third)] == [0, 1, 2]
         assert p._correlator.held == 0
+    finally:
+        await rig.close()
+
+
+async def test_the_first_publishes_over_h2_take_the_one_step_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the leader in the cached metadata, the very first publish opens the stream
+    to it itself: a burst at start-up is not queued for the sender one by one."""
+    rig = await make_rig(stream_transport="h2")
+    try:
+        p = rig.publisher
+        await settle()  # the sender task is up and idle
+        monkeypatch.setattr(p, "_enqueue", lambda item, kw: pytest.fail("queued"))
+        futs = [p.publish_nowait("s", b"%d" % i, transport=Transport.GRPC) for i in range(5)]
+        assert len(p._streams) == 1
+        await wait_until(lambda: rig.calls and len(rig.calls[0].written) == 5, what="requests")
+        assert [r.value for r in rig.calls[0].written] == [b"0", b"1", b"2", b"3", b"4"]
+        for i, fut in enumerate(futs):
+            rig.calls[0].responses.put_nowait(_ack_response(fut, i))
+        assert [cast(Any, await f).offset for f in futs] == [0, 1, 2, 3, 4]
     finally:
         await rig.close()
