@@ -31,6 +31,11 @@ log = logging.getLogger(__name__)
 __all__ = ["H2PublishStream"]
 
 _PATH = "/proto.API/PublishAsync"
+# What may wait unsent in the call before the writer waits for the server's window. The
+# publisher's in-flight window bounds it already (what is not in the call waits in the
+# outbox instead), so this is generous: the one-step path writes to the call while the
+# server's receive window, not this mark, holds data back.
+_SEND_HIGH_WATER = 16 * 1024 * 1024
 
 
 class H2PublishStream(PublishStream):
@@ -46,9 +51,12 @@ class H2PublishStream(PublishStream):
         outages: OutageLog | None = None,
     ) -> None:
         super().__init__(address, pool.stub(address), correlator, spawn=spawn, outages=outages)
-        self._idle = False  # the writer waits for work with nothing queued
         self._h2call: BidiStreamCall[api_pb2.PublishResponse] = pool.h2().bidi_stream(
-            address, _PATH, api_pb2.PublishResponse.FromString, sink=self._on_response
+            address,
+            _PATH,
+            api_pb2.PublishResponse.FromString,
+            sink=self._on_response,
+            send_high_water=_SEND_HIGH_WATER,
         )
 
     def _on_response(self, raw: bytes) -> None:
@@ -78,13 +86,12 @@ class H2PublishStream(PublishStream):
     ) -> None:
         """`submit` of a request serialized already as a gRPC message (the publisher's
         plain hot path)."""
-        # While the writer is idle with nothing queued and the call has room, the request
-        # goes to the call at once (it leaves with the call's next write-out, in this loop
-        # iteration), as the writer would have written it next: no queue entry and no
-        # wake-up of the writer per message.
+        # With nothing queued for the writer (so nothing ahead of it) and the call open
+        # with room, the request goes to the call at once, as the writer would have
+        # written it next; it leaves with the call's next write-out, as far as the send
+        # window allows: no queue entry and no wake-up of the writer per message.
         if (
-            self._idle
-            and not self._outbox
+            not self._outbox
             and not resolve_on_write
             and self.broken is None
             and self._h2call.try_write(message)
@@ -103,7 +110,7 @@ class H2PublishStream(PublishStream):
     ) -> None:
         if isinstance(req, bytes):
             self.submit_raw(req, fut, resolve_on_write, on_unwritten)
-        elif self._idle and not self._outbox and not resolve_on_write:
+        elif not self._outbox and not resolve_on_write:
             self.submit_raw(encode_message(req.SerializeToString()), fut, False, on_unwritten)
         else:
             super()._submit(req, fut, resolve_on_write, on_unwritten)
@@ -142,11 +149,7 @@ class H2PublishStream(PublishStream):
         while True:
             if not outbox:
                 self._wake = loop.create_future()
-                self._idle = True
-                try:
-                    await self._wake
-                finally:
-                    self._idle = False
+                await self._wake
                 continue
             while outbox:
                 req, fut, resolve_on_write = outbox.popleft()

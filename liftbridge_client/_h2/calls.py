@@ -27,7 +27,7 @@ from liftbridge_client._h2.connection import STREAM_WINDOW, Connection, Headers
 from liftbridge_client._h2.framing import DEFAULT_MAX_MESSAGE, MessageSplitter, encode_message
 from liftbridge_client._h2.status import H2RpcError, status_error
 
-__all__ = ["BidiStreamCall", "ServerStreamCall"]
+__all__ = ["SEND_HIGH_WATER", "BidiStreamCall", "ServerStreamCall"]
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ _ACK_BATCH: Final = STREAM_WINDOW // 16
 # Complete messages held beyond this stop the window from reopening.
 _HOLD_LIMIT: Final = STREAM_WINDOW
 # A writer waits while more than this is queued and not yet sent (send window full).
-_SEND_HIGH_WATER: Final = 1024 * 1024
+SEND_HIGH_WATER: Final = 1024 * 1024
 
 
 class _Call(Generic[T]):
@@ -355,8 +355,10 @@ class BidiStreamCall(_Call[T]):
         timeout: float | None = None,
         max_message: int = DEFAULT_MAX_MESSAGE,
         sink: Callable[[bytes], None] | None = None,
+        send_high_water: int = SEND_HIGH_WATER,
     ) -> None:
         super().__init__(connect, path, decode, timeout=timeout, max_message=max_message, sink=sink)
+        self._high_water = send_high_water
         self._out: deque[bytes] = deque()  # whole messages, no byte of them sent yet
         self._out_size = 0
         self._backlog = b""  # the rest of a message the send window cut
@@ -384,7 +386,7 @@ class BidiStreamCall(_Call[T]):
             or self._error is not None
             or self._ended
             or self._half_closed
-            or self._out_size + len(self._backlog) > _SEND_HIGH_WATER
+            or self._out_size + len(self._backlog) > self._high_water
         ):
             return False
         self._out.append(message)
@@ -429,7 +431,7 @@ class BidiStreamCall(_Call[T]):
 
     async def drain(self) -> None:
         """Wait while more than the high-water mark is queued; raise if the call failed."""
-        while self.queued > _SEND_HIGH_WATER:
+        while self.queued > self._high_water:
             if self._error is not None:
                 raise self._error
             room = self._room = asyncio.get_running_loop().create_future()
@@ -494,7 +496,7 @@ class BidiStreamCall(_Call[T]):
             conn.send(sid, b"", True)
             self._end_sent = True
         room = self._room
-        if room is not None and not room.done() and self.queued <= _SEND_HIGH_WATER:
+        if room is not None and not room.done() and self.queued <= self._high_water:
             room.set_result(None)
 
     def _finished(self) -> None:

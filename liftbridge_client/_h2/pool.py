@@ -11,7 +11,7 @@ from typing import TypeVar
 from grpc import StatusCode
 
 from liftbridge_client import errors
-from liftbridge_client._h2.calls import BidiStreamCall, Decode, ServerStreamCall
+from liftbridge_client._h2.calls import SEND_HIGH_WATER, BidiStreamCall, Decode, ServerStreamCall
 from liftbridge_client._h2.connection import Connection
 from liftbridge_client._h2.status import H2RpcError
 from liftbridge_client.options import ClientOptions, TLSConfig
@@ -66,11 +66,17 @@ class H2Pool:
         *,
         timeout: float | None = None,
         sink: Callable[[bytes], None] | None = None,
+        send_high_water: int = SEND_HIGH_WATER,
     ) -> BidiStreamCall[T]:
         """A bidirectional call to ``address``; ``await call.start()`` opens it."""
         self._check_open()
         return BidiStreamCall(
-            lambda: self.connection(address), path, decode, timeout=timeout, sink=sink
+            lambda: self.connection(address),
+            path,
+            decode,
+            timeout=timeout,
+            sink=sink,
+            send_high_water=send_high_water,
         )
 
     def _check_open(self) -> None:

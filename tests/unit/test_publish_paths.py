@@ -496,9 +496,9 @@ async def test_publishes_a_broken_stream_never_wrote_go_out_on_a_new_stream(rig:
 
 @pytest.mark.parametrize("writer", ["idle", "busy"])
 async def test_h2_one_step_publishes_a_broken_stream_never_wrote_go_out_again(writer: str) -> None:
-    """Over h2, plain publishes go serialized to the call itself while the stream's writer
-    is idle (else to its outbox); when the call breaks before any of their bytes left,
-    they are parsed back and resent in order."""
+    """Over h2, plain publishes go serialized to the call itself while nothing waits for
+    the stream's writer (else to its outbox, behind what waits); when the call breaks
+    before any of their bytes left, they are parsed back and resent in order."""
     rig = await make_rig(stream_transport="h2")
     try:
         p = rig.publisher
@@ -506,9 +506,12 @@ async def test_h2_one_step_publishes_a_broken_stream_never_wrote_go_out_again(wr
         await wait_until(lambda: rig.calls and rig.calls[0].written, what="the first request")
         [stream] = p._streams.values()
         assert isinstance(stream, H2PublishStream)
-        assert stream._idle
-        if writer == "busy":
-            stream._idle = False  # as while it writes or waits for send window
+        ahead = []
+        if writer == "busy":  # ack policy NONE resolves on write: the writer writes it
+            none = AckPolicy.NONE
+            ahead = [
+                p.publish_nowait("s", b"n", transport=Transport.GRPC, partition=1, ack_policy=none)
+            ]
 
         futs = [
             p.publish_nowait("s", bytes([v]), transport=Transport.GRPC, partition=1) for v in b"123"
@@ -517,17 +520,21 @@ async def test_h2_one_step_publishes_a_broken_stream_never_wrote_go_out_again(wr
             assert not stream._outbox
             assert stream._h2call.queued == sum(len(m) for m in stream._h2call._out)
             assert len(stream._h2call._out) == 3
-        else:  # queued for the writer, serialized already
-            assert [type(req) for req, _, _ in stream._outbox] == [bytes] * 3
+        else:  # queued for the writer behind the NONE one, serialized already
+            assert [type(req) for req, _, _ in stream._outbox] == [bytes] * 4
         # The call fails before its writer ran (a connection reset).
         stream._h2call._fail(H2RpcError(grpc.StatusCode.UNAVAILABLE, "connection reset"), True)
+        n = len(ahead) + 3
         await wait_until(
-            lambda: len(rig.calls) == 2 and len(rig.calls[1].written) == 3, what="resent"
+            lambda: len(rig.calls) == 2 and len(rig.calls[1].written) == n, what="resent"
         )
         sent = rig.calls[1].written
-        assert [r.value for r in sent] == [b"1", b"2", b"3"]
-        assert [r.correlationId for r in sent] == [cast(Any, f).correlation_id for f in futs]
-        assert [(r.stream, r.partition, r.expectedOffset) for r in sent] == [("s", 1, -1)] * 3
+        assert [r.value for r in sent] == [b"n"] * len(ahead) + [b"1", b"2", b"3"]
+        cids = [cast(Any, f).correlation_id for f in ahead + futs]
+        assert [r.correlationId for r in sent] == cids
+        assert [(r.stream, r.partition, r.expectedOffset) for r in sent] == [("s", 1, -1)] * n
+        for fut in ahead:
+            assert await fut is None  # resolved once written on the new stream
         for fut, offset in zip(futs, (5, 6, 7), strict=True):
             rig.calls[1].responses.put_nowait(
                 api_pb2.PublishResponse(
