@@ -11,7 +11,15 @@ from liftbridge_client import Client
 from liftbridge_client.models import AckPolicy, StartPosition, StopPosition
 from liftbridge_client.options import ClientOptions, StreamTransport, Transport
 
-__all__ = ["Target", "client_for", "publish_one", "publish_pipelined", "publish_rate", "subscribe"]
+__all__ = [
+    "DEFAULT_WINDOW",
+    "Target",
+    "client_for",
+    "publish_one",
+    "publish_pipelined",
+    "publish_rate",
+    "subscribe",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,11 +32,15 @@ class Target:
     partitions: int = 1
 
 
+# This client's publishes in flight unless a measurement says otherwise: its default.
+DEFAULT_WINDOW = ClientOptions().max_inflight
+
+
 def client_for(
     target: Target,
     transport: Transport,
     *,
-    window: int = 1024,
+    window: int = DEFAULT_WINDOW,
     stream_transport: StreamTransport = "grpc",
 ) -> Client:
     """A client for one measurement; no keepalive pings (the server throttles them)."""
@@ -57,7 +69,7 @@ async def publish_pipelined(
     size: int,
     ack: str,
     *,
-    window: int = 1024,
+    window: int = DEFAULT_WINDOW,
     stream_transport: StreamTransport = "grpc",
 ) -> dict[str, Any]:
     """``send()`` n messages with at most ``window`` in flight, then wait for every ack.
@@ -148,7 +160,7 @@ async def publish_rate(
     """``send()`` at a fixed offered rate; publish->ack latency of each message."""
     value = value_of(size)
     latencies: list[float] = []
-    async with client_for(target, transport, window=max(1024, int(rate))) as client:
+    async with client_for(target, transport, window=max(DEFAULT_WINDOW, int(rate))) as client:
         await client.fetch_metadata(target.stream)
         futures: list[asyncio.Future[Any]] = []
 

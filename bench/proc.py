@@ -33,7 +33,7 @@ async def run(task: dict[str, Any]) -> dict[str, Any]:
             n,
             size,
             "LEADER",
-            window=int(task.get("window", 1024)),
+            window=int(task.get("window", ours.DEFAULT_WINDOW)),
             stream_transport=stream_transport,
         )
     if task["op"] == "one":

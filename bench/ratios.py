@@ -6,9 +6,9 @@ client - runs in a process of its own, one at a time; a run repeats every compar
 after the Go peer warmed the server's caches), and each ratio is taken inside one
 repetition, then summarised as the median with min..max.
 
-- pipelined publish: this client's ``send()`` with 1024 in flight (NATS; gRPC over h2
-  and grpc.aio) against go-liftbridge's PublishAsync without a barrier (go-async);
-  go's batch-100 is a second row;
+- pipelined publish: this client's ``send()`` with its default window in flight
+  (``max_inflight``; NATS; gRPC over h2 and grpc.aio) against go-liftbridge's
+  PublishAsync without a barrier (go-async); go's batch-100 is a second row;
 - subscribe: EARLIEST to a stop offset on one pre-filled partition (h2 and grpc.aio)
   against go-liftbridge's consumer;
 - one at a time: p50 of ``await publish()`` (NATS, gRPC over h2) against go's
@@ -35,6 +35,7 @@ from typing import Any
 
 from bench.external import ROOT, GoBench
 from bench.machine import machine_details
+from bench.ours import DEFAULT_WINDOW
 from liftbridge_client import Client
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.testing import LIFTBRIDGE_VERSION, SingleNode
@@ -395,8 +396,9 @@ def markdown(results: dict[str, Any], chart_name: str | None) -> str:
         f"{load['after']} after: the cores were shared with other work, so single figures "
         "move a lot from run to run; the ratios, taken side by side, move less.",
         "",
-        f"Sizes: publish {plan['n_pub']} x {plan['size']} B (ack LEADER, 1024 in flight for "
-        f"this client), one at a time {plan['n_one']}, subscribe {plan['n_sub']} x "
+        f"Sizes: publish {plan['n_pub']} x {plan['size']} B (ack LEADER, "
+        f"{results.get('window', 1024)} in flight for this client: its default "
+        f"`max_inflight`), one at a time {plan['n_one']}, subscribe {plan['n_sub']} x "
         f"{plan['size']} B from EARLIEST. Pipelined publishes count their acks the same way "
         "on both sides: go-liftbridge's PublishAsync calls an ack handler that counts, this "
         "client's futures get a done callback that counts (the futures are not kept), then "
@@ -560,6 +562,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_details(),
         "load_average": {"before": load_before, "after": _load()},
         "server": {"liftbridge": LIFTBRIDGE_VERSION, "topology": "single node, embedded NATS"},
+        "window": DEFAULT_WINDOW,
         "records": run.records,
     }
     text, rows = summarize(results)

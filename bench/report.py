@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.ours import DEFAULT_WINDOW
 from bench.stats import format_number, format_ratio, ratio, target_status
 
 __all__ = ["baseline_for", "markdown", "summary", "targets", "write_docs"]
@@ -317,7 +318,8 @@ def markdown(results: Mapping[str, Any], chart_name: str | None = CHART.name) ->
         "PublishAsync every message back to back, then wait for every ack (the pipelined "
         "anchor); `batch-100` = PublishAsync 100 messages, wait for their acks, repeat; "
         "`async` = PublishAsync at a fixed offered rate.",
-        "- liftbridge-client: `*-pipelined` = `send()` with a window of 1024 in flight, then "
+        f"- liftbridge-client: `*-pipelined` = `send()` with a window of {DEFAULT_WINDOW} in "
+        "flight (the client's default `max_inflight`), then "
         "wait for every ack; `*-one` = `await publish()` one at a time; over NATS envelopes or "
         "gRPC PublishAsync. CPU us/msg = process CPU time / messages.",
         "- gufo-liftbridge 0.2.0 (own venv): `publish` = its unary Publish, which sends no "

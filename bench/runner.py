@@ -235,7 +235,7 @@ class Run:
         target = self.target(stream, cfg["partitions"])
         base = {**cfg, "client": OURS, "mode": mode, "messages": n}
         if mode.endswith("pipelined"):
-            base["window"] = 1024
+            base["window"] = ours.DEFAULT_WINDOW
             record = await self.measure(
                 base,
                 lambda: ours.publish_pipelined(

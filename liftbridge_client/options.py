@@ -189,7 +189,10 @@ class ClientOptions:
     ack_wait: Seconds = Seconds(5.0)  # per published message
     rpc_timeout: Seconds = Seconds(10.0)  # deadline of each unary RPC attempt
     connect_timeout: Seconds = Seconds(5.0)
-    max_inflight: int = 1024  # unacked publishes before publishing waits
+    # Unacked publishes before publishing waits. Pipelined throughput follows it until the
+    # server is busy: 4096 reached go-liftbridge's unbounded PublishAsync over gRPC where
+    # 1024 stayed ~10% behind (docs/benchmarks.md); nats.go's async publish allows 4000.
+    max_inflight: int = 4096
     transport: Transport | None = None  # None: NATS if connected to NATS, else gRPC
     envelope_crc: bool = False  # add CRC-32C to enveloped NATS publishes
     metadata_refresh_interval: OptionalSeconds = OptionalSeconds(30.0)  # None: on errors only
