@@ -1,10 +1,15 @@
 """PublishAsync over the h2 stream transport (``ClientOptions.stream_transport="h2"``).
 
 The same `PublishStream` contract (correlation, breaking, taking back what was never
-written, closing); what differs is the write path: every request queued in one
-event-loop iteration is encoded into one buffer and leaves in one pass, as far as the
-HTTP/2 send windows allow (the rest waits for the server's WINDOW_UPDATE), instead of
-one awaited grpc.aio write per request.
+written, closing); what differs:
+
+- writing: a request with nothing waiting ahead of it goes to the call as a gRPC message
+  at once (the writer task only serves what had to wait); everything written in one
+  event-loop iteration leaves in one pass, as far as the HTTP/2 send windows allow (the
+  rest waits for the server's WINDOW_UPDATE), instead of one awaited grpc.aio write per
+  request;
+- reading: responses settle their publishes as the connection receives them (the call's
+  sink), the common ack straight from its bytes.
 """
 
 from __future__ import annotations

@@ -144,6 +144,7 @@ class Publisher:
         self._cid_counter = itertools.count(1)
         self._window_was_full = False  # the last one-step publish found no free slot
         self._h2_streams = options.stream_transport == "h2"
+        self._requeue_bound = self._requeue  # one bound method, not one per publish
         self._queue: deque[Item] = deque()
         self._waker: asyncio.Future[None] | None = None
         self._sender: TaskHandle | None = None
@@ -362,7 +363,7 @@ class Publisher:
             self._window_was_full = True
             return None
         fut = correlator.register(cid, self._ack_wait)
-        route.submit_raw(message, fut, ack_policy is _NONE, self._requeue)
+        route.submit_raw(message, fut, ack_policy is _NONE, self._requeue_bound)
         return fut
 
     def _write_nats(
