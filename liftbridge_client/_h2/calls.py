@@ -154,10 +154,11 @@ class _Call(Generic[T]):
             except H2RpcError as exc:
                 self._fail(exc, True)
                 return
-            if messages and self._sink is not None:
+            sink = self._sink
+            if messages and sink is not None:
                 try:
                     for message in messages:
-                        self._sink(message)
+                        sink(message)
                 except H2RpcError as exc:  # the sink refused a message (cannot parse it)
                     self._fail(exc, True)
                     return
