@@ -220,10 +220,6 @@ class PublishStream:
 
     async def _read(self) -> None:
         call, dispatch = self._call, self.dispatch
-        # The h2 call also hands over what it holds already without a coroutine per message.
-        read_nowait: Callable[[], api_pb2.PublishResponse | None] | None = getattr(
-            call, "read_nowait", None
-        )
         try:
             while True:
                 resp = await call.read()
@@ -234,9 +230,6 @@ class PublishStream:
                     self._answered = True
                     self._outages.answered(self.address)
                 dispatch(resp)
-                if read_nowait is not None:
-                    while (resp := read_nowait()) is not None:
-                        dispatch(resp)
         except grpc.RpcError as exc:
             if not self.closed:
                 self._break(map_rpc_error(exc))

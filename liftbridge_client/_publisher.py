@@ -12,11 +12,12 @@
 Ordering. A plain publish with nothing queued ahead of it and the sender idle
 takes one step in the call (`Publisher.send_direct`): over NATS it is appended
 to nats-py's outgoing buffer (`_nats_raw.PubBuffer`), over gRPC with the h2
-transport it goes, serialized, to the outbox of the open PublishAsync stream
-to its leader. Every other `publish`, `send` and `publish_nowait` call puts
-one item on a FIFO queue, synchronously, before it returns (or, for `send`,
-once it has a window slot; slots are granted first come, first served). One
-sender task drains the queue in order. NATS items it writes itself, awaiting each write; a
+transport it goes, serialized, to the PublishAsync stream to its leader (opened
+from the cached metadata if needed; `H2PublishStream.submit_raw`). Every other
+`publish`, `send` and `publish_nowait` call puts one item on a FIFO queue,
+synchronously, before it returns (or, for `send`, once it has a window slot;
+slots are granted first come, first served). One sender task drains the queue
+in order. NATS items it writes itself, awaiting each write; a
 gRPC item it hands (no await) to the outbox of the PublishAsync stream to the
 partition's leader, whose single writer task awaits each write in turn. When
 nothing is ahead of a gRPC item (the queue is empty and the sender idle) and
@@ -221,18 +222,21 @@ class Publisher:
             try:
                 if (fut := self.send_direct(stream, value, kw, held=True)) is not None:
                     return fut
-                item = self._prepare(stream, value, kw)
-                if not item.ready:
-                    self._complete(item, await self._metadata.stream(stream))
+                item = await self._ready_item(stream, value, kw)
             except BaseException:
                 self._correlator.release()
                 raise
             return self._enqueue(item, kw)
+        item = await self._ready_item(stream, value, kw)
+        await self._correlator.acquire()
+        return self._enqueue(item, kw)
+
+    async def _ready_item(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> Item:
+        """The checked queue item, with the stream's metadata (looked up if not cached)."""
         item = self._prepare(stream, value, kw)
         if not item.ready:
             self._complete(item, await self._metadata.stream(stream))
-        await self._correlator.acquire()
-        return self._enqueue(item, kw)
+        return item
 
     def publish_nowait(self, stream: str, value: bytes, **kw: Any) -> AckFuture:
         """Queue the message now; `InflightLimitError` if the window is full.
@@ -260,9 +264,10 @@ class Publisher:
         idle, a slot free in the window, the stream's metadata cached, plain
         arguments (exact bytes, at most ``partition``, ``ack_policy`` and
         ``transport``), no partitioner to call; over gRPC, also the h2 stream
-        transport and a PublishAsync stream to the partition's leader already
-        open. Then the message is encoded and registered here and handed to
-        nats-py's buffer or that stream's writer, skipping the queue item and
+        transport and the partition's leader in the cached metadata (its
+        PublishAsync stream is opened here if there is none). Then the message
+        is encoded and registered here and handed to nats-py's buffer or that
+        stream, skipping the queue item and
         the hop through the sender (woken only to write a NATS batch out). The
         bytes on the wire and every check are those of the general path.
         """

@@ -390,10 +390,7 @@ class BidiStreamCall(_Call[T]):
             or self._out_size + len(self._backlog) > self._high_water
         ):
             return False
-        self._out.append(message)
-        self._out_size += len(message)
-        if not self._pump_pending:
-            self._schedule_pump()
+        self._queue(message)
         return True
 
     def write(self, payload: bytes) -> None:
@@ -406,6 +403,9 @@ class BidiStreamCall(_Call[T]):
             raise self._error
         if self._ended or self._half_closed:
             raise H2RpcError(StatusCode.INTERNAL, "write after the call was half-closed")
+        self._queue(message)
+
+    def _queue(self, message: bytes) -> None:
         self._out.append(message)
         self._out_size += len(message)
         if not self._pump_pending:
