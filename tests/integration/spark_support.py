@@ -15,7 +15,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -68,7 +68,7 @@ def start_spark(tmp: Path) -> Iterator[SparkSession]:
         # mid-way has already published some (the retry tests need that).
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
     )
-    spark = _get_or_create(builder)
+    spark = get_or_create(builder)
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     # Not stopped here: the next test module gets the same session from getOrCreate (one
@@ -76,27 +76,27 @@ def start_spark(tmp: Path) -> Iterator[SparkSession]:
     yield spark
 
 
-def _get_or_create(builder: SparkSession.Builder) -> SparkSession:
-    """``getOrCreate``, starting the JVM a second time if its launch died.
+def get_or_create(builder: Any, attempts: int = 3, pause: float = 1.0) -> SparkSession:
+    """``getOrCreate``, starting the JVM again if its launch died (up to ``attempts``).
 
-    Once in a full run the JVM's launcher exited before it reported its port: it was
-    forked while grpcio threads of earlier tests were busy ("skipping fork() handlers").
-    PySpark then leaves its pipe to the dead launcher behind; it is closed here, quietly,
-    not in whatever test the garbage collector happens to run next.
+    In two of about ten full runs the JVM's launcher exited before it reported its port:
+    it was forked while grpcio threads of earlier tests were busy ("skipping fork()
+    handlers"). PySpark then leaves its pipe to the dead launcher behind; it is closed
+    here, quietly, not in whatever test the garbage collector happens to run next.
     """
     from pyspark.errors import PySparkRuntimeError
 
-    for attempt in (1, 2):
+    for attempt in range(1, attempts + 1):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)
             try:
-                return builder.getOrCreate()
+                return cast("SparkSession", builder.getOrCreate())
             except PySparkRuntimeError as exc:
-                if attempt == 2 or exc.getErrorClass() != "JAVA_GATEWAY_EXITED":
+                gc.collect()
+                if attempt == attempts or exc.getCondition() != "JAVA_GATEWAY_EXITED":
                     raise
                 log.warning("Spark's JVM did not start (%s): starting it again", exc)
-            gc.collect()
-        time.sleep(1)
+        time.sleep(pause)
     raise AssertionError("unreachable")
 
 

@@ -8,10 +8,10 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
-from spark_support import OPTIONS, create_stream, java_or_fail, publish, start_spark
+from spark_support import OPTIONS, create_stream, get_or_create, java_or_fail, publish, start_spark
 
 from liftbridge_client import Client, StreamConfig
 from liftbridge_client.errors import LiftbridgeTimeoutError
@@ -322,3 +322,38 @@ def test_stream_pattern_picks_up_a_new_stream_from_its_earliest_offset(
     assert sorted((r.stream, r.offset) for r in rows) == sorted(
         [(a, o) for o in range(10)] + [(b, o) for o in range(7)]
     )
+
+
+class _Launches:
+    """A SparkSession builder whose first JVM launches die, as seen in full runs."""
+
+    def __init__(
+        self, failures: int, condition: str = "JAVA_GATEWAY_EXITED", **params: str
+    ) -> None:
+        self.failures, self.condition, self.params, self.calls = failures, condition, params, 0
+
+    def getOrCreate(self) -> object:
+        from pyspark.errors import PySparkRuntimeError
+
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise PySparkRuntimeError(errorClass=self.condition, messageParameters=self.params)
+        return self
+
+
+def test_a_jvm_launch_that_died_is_retried_and_other_errors_are_not() -> None:
+    """No Spark needed: the harness's retry itself (its first real use failed on a
+    PySpark deprecation warning, which this run turns into an error)."""
+    from pyspark.errors import PySparkRuntimeError
+
+    twice = _Launches(failures=2)
+    assert get_or_create(twice, pause=0) is cast(Any, twice)
+    assert twice.calls == 3
+    always = _Launches(failures=5)
+    with pytest.raises(PySparkRuntimeError):
+        get_or_create(always, pause=0)
+    assert always.calls == 3
+    other = _Launches(1, "PYTHON_VERSION_MISMATCH", worker_version="3.12", driver_version="3.11")
+    with pytest.raises(PySparkRuntimeError):
+        get_or_create(other, pause=0)
+    assert other.calls == 1
