@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Final, Protocol
+from typing import Final, Protocol, cast
 
 import h2.config
 import h2.connection
@@ -118,8 +118,8 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses: no isinstance check.
+        self._transport = cast(asyncio.Transport, transport)
         h2c = self._h2
         h2c.local_settings = h2.settings.Settings(
             client=True,
