@@ -32,8 +32,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING
 
+from liftbridge_client._publish_future import CallbackBatch, PublishFuture
 from liftbridge_client.errors import (
     AckTimeoutError,
     ConnectionClosedError,
@@ -47,42 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["AckFuture", "Correlator", "PublishFuture"]
-
-
-_T = TypeVar("_T")
-
-
-class PublishFuture(asyncio.Future[_T], Generic[_T]):
-    """The future of one publish: its ``correlation_id``, and the `Ack` once acked.
-
-    ``Client.send`` and ``Client.publish_nowait`` return it. It resolves to the `Ack`
-    (to None with ack policy NONE, once written) or fails with a `LiftbridgeError`.
-    Cancelling it withdraws the publish if it was not written yet. (Internally it is
-    its own registry entry; ``owner`` tags the connection it went out on, so that
-    connection's loss fails exactly its messages: `Correlator.fail_owned`; ``expect``
-    is the (stream, subject) an ack on the NATS inbox must name to settle it.)
-    """
-
-    __slots__ = ("_correlator", "_deadline", "correlation_id", "expect", "owner")
-
-    # No __init__ of its own: `Correlator.register` creates it with asyncio's (in C)
-    # and sets the slots, which costs half as much per publish as a Python __init__.
-    _correlator: Correlator | None  # None once it left the registry
-    _deadline: float  # event-loop time its ack wait ends
-    correlation_id: str
-    owner: object
-    expect: tuple[str, str] | None
-
-    def __repr__(self) -> str:
-        return f"<PublishFuture {self.correlation_id!r} {self._state.lower()}>"
-
-    def cancel(self, msg: object = None) -> bool:
-        if not super().cancel(msg):
-            return False
-        correlator = self._correlator
-        if correlator is not None:
-            correlator._pop(self.correlation_id)  # the caller gave up: leave now
-        return True
 
 
 # The registry's view: resolved with an Ack, or None for ack policy NONE.
@@ -125,6 +90,7 @@ class Correlator:
         self._empty_waiters: list[asyncio.Future[None]] = []
         self._closed: BaseException | None = None
         self._timers: dict[float, _Deadlines] = {}
+        self._batch = CallbackBatch(self._loop)
         self.unknown_acks = 0
 
     def __len__(self) -> int:
@@ -242,6 +208,8 @@ class Correlator:
         loop = self._loop
         fut: AckFuture = PublishFuture(loop=loop)
         fut._correlator = self
+        fut._batch = self._batch
+        fut._cb = fut._more = None
         fut.correlation_id = correlation_id
         fut.owner = None
         fut.expect = None
