@@ -34,7 +34,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
-from liftbridge_client._publish_future import CallbackBatch, PublishFuture
+from liftbridge_client._publish_future import CallbackBatch, PublishFuture, settle_result
 from liftbridge_client.errors import (
     AckTimeoutError,
     ConnectionClosedError,
@@ -209,7 +209,7 @@ class Correlator:
         fut: AckFuture = PublishFuture(loop=loop)
         fut._correlator = self
         fut._batch = self._batch
-        fut._cb = fut._more = None
+        fut._cb = None
         fut.correlation_id = correlation_id
         fut.owner = None
         fut.expect = None
@@ -240,7 +240,10 @@ class Correlator:
         if fut is None:
             return None
         fut._correlator = None  # its deadline entry is dropped lazily
-        self._free_slot()
+        if self._waiters or self._held == 1:
+            self._free_slot()  # a waiter takes the slot, or the window is empty now
+        else:
+            self._held -= 1
         return fut
 
     def resolve(self, correlation_id: str, ack: Ack | None) -> bool:
@@ -251,7 +254,7 @@ class Correlator:
             log.debug("ack for unknown correlation id %r ignored", correlation_id)
             return False
         if not fut.done():
-            fut.set_result(ack)
+            settle_result(fut, ack)
         return True
 
     def fail(self, correlation_id: str, exc: BaseException) -> bool:

@@ -60,12 +60,12 @@ class H2PublishStream(PublishStream):
             address,
             _PATH,
             api_pb2.PublishResponse.FromString,
-            sink=self._on_response,
+            sink=self._on_responses,
             send_high_water=_SEND_HIGH_WATER,
         )
 
-    def _on_response(self, raw: bytes) -> None:
-        """Settle the publish a response answers, as it arrives (the call's sink).
+    def _on_responses(self, responses: list[bytes]) -> None:
+        """Settle the publishes the responses of one received chunk answer (the call's sink).
 
         The common response, an ack without error, is settled from its bytes with an
         Ack decoded only if read (`plain_ack`); anything else is decoded and
@@ -74,17 +74,19 @@ class H2PublishStream(PublishStream):
         if not self._answered:
             self._answered = True
             self._outages.answered(self.address)
-        plain = plain_ack(raw)
-        if plain is not None:
-            self._correlator.resolve(plain[0], ack_from_wire(plain[1]))
-            return
-        try:
-            resp = api_pb2.PublishResponse.FromString(raw)
-        except DecodeError as exc:  # the call fails with it, as when a read cannot parse
-            raise H2RpcError(
-                grpc.StatusCode.INTERNAL, f"failed to parse a response message: {exc}"
-            ) from exc
-        self.dispatch(resp)
+        resolve = self._correlator.resolve
+        for raw in responses:
+            plain = plain_ack(raw)
+            if plain is not None:
+                resolve(plain[0], ack_from_wire(plain[1]))
+                continue
+            try:
+                resp = api_pb2.PublishResponse.FromString(raw)
+            except DecodeError as exc:  # the call fails with it, as when a read cannot parse
+                raise H2RpcError(
+                    grpc.StatusCode.INTERNAL, f"failed to parse a response message: {exc}"
+                ) from exc
+            self.dispatch(resp)
 
     def submit_raw(
         self, message: bytes, fut: AckFuture, resolve_on_write: bool, on_unwritten: Unwritten

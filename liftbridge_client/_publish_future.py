@@ -26,13 +26,26 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 if TYPE_CHECKING:
     from liftbridge_client._correlation import Correlator
 
-__all__ = ["CallbackBatch", "PublishFuture"]
+__all__ = ["CallbackBatch", "PublishFuture", "settle_result"]
 
 _T = TypeVar("_T")
 _Callback = Callable[[Any], object]
 _Callbacks = list[tuple[_Callback, contextvars.Context]]
-_Settled = tuple[asyncio.Future[Any], _Callback, contextvars.Context, "_Callbacks | None"]
+# What a future holds until it settles: nothing, one callback (with its context in
+# ``_ctx``: most futures have one, and a tuple or list for it costs as much again), or a
+# list of (callback, context); `_SETTLED` once it settled.
+_Held = _Callback | _Callbacks | None
 _copy_context = contextvars.copy_context
+
+
+class _SettledMark:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<settled>"
+
+
+_SETTLED: Any = _SettledMark()
 
 
 class CallbackBatch:
@@ -42,18 +55,14 @@ class CallbackBatch:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        # (future, its first callback, that callback's context, the other callbacks)
-        self._ready: list[_Settled] = []
+        # (future, one callback or a list of them, the one callback's context)
+        self._ready: list[tuple[asyncio.Future[Any], _Callback | _Callbacks, Any]] = []
         self._scheduled = False
 
     def add(
-        self,
-        fut: asyncio.Future[Any],
-        fn: _Callback,
-        context: contextvars.Context,
-        more: _Callbacks | None,
+        self, fut: asyncio.Future[Any], callbacks: _Callback | _Callbacks, context: Any
     ) -> None:
-        self._ready.append((fut, fn, context, more))
+        self._ready.append((fut, callbacks, context))
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._run)
@@ -63,12 +72,13 @@ class CallbackBatch:
         ready, self._ready = self._ready, []
         served = 0
         try:
-            for fut, fn, context, more in ready:
+            for fut, callbacks, context in ready:
                 served += 1
-                self._call(fut, fn, context)
-                if more is not None:
-                    for other, other_context in more:
-                        self._call(fut, other, other_context)
+                if type(callbacks) is list:
+                    for fn, fn_context in callbacks:
+                        self._call(fut, fn, fn_context)
+                else:
+                    self._call(fut, callbacks, context)  # type: ignore[arg-type]
         finally:
             if served < len(ready):
                 # SystemExit or KeyboardInterrupt left the loop: the futures not served
@@ -108,7 +118,6 @@ class PublishFuture(asyncio.Future[_T], Generic[_T]):
         "_correlator",
         "_ctx",
         "_deadline",
-        "_more",
         "correlation_id",
         "expect",
         "owner",
@@ -118,11 +127,8 @@ class PublishFuture(asyncio.Future[_T], Generic[_T]):
     # and sets the slots, which costs half as much per publish as a Python __init__.
     # Made any other way (no ``_cb`` slot set), it is a plain asyncio future.
     _batch: CallbackBatch
-    # The callbacks until it settles: the first in two slots (most futures have one,
-    # and a tuple or list for it costs as much again), the others in a list.
-    _cb: _Callback | None
-    _ctx: contextvars.Context
-    _more: _Callbacks | None
+    _cb: _Held  # the callbacks, kept until it settles (see _Held)
+    _ctx: contextvars.Context  # the context of a single callback
     _correlator: Correlator | None  # None once it left the registry
     _deadline: float  # event-loop time its ack wait ends
     correlation_id: str
@@ -136,37 +142,38 @@ class PublishFuture(asyncio.Future[_T], Generic[_T]):
         self, fn: _Callback, *, context: contextvars.Context | None = None
     ) -> None:
         try:
-            first = self._cb
+            held = self._cb
         except AttributeError:  # not made by a Correlator
             super().add_done_callback(fn, context=context)
             return
-        if self.done():
+        if context is None:
+            context = _copy_context()
+        if held is None:
+            self._cb = fn
+            self._ctx = context
+        elif held is _SETTLED:
             # Run from the batch as asyncio would schedule it now: after the callbacks
             # of the publishes settled before, before those of the ones settled after.
-            self._batch.add(self, fn, _copy_context() if context is None else context, None)
-        elif first is None:
-            self._cb = fn
-            self._ctx = _copy_context() if context is None else context
+            self._batch.add(self, fn, context)
+        elif type(held) is list:
+            held.append((fn, context))
         else:
-            entry = (fn, _copy_context() if context is None else context)
-            if self._more is None:
-                self._more = [entry]
-            else:
-                self._more.append(entry)
+            self._cb = [(held, self._ctx), (fn, context)]  # type: ignore[list-item]
 
     def remove_done_callback(self, fn: _Callback) -> int:
         removed = super().remove_done_callback(fn)
-        first = getattr(self, "_cb", None)
-        if first is None:
+        held = getattr(self, "_cb", None)
+        if held is None or held is _SETTLED:
             return removed
-        kept = [(first, self._ctx)] + (self._more or [])
-        callbacks = [entry for entry in kept if entry[0] != fn]
-        removed += len(kept) - len(callbacks)
-        if callbacks:
-            self._cb, self._ctx = callbacks[0]
-            self._more = callbacks[1:] or None
+        callbacks: _Callbacks = held if isinstance(held, list) else [(held, self._ctx)]
+        kept = [entry for entry in callbacks if entry[0] != fn]
+        removed += len(callbacks) - len(kept)
+        if not kept:
+            self._cb = None
+        elif len(kept) == 1:
+            self._cb, self._ctx = kept[0]
         else:
-            self._cb = self._more = None
+            self._cb = kept
         return removed
 
     def set_result(self, result: _T) -> None:
@@ -187,11 +194,24 @@ class PublishFuture(asyncio.Future[_T], Generic[_T]):
         return True
 
     def _settled(self) -> None:
+        # settle_result() below repeats this (one call less per ack): change both.
         try:
-            fn = self._cb
+            held = self._cb
         except AttributeError:  # not made by a Correlator: asyncio scheduled them
             return
-        if fn is not None:
-            self._cb = None
-            more, self._more = self._more, None
-            self._batch.add(self, fn, self._ctx, more)
+        self._cb = _SETTLED
+        if held is not None and held is not _SETTLED:
+            self._batch.add(self, held, self._ctx)
+
+
+_future_set_result = asyncio.Future.set_result
+
+
+def settle_result(fut: PublishFuture[Any], result: object) -> None:
+    """``fut.set_result(result)`` for a future made by a Correlator, one call shorter
+    (the ack hot path)."""
+    _future_set_result(fut, result)
+    held = fut._cb
+    fut._cb = _SETTLED
+    if held is not None:
+        fut._batch.add(fut, held, fut._ctx)

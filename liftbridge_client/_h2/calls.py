@@ -55,11 +55,12 @@ class _Call(Generic[T]):
         *,
         timeout: float | None = None,
         max_message: int = DEFAULT_MAX_MESSAGE,
-        sink: Callable[[bytes], None] | None = None,
+        sink: Callable[[list[bytes]], None] | None = None,
     ) -> None:
         self._connect = connect
-        # Takes each message as it arrives instead of the reader (which then only learns
-        # how the call ended): its window goes back at once.
+        # Takes the messages of each received chunk as they arrive, in order, instead of
+        # the reader (which then only learns how the call ended): the window goes back at
+        # once.
         self._sink = sink
         self._path = path.encode()
         self._decode = decode
@@ -157,8 +158,7 @@ class _Call(Generic[T]):
             sink = self._sink
             if messages and sink is not None:
                 try:
-                    for message in messages:
-                        sink(message)
+                    sink(messages)
                 except H2RpcError as exc:  # the sink refused a message (cannot parse it)
                     self._fail(exc, True)
                     return
@@ -343,7 +343,7 @@ class BidiStreamCall(_Call[T]):
     ``write()`` queues without awaiting; everything queued in one event-loop
     iteration leaves in one pass, as far as the send windows allow (the rest
     waits for WINDOW_UPDATE). ``drain()`` waits while too much is queued. With a
-    ``sink``, each response goes to it as it arrives, and ``read()`` only says how
+    ``sink``, responses go to it as they arrive, and ``read()`` only says how
     the call ended.
     """
 
@@ -355,7 +355,7 @@ class BidiStreamCall(_Call[T]):
         *,
         timeout: float | None = None,
         max_message: int = DEFAULT_MAX_MESSAGE,
-        sink: Callable[[bytes], None] | None = None,
+        sink: Callable[[list[bytes]], None] | None = None,
         send_high_water: int = SEND_HIGH_WATER,
     ) -> None:
         super().__init__(connect, path, decode, timeout=timeout, max_message=max_message, sink=sink)

@@ -65,7 +65,7 @@ class H2Pool:
         decode: Decode[T],
         *,
         timeout: float | None = None,
-        sink: Callable[[bytes], None] | None = None,
+        sink: Callable[[list[bytes]], None] | None = None,
         send_high_water: int = SEND_HIGH_WATER,
     ) -> BidiStreamCall[T]:
         """A bidirectional call to ``address``; ``await call.start()`` opens it."""
