@@ -5,8 +5,10 @@ sequences (several calls, gRPC messages split across DATA frames, padding,
 PINGs, WINDOW_UPDATEs, trailers, trailers-only answers, resets) and the bytes,
 cut at arbitrary points, go to two client connections - one with the fast path,
 one giving every frame to h2. Both must deliver the same messages, end every call
-the same way and leave the same receive windows. A fuzz run then feeds arbitrary
-bytes after a valid start: nothing escapes but the client's typed errors.
+the same way, leave the same receive and send windows and answer the same PINGs.
+A fuzz run then feeds arbitrary bytes after a valid start: nothing escapes but the
+client's typed errors. The send side: the DATA frames written without h2 are the
+bytes h2 writes, with the same windows left.
 """
 
 from __future__ import annotations
@@ -19,16 +21,19 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.events
+import h2.settings
 from h2.errors import ErrorCodes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from liftbridge_client import errors
 from liftbridge_client._errors_map import map_rpc_error
-from liftbridge_client._h2.calls import ServerStreamCall
+from liftbridge_client._h2.calls import BidiStreamCall, ServerStreamCall
 from liftbridge_client._h2.connection import Connection
 from liftbridge_client._h2.framing import encode_message
 from liftbridge_client._h2.status import H2RpcError
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
 class FakeTransport(asyncio.Transport):
@@ -114,6 +119,8 @@ def server_frames(
             server.ping(b"%08d" % pick)
         if pick % 7 == 0:
             server.increment_flow_control_window(1000)
+        if pick % 3 == 0 and op[0] in {"headers", "data"}:
+            server.increment_flow_control_window(1 + pick, stream_id=op[1])
         out += server.data_to_send()
     for q in queues:
         for op in q:
@@ -196,15 +203,38 @@ async def run_both(
         for c in calls:  # read everything: each path then gave the whole window back
             while c._inbox:
                 c._take()
+        h2c = conn._h2
         windows = [
-            conn._h2._inbound_flow_control_window_manager.current_window_size
-            + conn._h2._inbound_flow_control_window_manager._bytes_processed
+            h2c._inbound_flow_control_window_manager.current_window_size
+            + h2c._inbound_flow_control_window_manager._bytes_processed,
+            h2c.outbound_flow_control_window,
+            *(
+                (sid, h2c.streams[sid].outbound_flow_control_window)
+                for sid in sorted(h2c.streams)
+                if not h2c.streams[sid].closed
+            ),
         ]
-        results.append((outcomes, windows))
+        conn._flush()
+        answers = [f for f in frames_of(bytes(transport.out)) if f[0] == 6]  # PING answers
+        results.append((outcomes, windows, answers))
     assert results[0] == results[1]
     for plan, (got, _) in zip(plans, results[0][0], strict=True):
         if plan.end in {"ok", "error", "open"}:
             assert got == plan.messages  # and both paths delivered every message
+
+
+def frames_of(out: bytes) -> list[tuple[int, int, int, bytes]]:
+    """(type, flags, stream id, payload) of each frame a client wrote, after its preface."""
+    assert out.startswith(PREFACE)
+    frames = []
+    i = len(PREFACE)
+    while i < len(out):
+        length = int.from_bytes(out[i : i + 3], "big")
+        sid = int.from_bytes(out[i + 5 : i + 9], "big")
+        frames.append((out[i + 3], out[i + 4], sid, out[i + 9 : i + 9 + length]))
+        i += 9 + length
+    assert i == len(out)
+    return frames
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -275,3 +305,105 @@ def test_a_frame_header_that_claims_a_huge_data_frame_goes_to_h2() -> None:
         assert call._error.code().name == "INTERNAL"
 
     asyncio.run(go())
+
+
+def test_frames_inside_a_header_block_are_h2_protocol_errors_on_both_paths() -> None:
+    """A header block waiting for its CONTINUATION takes no other frame: a PING, a
+    WINDOW_UPDATE or DATA there ends the connection, with or without the fast path,
+    whether it comes in the block's chunk or in the next."""
+    block = b"\x40\x0bgrpc-status\x010"  # one literal header, new name, no indexing
+    # Trailers on stream 1 without END_HEADERS (flags: END_STREAM only).
+    headers = len(block).to_bytes(3, "big") + b"\x01\x01\x00\x00\x00\x01" + block
+
+    async def go(fast: bool, intruder: bytes, split: bool) -> tuple[list[bytes], str]:
+        conn, transport, (call,) = await open_client(fast, 1)
+        plan = [CallPlan([b"a"], [100], [0], "open")]
+        conn.data_received(server_bytes(bytes(transport.out), plan, []))
+        if split:
+            conn.data_received(headers)
+            conn.data_received(intruder)
+        else:
+            conn.data_received(headers + intruder)
+        return outcome(call)
+
+    ping = b"\x00\x00\x08\x06\x00\x00\x00\x00\x00" + b"12345678"
+    window = b"\x00\x00\x04\x08\x00\x00\x00\x00\x01" + (100).to_bytes(4, "big")
+    data = b"\x00\x00\x06\x00\x00\x00\x00\x00\x01" + encode_message(b"b")
+    for intruder in (ping, window, data):
+        for split in (False, True):
+            fast = asyncio.run(go(True, intruder, split))
+            assert fast == asyncio.run(go(False, intruder, split))
+            assert fast == ([b"a"], "INTERNAL")
+
+
+@dataclass
+class SendPlan:
+    sizes: list[int]  # bytes per send() call
+    settings_window: int  # the server's initial stream window
+    grants: list[int]  # WINDOW_UPDATEs (stream, then connection) between sends
+
+
+send_plans = st.builds(
+    SendPlan,
+    sizes=st.lists(st.integers(min_value=0, max_value=40_000), min_size=1, max_size=8),
+    settings_window=st.integers(min_value=0, max_value=70_000),
+    grants=st.lists(st.integers(min_value=0, max_value=50_000), max_size=8),
+)
+
+
+async def send_run(fast: bool, plan: SendPlan) -> tuple[list[int], bytes, list[int]]:
+    conn = Connection("test:1", "test:1", "http", None, fast_data=fast)
+    transport = FakeTransport()
+    conn.connection_made(transport)
+
+    async def connect() -> Connection:
+        return conn
+
+    call = BidiStreamCall(connect, "/p", bytes)  # open both ways: DATA may go out
+    await call.start()
+    await asyncio.sleep(0)
+    hello = bytes(transport.out)
+    server = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=False, header_encoding=None)
+    )
+    server.initiate_connection()
+    server.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: plan.settings_window})
+    server.receive_data(hello)
+    server.send_headers(1, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+    conn.data_received(server.data_to_send())
+    transport.out.clear()
+    sent = []
+    for k, size in enumerate(plan.sizes):
+        payload = bytes((k + j) % 251 for j in range(size))
+        sent.append(conn.send(1, payload if k % 2 else memoryview(payload), False))
+        if k < len(plan.grants) and plan.grants[k]:
+            if k % 2:
+                server.increment_flow_control_window(plan.grants[k])
+            else:
+                server.increment_flow_control_window(plan.grants[k], stream_id=1)
+            conn.data_received(server.data_to_send())
+    conn._flush()
+    h2c = conn._h2
+    windows = [h2c.outbound_flow_control_window, h2c.streams[1].outbound_flow_control_window]
+    return sent, bytes(transport.out), windows
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(send_plans)
+def test_data_sent_without_h2_is_what_h2_sends(plan: SendPlan) -> None:
+    fast, slow = asyncio.run(send_run(True, plan)), asyncio.run(send_run(False, plan))
+    assert fast == slow
+    sent, out, _ = fast
+    data = b"".join(f[3] for f in frames_of(PREFACE + out) if f[0] == 0)
+    expected = b"".join(
+        bytes((k + j) % 251 for j in range(size))[:n]
+        for k, (size, n) in enumerate(zip(plan.sizes, sent, strict=True))
+    )
+    assert data == expected  # every byte reported sent went out, in order
+    assert first_send_took_its_room(plan, sent)
+
+
+def first_send_took_its_room(plan: SendPlan, sent: list[int]) -> bool:
+    """The first send went out as far as the initial windows allowed."""
+    first_room = min(plan.settings_window, 65535, plan.sizes[0])
+    return sent[0] == first_room
