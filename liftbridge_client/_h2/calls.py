@@ -452,7 +452,7 @@ class BidiStreamCall(_Call[T]):
     def _schedule_pump(self) -> None:
         if not self._pump_pending and self._conn is not None:
             self._pump_pending = True
-            asyncio.get_running_loop().call_soon(self._pump)
+            self._conn.schedule_pump(self._pump)
 
     def _pump(self) -> None:
         self._pump_pending = False

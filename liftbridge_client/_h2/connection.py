@@ -3,7 +3,8 @@
 An asyncio Protocol around an ``h2`` state machine. Received bytes are parsed
 once per chunk and each event goes to the stream it belongs to (a `StreamHandler`,
 one per call); frames to send are written once per event-loop iteration, so
-many small writes and window updates leave in one ``write``.
+many small writes and window updates leave in one ``write``: what the calls send
+(their pumps) and what the connection answers (window updates, PING answers) alike.
 
 Keepalive pings go out every ``keepalive_time`` seconds only while streams are
 open (the server counts pings without calls as abuse); an unanswered ping closes
@@ -16,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol, cast
 
 import h2.config
@@ -100,6 +101,8 @@ class Connection(asyncio.Protocol):
         self._streams: dict[int, StreamHandler] = {}
         self._loop = asyncio.get_running_loop()
         self._flush_pending = False
+        self._pumps: list[Callable[[], None]] = []  # run by the next write-out (_flush)
+        self._pumping = False
         self._closed = False  # the socket is gone (or going)
         self._draining = False  # GOAWAY received or sent: no new streams
         self._ping_handle: asyncio.TimerHandle | None = None
@@ -162,7 +165,7 @@ class Connection(asyncio.Protocol):
             self._rest = b""
         if not self._fast_data or self._draining or self._mid_headers:
             self._feed_h2(data)
-            self._flush()
+            self._schedule_flush()
             return
         size = len(data)
         fast = self._fast
@@ -241,7 +244,9 @@ class Connection(asyncio.Protocol):
             for handler in windowed:
                 if handler in streams.values():
                     handler.on_window()
-        self._flush()
+        # Written with what the calls woken by this chunk send next (a one-at-a-time
+        # publisher's next request leaves with the answer to the server's PING).
+        self._schedule_flush()
 
     def _slow_now(self) -> bool:
         """h2 must see every frame from here: the connection is closing, or a header
@@ -440,9 +445,9 @@ class Connection(asyncio.Protocol):
             if end and size == 0:
                 h2c.end_stream(sid)
         except h2.exceptions.ProtocolError:  # the stream closed under us
-            self._flush()
+            self._write_now()
             return sent
-        self._flush()  # callers batch their messages into one send: write it out now
+        self._write_now()
         return sent
 
     def _send_fast(self, stream: H2Stream, data: bytes | memoryview, size: int) -> int:
@@ -464,7 +469,7 @@ class Connection(asyncio.Protocol):
                 sent += n
             h2c.outbound_flow_control_window -= sent
             stream.outbound_flow_control_window -= sent
-        self._flush()
+        self._write_now()
         return sent
 
     def ack(self, sid: int, size: int) -> None:
@@ -505,13 +510,32 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------ internals
 
+    def schedule_pump(self, pump: Callable[[], None]) -> None:
+        """Have ``pump`` (a call's sender) run at the next write-out, just before it, so
+        that what it sends leaves in the same write as everything else pending."""
+        self._pumps.append(pump)
+        self._schedule_flush()
+
     def _schedule_flush(self) -> None:
         if not self._flush_pending:
             self._flush_pending = True
             self._loop.call_soon(self._flush)
 
+    def _write_now(self) -> None:
+        """Write out now, unless a write-out is running the pumps (it writes after them)."""
+        if not self._pumping:
+            self._flush()
+
     def _flush(self) -> None:
         self._flush_pending = False
+        if self._pumps:
+            pumps, self._pumps = self._pumps, []
+            self._pumping = True
+            try:
+                for pump in pumps:
+                    pump()
+            finally:
+                self._pumping = False
         data = self._h2.data_to_send()
         transport = self._transport
         if data and transport is not None and not transport.is_closing():

@@ -407,3 +407,43 @@ def first_send_took_its_room(plan: SendPlan, sent: list[int]) -> bool:
     """The first send went out as far as the initial windows allowed."""
     first_room = min(plan.settings_window, 65535, plan.sizes[0])
     return sent[0] == first_room
+
+
+def test_a_ping_answer_leaves_with_what_the_woken_caller_sends() -> None:
+    """grpc-go sends a PING with every burst it receives: a one-at-a-time publisher's
+    next request and the answer go out in one write, not two."""
+
+    async def go() -> None:
+        conn = Connection("test:1", "test:1", "http", None)
+        transport = FakeTransport()
+        writes: list[bytes] = []
+        transport.write = lambda data: writes.append(bytes(data))  # type: ignore[method-assign]
+        conn.connection_made(transport)
+
+        async def connect() -> Connection:
+            return conn
+
+        call = BidiStreamCall(connect, "/p", bytes)
+        await call.start()
+        await asyncio.sleep(0)
+        server = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding=None)
+        )
+        server.initiate_connection()
+        server.receive_data(b"".join(writes))
+        server.send_headers(1, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        conn.data_received(server.data_to_send())
+        await asyncio.sleep(0)
+        writes.clear()
+        server.ping(b"bdp-ping")
+        conn.data_received(server.data_to_send())
+        assert call.try_write(encode_message(b"next request"))  # the woken publisher
+        await asyncio.sleep(0)
+        assert len(writes) == 1
+        events = server.receive_data(writes[0])
+        kinds = [type(e).__name__ for e in events]
+        assert kinds == ["PingAckReceived", "DataReceived"]
+        assert events[0].ping_data == b"bdp-ping"  # type: ignore[attr-defined]
+        assert events[1].data == encode_message(b"next request")  # type: ignore[attr-defined]
+
+    asyncio.run(go())
