@@ -380,11 +380,11 @@ class BidiStreamCall(_Call[T]):
         return self._out_size + len(self._backlog)
 
     def try_write(self, message: bytes) -> bool:
-        """`write_message` if the call is open and has room (at most the high-water mark
-        queued), else False: a writer that must not wait takes another way."""
+        """`write_message` if the call has not ended and has room (at most the high-water
+        mark queued), else False: a writer that must not wait takes another way. Before
+        the call is connected the message waits in it and leaves once it is."""
         if (
-            self._conn is None
-            or self._error is not None
+            self._error is not None
             or self._ended
             or self._half_closed
             or self._out_size + len(self._backlog) > self._high_water

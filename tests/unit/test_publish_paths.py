@@ -548,6 +548,45 @@ async def test_h2_one_step_publishes_a_broken_stream_never_wrote_go_out_again(wr
         await rig.close()
 
 
+async def test_h2_publishes_written_while_the_connection_opens_come_back_if_it_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first publishes wait in the call while its connection opens; when it cannot
+    be opened they are taken back and go out, in order, on the next stream."""
+    rig = await make_rig(stream_transport="h2")
+    try:
+        p = rig.publisher
+        pool = p._pool.h2()
+        real = pool.connection
+        refused = asyncio.Event()
+
+        async def refuse_once(address: str) -> Any:
+            if not refused.is_set():
+                refused.set()
+                await asyncio.sleep(0.05)  # the publishes below are written meanwhile
+                raise H2RpcError(grpc.StatusCode.UNAVAILABLE, "connection refused")
+            return await real(address)
+
+        monkeypatch.setattr(pool, "connection", refuse_once)
+        await settle()  # the sender task is up and idle
+        futs = [
+            p.publish_nowait("s", b"%d" % i, transport=Transport.GRPC, partition=1)
+            for i in range(4)
+        ]
+        [stream] = p._streams.values()
+        assert isinstance(stream, H2PublishStream)
+        assert not stream._outbox  # the publishes wait in the call itself
+        assert len(stream._h2call._out) == 4
+        await wait_until(lambda: rig.calls and len(rig.calls[0].written) == 4, what="resent")
+        assert refused.is_set()
+        assert [r.value for r in rig.calls[0].written] == [b"0", b"1", b"2", b"3"]
+        for i, fut in enumerate(futs):
+            rig.calls[0].responses.put_nowait(_ack_response(fut, i))
+        assert [cast(Any, await f).offset for f in futs] == [0, 1, 2, 3]
+    finally:
+        await rig.close()
+
+
 def _ack_response(fut: Any, offset: int) -> api_pb2.PublishResponse:
     cid = fut.correlation_id
     return api_pb2.PublishResponse(
