@@ -366,8 +366,12 @@ async def test_try_write_refuses_past_the_high_water_mark(serve: Serve) -> None:
     server, pool = await serve(script)
     server.hold = True  # nothing leaves beyond the first window
     c: BidiStreamCall[bytes] = pool.bidi_stream(server.address, "/proto.API/PublishAsync", identity)
-    assert not c.try_write(encode_message(b"x"))  # not started: the writer's way
+    assert c.try_write(encode_message(b"x"))  # not started: it waits in the call
+    assert c.queued == 6
     await c.start()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert c.queued == 0  # sent once the call started
     chunk = encode_message(bytes(64 * 1024))
     written = 0
     while c.try_write(chunk):
