@@ -19,6 +19,7 @@ from liftbridge_client.models import (
     ack_from_wire,
     message_from_proto,
     metadata_from_proto,
+    owned_message_from_proto,
 )
 
 
@@ -145,9 +146,40 @@ def test_ack_partition_from_its_subjects(base: str, msg: str, partition: int) ->
     assert ack_from_proto(pb).partition == partition
 
 
-def test_owned_conversion_reads_headers_lazily_and_equals_the_copying_one() -> None:
-    from liftbridge_client.models import owned_message_from_proto
+def test_owned_conversion_maps_every_field() -> None:
+    # owned_message_from_proto sets each slot itself: every field, each from its own.
+    pb = api_pb2.Message(
+        stream="s",
+        partition=2,
+        offset=3,
+        value=b"v",
+        key=b"k",
+        timestamp=5,
+        subject="subj",
+        replySubject="reply",
+    )
+    pb.headers["h"] = b"x"
+    owned = owned_message_from_proto(pb)
+    expected = Message(
+        stream="s",
+        partition=2,
+        offset=3,
+        value=b"v",
+        key=b"k",
+        timestamp_ns=5,
+        subject="subj",
+        reply_subject="reply",
+        headers={"h": b"x"},
+    )
+    assert owned == expected
+    assert pickle.loads(pickle.dumps(owned)) == expected
+    assert repr(owned) == repr(expected)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        owned.offset = 4  # type: ignore[misc]
+    assert dataclasses.replace(owned, offset=4).offset == 4
 
+
+def test_owned_conversion_reads_headers_lazily_and_equals_the_copying_one() -> None:
     pb = api_pb2.Message(stream="s", offset=3, value=b"v", headers={"subject": b"a", "reply": b""})
     owned = owned_message_from_proto(pb)
     assert owned == message_from_proto(pb)
