@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -55,8 +56,10 @@ def test_message_conversion_copies_headers_read_only() -> None:
     assert message_from_proto(api_pb2.Message()).headers == {}
 
 
-def test_message_conversion_maps_every_field() -> None:
-    # message_from_proto passes fields positionally: guard the order against Message's.
+@pytest.mark.parametrize("convert", [message_from_proto, owned_message_from_proto])
+def test_message_conversion_maps_every_field(convert: Any) -> None:
+    # Fields are passed positionally (message_from_proto) or set slot by slot
+    # (owned_message_from_proto): guard both against Message's fields.
     pb = api_pb2.Message(
         stream="s",
         partition=2,
@@ -68,7 +71,8 @@ def test_message_conversion_maps_every_field() -> None:
         replySubject="reply",
     )
     pb.headers["h"] = b"x"
-    assert message_from_proto(pb) == Message(
+    msg = convert(pb)
+    expected = Message(
         stream="s",
         partition=2,
         offset=3,
@@ -79,6 +83,12 @@ def test_message_conversion_maps_every_field() -> None:
         reply_subject="reply",
         headers={"h": b"x"},
     )
+    assert msg == expected
+    assert repr(msg).startswith("Message(stream='s', partition=2, offset=3, value=b'v', key=b'k'")
+    assert pickle.loads(pickle.dumps(msg)) == expected
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        msg.offset = 4
+    assert dataclasses.replace(msg, offset=4).offset == 4
     assert [f.name for f in dataclasses.fields(Message)] == [
         "stream",
         "partition",
@@ -144,39 +154,6 @@ def test_metadata_conversion() -> None:
 def test_ack_partition_from_its_subjects(base: str, msg: str, partition: int) -> None:
     pb = api_pb2.Ack(stream="s", partitionSubject=base, msgSubject=msg, offset=1)
     assert ack_from_proto(pb).partition == partition
-
-
-def test_owned_conversion_maps_every_field() -> None:
-    # owned_message_from_proto sets each slot itself: every field, each from its own.
-    pb = api_pb2.Message(
-        stream="s",
-        partition=2,
-        offset=3,
-        value=b"v",
-        key=b"k",
-        timestamp=5,
-        subject="subj",
-        replySubject="reply",
-    )
-    pb.headers["h"] = b"x"
-    owned = owned_message_from_proto(pb)
-    expected = Message(
-        stream="s",
-        partition=2,
-        offset=3,
-        value=b"v",
-        key=b"k",
-        timestamp_ns=5,
-        subject="subj",
-        reply_subject="reply",
-        headers={"h": b"x"},
-    )
-    assert owned == expected
-    assert pickle.loads(pickle.dumps(owned)) == expected
-    assert repr(owned) == repr(expected)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        owned.offset = 4  # type: ignore[misc]
-    assert dataclasses.replace(owned, offset=4).offset == 4
 
 
 def test_owned_conversion_reads_headers_lazily_and_equals_the_copying_one() -> None:
