@@ -28,9 +28,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 from liftbridge_client.errors import InvalidInputError
+from liftbridge_client.models import reduce_read_only
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +284,9 @@ class BrokerFeatures:
     def enabled(self) -> frozenset[str]:
         """Names of the supported features."""
         return frozenset(n for n, d in self.decisions.items() if d.state is State.SUPPORTED)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return reduce_read_only(self)
 
 
 def _check_name(feature: str) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import FrozenInstanceError, dataclass, field, fields
 from datetime import UTC, datetime
 from types import MappingProxyType
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -245,6 +246,24 @@ class Message:
     def timestamp(self) -> datetime:
         return _ns_to_datetime(self.timestamp_ns)
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return reduce_read_only(self)
+
+
+def reduce_read_only(obj: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``__reduce__`` of a frozen dataclass holding read-only mappings, for pickling
+    and deep copies: a read-only view (``MappingProxyType``, a received message's lazy
+    headers) cannot be pickled, so it travels as a dict and comes back read-only."""
+    values = tuple(
+        dict(v) if isinstance(v, MappingProxyType | _LazyHeaders) else v
+        for v in (getattr(obj, f.name) for f in fields(obj))
+    )
+    return _restore_read_only, (type(obj), values)
+
+
+def _restore_read_only(cls: Any, values: tuple[Any, ...]) -> Any:
+    return cls(*(MappingProxyType(v) if type(v) is dict else v for v in values))
+
 
 @dataclass(frozen=True, slots=True)
 class Broker:
@@ -300,6 +319,9 @@ class StreamInfo:
         """The NATS subject a partition listens on: ``subject`` for 0, ``subject.N`` else."""
         return self.subject if partition == 0 else f"{self.subject}.{partition}"
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return reduce_read_only(self)
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupInfo:
@@ -329,6 +351,9 @@ class Metadata:
             if b.id == broker_id:
                 return b
         return None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return reduce_read_only(self)
 
 
 # ---------------------------------------------------------------- protobuf -> model

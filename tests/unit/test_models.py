@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import pickle
 from datetime import UTC, datetime
@@ -11,6 +12,7 @@ import pytest
 
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.errors import PayloadDecodeError
+from liftbridge_client.features import PROBED_RPCS, Observation, Version, decide
 from liftbridge_client.models import (
     Ack,
     AckPolicy,
@@ -102,7 +104,7 @@ def test_message_conversion_maps_every_field(convert: Any) -> None:
     ]
 
 
-def test_metadata_conversion() -> None:
+def _metadata_response() -> api_pb2.FetchMetadataResponse:
     resp = api_pb2.FetchMetadataResponse(brokers=[api_pb2.Broker(id="n1", host="h", port=9)])
     good = resp.streamMetadata.add(name="s", subject="subj", creationTimestamp=7)
     good.partitions[1].CopyFrom(
@@ -122,7 +124,11 @@ def test_metadata_conversion() -> None:
     good.partitions[0].CopyFrom(api_pb2.PartitionMetadata(id=0, leader="n1"))
     resp.streamMetadata.add(name="missing", error=api_pb2.StreamMetadata.UNKNOWN_STREAM)
     resp.groupMetadata.add(groupId="g", coordinator="n1", epoch=3)
-    md = metadata_from_proto(resp)
+    return resp
+
+
+def test_metadata_conversion() -> None:
+    md = metadata_from_proto(_metadata_response())
     assert md.broker("n1") is not None
     assert md.brokers[0].address == "h:9"
     assert md.broker("zz") is None
@@ -258,3 +264,37 @@ def test_an_undecodable_wire_ack_raises_when_read(raw: bytes, why: str) -> None:
         _ = ack.offset
     with pytest.raises(PayloadDecodeError):
         _ = ack == ack_from_proto(_wire_ack())
+
+
+def test_models_pickle_and_copy_and_stay_read_only() -> None:
+    """Received messages, metadata and feature decisions hold read-only views, which
+    pickle cannot take: they travel as dicts and come back read-only."""
+    pb = api_pb2.Message(stream="s", offset=3, value=b"v", headers={"subject": b"a"})
+    md = metadata_from_proto(_metadata_response())
+    features = decide(
+        "b1", Observation(rpcs=dict.fromkeys(PROBED_RPCS, True)), fallback=Version(1, 9, 0)
+    )
+    samples: list[Any] = [
+        Message("s", 0, 1, b"v"),
+        Message("s", 0, 1, b"v", headers={"h": b"x"}),
+        message_from_proto(pb),
+        owned_message_from_proto(pb),  # its headers not read yet: still the protobuf's map
+        owned_message_from_proto(api_pb2.Message(stream="s")),
+        md,
+        md.streams["s"],
+        features,
+    ]
+    for obj in samples:
+        for again in (pickle.loads(pickle.dumps(obj)), copy.deepcopy(obj), copy.copy(obj)):
+            assert type(again) is type(obj)
+            assert again == obj
+    again_md = pickle.loads(pickle.dumps(md))
+    with pytest.raises(TypeError):
+        again_md.streams["x"] = md.streams["s"]
+    with pytest.raises(TypeError):
+        again_md.streams["s"].partitions[5] = md.streams["s"].partitions[0]
+    again_msg = pickle.loads(pickle.dumps(owned_message_from_proto(pb)))
+    assert dict(again_msg.headers) == {"subject": b"a"}
+    with pytest.raises(TypeError):
+        again_msg.headers["x"] = b"y"
+    assert pickle.loads(pickle.dumps(features)).enabled == features.enabled
