@@ -533,7 +533,10 @@ class Connection(asyncio.Protocol):
             self._pumping = True
             try:
                 for pump in pumps:
-                    pump()
+                    try:
+                        pump()
+                    except Exception:  # a bug in one call's sender: the others still send
+                        log.exception("sending on the HTTP/2 connection to %s failed", self.address)
             finally:
                 self._pumping = False
         data = self._h2.data_to_send()

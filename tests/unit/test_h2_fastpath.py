@@ -22,6 +22,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.settings
+import pytest
 from h2.errors import ErrorCodes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -447,3 +448,27 @@ def test_a_ping_answer_leaves_with_what_the_woken_caller_sends() -> None:
         assert events[1].data == encode_message(b"next request")  # type: ignore[attr-defined]
 
     asyncio.run(go())
+
+
+def test_a_failing_sender_does_not_stop_the_others_or_the_write(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def go() -> None:
+        conn = Connection("test:1", "test:1", "http", None)
+        transport = FakeTransport()
+        conn.connection_made(transport)
+        transport.out.clear()
+        ran: list[str] = []
+
+        def broken() -> None:
+            raise RuntimeError("a bug in a sender")
+
+        conn.schedule_pump(broken)
+        conn.schedule_pump(lambda: ran.append("next"))
+        conn._h2.ping(b"12345678")  # something to write
+        await asyncio.sleep(0)
+        assert ran == ["next"]
+        assert frames_of(PREFACE + bytes(transport.out)) == [(6, 0, 0, b"12345678")]
+
+    asyncio.run(go())
+    assert "a bug in a sender" in caplog.text
