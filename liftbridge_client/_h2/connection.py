@@ -98,6 +98,9 @@ class Connection(asyncio.Protocol):
         config = h2.config.H2Configuration(client_side=True, header_encoding=None)
         self._h2 = h2.connection.H2Connection(config=config)
         self._transport: asyncio.Transport | None = None
+        # Set once connection_made completed: asyncio only logs an exception raised there,
+        # and the pool must not hand out a connection that never spoke HTTP/2.
+        self.made = False
         self._streams: dict[int, StreamHandler] = {}
         self._loop = asyncio.get_running_loop()
         self._flush_pending = False
@@ -142,6 +145,7 @@ class Connection(asyncio.Protocol):
         h2c.initiate_connection()
         h2c.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self._flush()
+        self.made = True
 
     def data_received(self, data: bytes) -> None:
         """Route each complete frame: hot DATA frames straight to their call, the rest to h2.

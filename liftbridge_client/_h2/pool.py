@@ -140,6 +140,11 @@ class H2Pool:
                 StatusCode.UNAVAILABLE,
                 f"failed to connect to all addresses; {target}: {exc or type(exc).__name__}",
             ) from exc
+        if not conn.made:  # connection_made raised (asyncio logged it): nothing was set up
+            transport.close()
+            raise H2RpcError(
+                StatusCode.UNAVAILABLE, f"setting up HTTP/2 with {target} failed (see the log)"
+            )
         if ssl_ctx is not None:
             ssl_object = transport.get_extra_info("ssl_object")
             protocol = ssl_object.selected_alpn_protocol() if ssl_object is not None else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
 
 import grpc
 import pytest
@@ -18,7 +19,7 @@ from h2_server import H2Server, ServerStream
 from liftbridge_client import errors
 from liftbridge_client._errors_map import map_rpc_error
 from liftbridge_client._h2 import BidiStreamCall, H2Pool, H2RpcError, ServerStreamCall
-from liftbridge_client._h2.connection import STREAM_WINDOW
+from liftbridge_client._h2.connection import STREAM_WINDOW, Connection
 from liftbridge_client._h2.framing import encode_message
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.testing import wait_until
@@ -186,6 +187,36 @@ async def test_connect_refused_is_unavailable() -> None:
         assert isinstance(map_rpc_error(info.value), errors.UnavailableError)
     finally:
         await pool.close()
+
+
+async def test_a_connection_that_failed_to_set_up_is_unavailable_not_a_hang(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncio only logs an exception raised in connection_made (uvloop's transports once
+    made it raise): the call fails at once instead of waiting for answers that never come."""
+
+    async def script(stream: ServerStream) -> None:
+        stream.respond()
+
+    server, pool = await serve(script)
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+
+    def broken(self: Connection, transport: asyncio.BaseTransport) -> None:
+        raise RuntimeError("set-up bug")
+
+    monkeypatch.setattr(Connection, "connection_made", broken)
+    try:
+        c = call(pool, server)
+        with pytest.raises(H2RpcError) as info:
+            async with asyncio.timeout(5):
+                await c.read()
+        assert isinstance(map_rpc_error(info.value), errors.UnavailableError)
+        assert "setting up HTTP/2" in info.value.details()
+        assert any(isinstance(ctx.get("exception"), RuntimeError) for ctx in reported)
+    finally:
+        loop.set_exception_handler(None)
 
 
 async def test_cancel_sends_rst_stream_cancel(serve: Serve) -> None:
