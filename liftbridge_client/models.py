@@ -358,6 +358,9 @@ class Metadata:
 
 # ---------------------------------------------------------------- protobuf -> model
 
+# An instance without its __init__: the hot conversions set slots through their setters.
+_new = object.__new__
+
 
 def ack_from_proto(pb: api_pb2.Ack) -> Ack:
     """The Ack of a decoded wire ack, which it takes over: ``pb`` must not change after.
@@ -366,7 +369,7 @@ def ack_from_proto(pb: api_pb2.Ack) -> Ack:
     """
     if pb.ackPolicy not in _ACK_POLICIES:
         raise ValueError(f"{pb.ackPolicy} is not a valid AckPolicy")
-    ack = _new_ack(Ack)
+    ack = _new(Ack)
     _set_decoded(ack, pb)
     _set_raw(ack, b"")
     return ack
@@ -374,7 +377,7 @@ def ack_from_proto(pb: api_pb2.Ack) -> Ack:
 
 def ack_from_wire(raw: bytes) -> Ack:
     """The Ack of an encoded api.Ack, decoded when a field is first read."""
-    ack = _new_ack(Ack)
+    ack = _new(Ack)
     _set_decoded(ack, None)
     _set_raw(ack, raw)
     return ack
@@ -390,7 +393,6 @@ def _decode_ack(raw: bytes) -> api_pb2.Ack:
     return pb
 
 
-_new_ack = object.__new__
 # The slots' own setters, past Ack.__setattr__ (which refuses every assignment).
 _set_decoded = vars(Ack)["_decoded"].__set__
 _set_raw = vars(Ack)["_raw"].__set__
@@ -460,7 +462,7 @@ def owned_message_from_proto(pb: api_pb2.Message) -> Message:
     through ``object.__setattr__``, which cost twice as much per message).
     """
     headers = pb.headers
-    msg = _new_message(Message)
+    msg = _new(Message)
     _set_stream(msg, pb.stream)
     _set_partition(msg, pb.partition)
     _set_offset(msg, pb.offset)
@@ -473,7 +475,6 @@ def owned_message_from_proto(pb: api_pb2.Message) -> Message:
     return msg
 
 
-_new_message = object.__new__
 _message_setters = {f.name: vars(Message)[f.name].__set__ for f in fields(Message)}
 _set_stream = _message_setters.pop("stream")
 _set_partition = _message_setters.pop("partition")
