@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from replication_support import wait_for_full_isr
 
 from liftbridge_client import Client, ClientOptions, RetryPolicy
 from liftbridge_client.exactly_once import (
@@ -132,7 +133,9 @@ async def test_leader_kills_with_retries_read_committed_exactly_once(
             async with progress:
                 await progress.wait_for(lambda: len(acked) >= target)  # noqa: B023
             partition = k % PARTITIONS
-            leader = await leader_of(client, name, partition)
+            # A node restarted after the last kill may still be catching up: ALL acks mean
+            # "on every replica" only once it is back in the ISR.
+            leader = (await wait_for_full_isr(client, name, partition, timeout=90)).leader
             await asyncio.to_thread(liftbridge_cluster.node(leader).kill)
             killed.append(leader)
             # Restart it only once another node leads: else it may simply resume leading.
@@ -182,6 +185,7 @@ async def test_transaction_across_a_leader_kill_and_a_writer_crash_commits_once(
         for label in ("tx-a", "tx-b"):
             name, subject = stream_names(label)
             await client.create_stream(subject, name, replication_factor=3)
+            await wait_for_full_isr(client, name)
             streams.append(name)
         a, b = streams
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from replication_support import wait_for_full_isr
 
 from liftbridge_client import (
     AckPolicy,
@@ -105,8 +106,10 @@ async def new_replicated_stream(client: Client, names: StreamNames) -> str:
         while True:
             info = (await client.fetch_metadata(name)).streams.get(name)
             if info is not None and 0 in info.partitions and info.partitions[0].leader:
-                return name
+                break
             await asyncio.sleep(0.1)
+    await wait_for_full_isr(client, name)  # an ALL ack means "on every replica" only then
+    return name
 
 
 @pytest.mark.parametrize(

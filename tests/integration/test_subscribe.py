@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import grpc
 import pytest
+from replication_support import wait_for_full_isr
 
 from liftbridge_client import (
     AckPolicy,
@@ -460,6 +461,7 @@ async def test_leader_failover_resubscribes_without_gap_or_duplicate(
     )
     async with Client(liftbridge_cluster.addresses, options=options) as client:
         stream = await _cluster_stream(client, liftbridge_cluster, stream_names)
+        await wait_for_full_isr(client, stream)  # an ALL ack means "on every replica" only then
         before = [b"before-%d" % i for i in range(5)]
         after = [b"after-%d" % i for i in range(5)]
         await publish(client, stream, *before)  # ack ALL: every replica has them
