@@ -34,6 +34,7 @@ from liftbridge_client._errors_map import (
     publish_status_error,
 )
 from liftbridge_client._grpc import Stub
+from liftbridge_client._outages import OutageLog
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._tasks import TaskHandle
 from liftbridge_client.models import Ack, ack_from_proto
@@ -42,7 +43,6 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_REQUEST_BYTES",
-    "OutageLog",
     "PublishStream",
     "check_request_size",
     "publish_to_subject",
@@ -60,37 +60,6 @@ _Unwritten = Callable[[list[tuple[api_pb2.PublishRequest, AckFuture]]], None]
 _Spawn = Callable[..., TaskHandle]
 Spawn = _Spawn
 Unwritten = _Unwritten
-
-
-class OutageLog:
-    """One WARNING per broker outage, not one per failed PublishAsync stream.
-
-    During a leader outage every publish may open a stream that breaks at once;
-    the first break of an address warns, later ones log at debug level until a
-    stream to it answers again (then one INFO line says it recovered).
-    """
-
-    def __init__(self) -> None:
-        self._down: dict[str, int] = {}
-
-    def broke(self, address: str, cause: BaseException, failed: int) -> None:
-        count = self._down.get(address)
-        if count is None:
-            self._down[address] = 1
-            log.warning(
-                "PublishAsync stream to %s broke (%s); %d pending publishes failed",
-                address,
-                cause,
-                failed,
-            )
-        else:
-            self._down[address] = count + 1
-            log.debug("PublishAsync stream to %s broke again (%s)", address, cause)
-
-    def answered(self, address: str) -> None:
-        count = self._down.pop(address, None)
-        if count is not None:
-            log.info("PublishAsync to %s works again (%d broken streams meanwhile)", address, count)
 
 
 def check_request_size(req: api_pb2.PublishRequest | api_pb2.PublishToSubjectRequest) -> None:
@@ -122,6 +91,9 @@ class PublishStream:
         self._spawn = spawn
         self._outages = outages or OutageLog()
         self._answered = False
+        # The broker took the call (known on h2 only): a stream of NONE publishes, which
+        # is never answered, still counts as working when it breaks (`OutageLog.broke`).
+        self._opened = False
         self._call: grpc.aio.StreamStreamCall[api_pb2.PublishRequest, api_pb2.PublishResponse]
         self._reader: TaskHandle | None = None
         self._writer: TaskHandle | None = None
@@ -277,7 +249,7 @@ class PublishStream:
             exc = errors.ConnectionClosedError(message)
         exc.__cause__ = cause
         failed = self._correlator.fail_owned(self, exc)
-        self._outages.broke(self.address, cause, failed)
+        self._outages.broke(self.address, cause, failed, answered=self._answered or self._opened)
 
     def _take_back_unwritten(self) -> None:
         """Give futures submitted but never written back to the publisher (in order)."""

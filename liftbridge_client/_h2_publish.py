@@ -24,9 +24,10 @@ from liftbridge_client import errors
 from liftbridge_client._correlation import AckFuture, Correlator
 from liftbridge_client._errors_map import map_rpc_error
 from liftbridge_client._grpc import BrokerPool
-from liftbridge_client._grpc_publish import OutageLog, PublishStream, Spawn, Unwritten
+from liftbridge_client._grpc_publish import PublishStream, Spawn, Unwritten
 from liftbridge_client._h2 import BidiStreamCall, H2RpcError
 from liftbridge_client._h2.framing import encode_message
+from liftbridge_client._outages import OutageLog
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish_wire import plain_ack
 from liftbridge_client.models import ack_from_wire
@@ -152,6 +153,7 @@ class H2PublishStream(PublishStream):
         except grpc.RpcError as exc:
             self._break(map_rpc_error(exc))
             return
+        self._opened = True
         write, write_message = call.write, call.write_message
         while True:
             if not outbox:

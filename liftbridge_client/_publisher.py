@@ -67,7 +67,6 @@ from liftbridge_client._correlation import AckFuture, Correlator
 from liftbridge_client._grpc import BrokerPool
 from liftbridge_client._grpc_publish import (
     MAX_REQUEST_BYTES,
-    OutageLog,
     PublishStream,
     check_request_size,
     publish_to_subject,
@@ -75,6 +74,7 @@ from liftbridge_client._grpc_publish import (
 from liftbridge_client._h2_publish import H2PublishStream
 from liftbridge_client._metadata import MetadataCache
 from liftbridge_client._nats import NatsPublisher
+from liftbridge_client._outages import OutageLog
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish_args import (
     FAST_KEYS,
@@ -160,7 +160,10 @@ class Publisher:
         self._draining = False
         self._closed = False
         self._fast_ok = True  # False once closing, draining or NATS is lost: full checks
-        self._outages = OutageLog()
+        self._outages = OutageLog(options.retry, self._loop.time)
+        # gRPC publishes waiting for their leader's next retry (see _park).
+        self._parked: list[Item] = []
+        self._unpark_handle: asyncio.TimerHandle | None = None
         self._ack_wait = options.ack_wait
 
     def __repr__(self) -> str:
@@ -697,6 +700,8 @@ class Publisher:
             return None
         route = self._streams.get(address)
         if route is None:
+            if self._outages.down(address):
+                return None  # the sender paces new streams to it
             route = self._open_stream(address)
         elif not route.usable:
             return None
@@ -713,15 +718,44 @@ class Publisher:
             if stream is not None:
                 del self._streams[address]
                 await stream.close()
-                if stream.broken is not None and stream.broken.invalid_metadata:
-                    await self._metadata.refresh()  # the leader may have moved
-                    address = await self._metadata.leader_address(item.stream, item.partition)
+            outages = self._outages
+            if outages.down(address):
+                retry_at = outages.retry_at(address)
+                if retry_at is not None:
+                    self._park(item, retry_at)
+                    return
+                await self._metadata.refresh()  # the leader may have moved
+                address = await self._metadata.leader_address(item.stream, item.partition)
+                if (retry_at := outages.retry_at(address)) is not None:
+                    self._park(item, retry_at)
+                    return
             stream = self._streams.get(address)
             if stream is None or not stream.usable:
                 stream = self._open_stream(address)
         stream.submit(item.request, fut, item.ack_policy is _NONE, self._requeue)
         if metadata is self._metadata.current:  # no refresh in between: the route holds
             self._remember_route(metadata, item.stream, item.partition, stream)
+
+    def _park(self, item: Item, retry_at: float) -> None:
+        """Hold a gRPC publish whose leader refused its last stream until it may be tried
+        again (`OutageLog.retry_at`); the others keep going. Later publishes to that leader
+        park behind it, so their order holds."""
+        self._parked.append(item)
+        handle = self._unpark_handle
+        if handle is None or handle.when() > retry_at:
+            if handle is not None:
+                handle.cancel()
+            self._unpark_handle = self._loop.call_at(retry_at, self._unpark)
+
+    def _unpark(self) -> None:
+        """Parked publishes back to the head of the queue, in order (any still early park
+        again)."""
+        self._unpark_handle = None
+        parked, self._parked = self._parked, []
+        if self._closed:
+            return
+        self._queue.extendleft(reversed(parked))
+        self._wake_sender()
 
     def _requeue(self, unwritten: list[tuple[api_pb2.PublishRequest, AckFuture]]) -> None:
         """Publishes a broken stream never wrote: back to the head of the queue, in order."""
@@ -885,6 +919,10 @@ class Publisher:
         if failed:
             log.info("close: %d publishes were still pending and failed: %s", failed, exc)
         self._queue.clear()
+        self._parked.clear()
+        if self._unpark_handle is not None:
+            self._unpark_handle.cancel()
+            self._unpark_handle = None
         waker = self._waker
         if waker is not None and not waker.done():
             waker.set_result(None)  # an idle sender sees _closed and returns

@@ -139,7 +139,10 @@ class RetryPolicy:
 
     def backoff(self, attempt: int) -> float:
         """Delay before retry number ``attempt`` (1-based)."""
-        return min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
+        try:
+            return min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
+        except OverflowError:  # far past the cap: 2.0 ** 1024 is no float
+            return self.max_backoff
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 
 import pytest
+from replication_support import wait_for_full_isr
 
 from liftbridge_client import (
     AckPolicy,
@@ -27,6 +29,11 @@ OPTIONS = ClientOptions(
     rpc_timeout=3.0,
     retry=RetryPolicy(attempts=8, initial_backoff=0.1, max_backoff=1.0),
 )
+
+
+def metadata_requests(cluster: Cluster) -> int:
+    """FetchMetadata requests the nodes have served so far (they log each at debug level)."""
+    return sum(node.logs().count("api: FetchMetadata") for node in cluster.nodes)
 
 
 async def wait_for_partitions(client: Client, stream: str, count: int) -> None:
@@ -98,6 +105,7 @@ async def test_publishing_continues_after_the_leader_dies(
     async with Client(liftbridge_cluster.addresses, options=options) as client:
         await client.create_stream(subject, name, replication_factor=3)
         await wait_for_partitions(client, name, 1)
+        await wait_for_full_isr(client, name)  # an ALL ack means "on every replica" only then
         # ALL: a LEADER ack only says the leader appended it, and a leader killed before its
         # followers caught up takes the message with it (seen here with SIGKILL).
         before = await client.publish(
@@ -105,7 +113,10 @@ async def test_publishing_continues_after_the_leader_dies(
         )
         assert before is not None
         old_leader = (await client.fetch_metadata(name)).streams[name].partitions[0].leader
+        asked_before = metadata_requests(liftbridge_cluster)
+        assert asked_before > 0  # the servers log each one (else the bound below says nothing)
         await asyncio.to_thread(liftbridge_cluster.node(old_leader).kill)
+        killed_at = time.monotonic()
 
         # The first publish after the kill may fail (retriable): the caller retries.
         # Within a bounded time a new leader takes writes, found via metadata refresh.
@@ -120,6 +131,10 @@ async def test_publishing_continues_after_the_leader_dies(
                     await asyncio.sleep(0.2)
         assert after is not None
         assert after.offset >= 1
+        # Retries are paced: a client that reconnected and refreshed in a loop asked ~500
+        # times a second while the dead leader was still named (seen with h2).
+        asked = metadata_requests(liftbridge_cluster) - asked_before
+        assert asked <= 20 + 20 * (time.monotonic() - killed_at), asked
         # What the caller saw meanwhile says "retry": nothing non-retriable.
         assert all(f.retriable for f in failures), failures
         # Brokers apply the leader change at slightly different times: ask until one says so.

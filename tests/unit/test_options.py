@@ -64,6 +64,17 @@ def test_retry_policy_backoff_grows_and_caps() -> None:
         RetryPolicy(multiplier=0.5)
 
 
+@pytest.mark.parametrize("multiplier", [2, 2.0, 1000, 1000.0])
+def test_retry_policy_backoff_stays_at_the_cap_however_many_attempts(multiplier: float) -> None:
+    # A float power overflows past 2.0 ** 1023 (an int one past what a float holds): a
+    # publisher counts a broker's failed reconnects without bound, and attempts go to 1000.
+    policy = RetryPolicy(
+        attempts=1000, initial_backoff=0.05, max_backoff=2.0, multiplier=multiplier
+    )
+    assert policy.backoff(1) == pytest.approx(0.05)
+    assert [policy.backoff(n) for n in (1000, 1025, 10**6)] == [2.0, 2.0, 2.0]
+
+
 def test_secrets_stay_out_of_reprs(tmp_path: Path) -> None:
     auth = NatsAuth(user="alice", password="hunter2", token="t0k3n")
     assert "hunter2" not in repr(auth)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -25,7 +26,7 @@ from liftbridge_client._nats import NatsPublisher
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client.models import AckPolicy
-from liftbridge_client.options import ClientOptions, Transport
+from liftbridge_client.options import ClientOptions, RetryPolicy, Transport
 from liftbridge_client.partitioning import RoundRobinPartitioner, key_partition
 from liftbridge_client.testing import wait_until
 
@@ -585,6 +586,101 @@ async def test_h2_publishes_written_while_the_connection_opens_come_back_if_it_f
         assert [cast(Any, await f).offset for f in futs] == [0, 1, 2, 3]
     finally:
         await rig.close()
+
+
+async def test_h2_a_broker_that_refuses_streams_is_retried_with_backoff_not_in_a_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A leader that refuses connections (killed, still named by the metadata): the
+    publishes the h2 call never wrote come back and wait for the next try, which backs
+    off (0.05, 0.1, 0.2 s...) instead of reconnecting and refreshing metadata in a loop
+    (seen: ~500 FetchMetadata a second during a failover). Once it accepts, they go out
+    in order; later publishes to it waited behind them."""
+    rig = await make_rig(
+        stream_transport="h2",
+        ack_wait=10.0,
+        retry=RetryPolicy(initial_backoff=0.05, max_backoff=1.0),
+    )
+    try:
+        p = rig.publisher
+        pool = p._pool.h2()
+        real = pool.connection
+        attempts: list[float] = []
+        loop = asyncio.get_running_loop()
+        refusing = True
+
+        async def refuse(address: str) -> Any:
+            attempts.append(loop.time())
+            if refusing:
+                raise H2RpcError(grpc.StatusCode.UNAVAILABLE, "connection refused")
+            return await real(address)
+
+        monkeypatch.setattr(pool, "connection", refuse)
+        await settle()
+        kw: dict[str, Any] = {"transport": Transport.GRPC, "partition": 1}
+        futs = [p.publish_nowait("s", b"%d" % i, **kw) for i in range(3)]
+        await asyncio.sleep(0.6)
+        futs += [p.publish_nowait("s", b"late", **kw)]  # waits behind the first three
+        await asyncio.sleep(0.2)
+        # 0, 0.05, 0.15, 0.35, 0.75: five tries in 0.8 s (a loop made thousands).
+        assert 3 <= len(attempts) <= 6, attempts
+        gaps = [b - a for a, b in itertools.pairwise(attempts)]
+        assert all(later >= earlier * 1.5 for earlier, later in itertools.pairwise(gaps))
+        assert rig.md.refreshes <= len(attempts)  # one per try, not one per loop
+        assert not any(f.done() for f in futs)  # never written: nothing failed either
+
+        refusing = False
+        await wait_until(lambda: rig.calls and len(rig.calls[0].written) == 4, timeout=5)
+        assert [r.value for r in rig.calls[0].written] == [b"0", b"1", b"2", b"late"]
+        for i, fut in enumerate(futs):
+            rig.calls[0].responses.put_nowait(_ack_response(fut, i))
+        assert [cast(Any, await f).offset for f in futs] == [0, 1, 2, 3]
+        assert not p._outages.down(rig.md.address)  # answered: the outage is over
+    finally:
+        await rig.close()
+
+
+async def test_h2_a_stream_of_none_publishes_that_breaks_is_replaced_at_once() -> None:
+    """Ack policy NONE gets no answers: a stream the broker took still counts as working
+    when it breaks (no backoff before the next); one it never took does not."""
+    rig = await make_rig(stream_transport="h2", retry=RetryPolicy(initial_backoff=5.0))
+    try:
+        p = rig.publisher
+        kw: dict[str, Any] = {"transport": Transport.GRPC, "partition": 1}
+        assert await p.publish("s", b"x", ack_policy=AckPolicy.NONE, **kw) is None
+        [stream] = p._streams.values()
+        stream._break(errors.UnavailableError("connection lost"))
+        assert p._outages.down(stream.address)
+        assert p._outages.retry_at(stream.address) is None
+        assert await p.publish("s", b"y", ack_policy=AckPolicy.NONE, **kw) is None
+        await wait_until(lambda: len(rig.calls) == 2 and rig.calls[1].written)
+        assert [r.value for r in rig.calls[1].written] == [b"y"]
+        # The same break of a stream never opened: the next waits.
+        p._streams[stream.address]._opened = False
+        p._streams[stream.address]._break(errors.UnavailableError("refused"))
+        assert p._outages.retry_at(stream.address) is not None
+    finally:
+        await rig.close()
+
+
+async def test_publishes_parked_for_a_refusing_broker_fail_on_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = await make_rig(stream_transport="h2", retry=RetryPolicy(initial_backoff=5.0))
+    pool = rig.publisher._pool.h2()
+
+    async def refuse(address: str) -> Any:
+        raise H2RpcError(grpc.StatusCode.UNAVAILABLE, "connection refused")
+
+    monkeypatch.setattr(pool, "connection", refuse)
+    await settle()
+    fut = rig.publisher.publish_nowait("s", b"x", transport=Transport.GRPC, partition=1)
+    await wait_until(lambda: rig.publisher._parked, what="parked")
+    await rig.close()
+    with pytest.raises(errors.ConnectionClosedError):
+        await fut
+    assert not rig.publisher._parked
+    assert rig.publisher._unpark_handle is None
 
 
 def _ack_response(fut: Any, offset: int) -> api_pb2.PublishResponse:
