@@ -95,6 +95,7 @@ _MARKERS = {
     "version (--liftbridge-version) is one of these",
 }
 _DESELECTED_KEY = pytest.StashKey[list[str]]()
+_OFF_VERSION_KEY = pytest.StashKey[tuple[str, list[str]]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -158,20 +159,23 @@ def _marker_versions(item: pytest.Item, name: str) -> list[str] | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark cluster tests; deselect tests for other versions or without the master snapshot.
 
-    A test marked ``server_versions`` runs only when the default version is listed. A test
-    needing a version whose source snapshot is absent is deselected (with a line in the
-    summary), unless ``$CI`` is set: then it stays and fails with the provisioning error.
+    A test marked ``server_versions`` runs only when the default version is listed (the
+    summary names each one left out). A test needing a version whose source snapshot is
+    absent is deselected (with a line in the summary), unless ``$CI`` is set: then it stays
+    and fails with the provisioning error.
     """
     default = _default_version(config)
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     reasons: list[str] = []
+    off_version: list[str] = []
     for item in items:
         if "liftbridge_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
         only = _marker_versions(item, "server_versions")
         if only is not None and default not in only:
             dropped.append(item)
+            off_version.append(f"{item.nodeid}: runs against {', '.join(only)} only")
             continue
         needed = _marker_versions(item, "liftbridge_version") or []
         uses_default = any(f in getattr(item, "fixturenames", ()) for f in _DEPLOYMENT_FIXTURES)
@@ -187,10 +191,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
     config.stash[_DESELECTED_KEY] = reasons
+    config.stash[_OFF_VERSION_KEY] = (default, off_version)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say which tests were deselected because a server source snapshot is missing."""
+    """Say which tests were deselected: marked for other server versions, or needing a
+    server whose source snapshot is missing."""
+    default, off_version = terminalreporter.config.stash.get(_OFF_VERSION_KEY, ("", []))
+    if off_version:
+        terminalreporter.write_sep("-", f"liftbridge-client: deselected, not for {default}")
+        for line in off_version:
+            terminalreporter.write_line(line)
     reasons = terminalreporter.config.stash.get(_DESELECTED_KEY, [])
     if reasons:
         terminalreporter.write_sep("-", "liftbridge-client: deselected, server not provisionable")

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from liftbridge_client import Client, errors
 from liftbridge_client.models import PartitionInfo
+
+# v1.7.1 can lose acked messages when a leader is SIGKILLed: it may elect the dead node again
+# from the other followers' late reports, and the live leader it demotes truncates its log to
+# the high watermark it knows (docs/concepts.md, docs/compatibility.md). Tests that count
+# acked messages across a leader kill therefore run against v1.9.0 and master only; on
+# v1.7.1 (`make test-compat`) the summary names them as left out.
+KILLS_A_LEADER = pytest.mark.server_versions("v1.9.0", "master")
 
 
 async def wait_for_full_isr(

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from replication_support import wait_for_full_isr
+from replication_support import KILLS_A_LEADER, wait_for_full_isr
 
 from liftbridge_client import Client, ClientOptions, RetryPolicy
 from liftbridge_client.exactly_once import (
@@ -99,6 +99,7 @@ async def leader_of(client: Client, stream: str, partition: int) -> str:
     return meta.streams[stream].partitions[partition].leader
 
 
+@KILLS_A_LEADER
 @pytest.mark.timeout(600)
 async def test_leader_kills_with_retries_read_committed_exactly_once(
     own_cluster: Cluster, stream_names: StreamNames
@@ -173,6 +174,7 @@ async def test_leader_kills_with_retries_read_committed_exactly_once(
     )
 
 
+@KILLS_A_LEADER
 @pytest.mark.timeout(300)
 async def test_transaction_across_a_leader_kill_and_a_writer_crash_commits_once(
     own_cluster: Cluster, stream_names: StreamNames

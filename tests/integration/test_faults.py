@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from replication_support import wait_for_full_isr
+from replication_support import KILLS_A_LEADER, wait_for_full_isr
 
 from liftbridge_client import (
     AckPolicy,
@@ -112,6 +112,7 @@ async def new_replicated_stream(client: Client, names: StreamNames) -> str:
     return name
 
 
+@KILLS_A_LEADER
 @pytest.mark.parametrize(
     ("transport", "stream_transport"),
     [(Transport.NATS, "grpc"), (Transport.GRPC, "grpc"), (Transport.GRPC, "h2")],

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import grpc
 import pytest
-from replication_support import wait_for_full_isr
+from replication_support import KILLS_A_LEADER, wait_for_full_isr
 
 from liftbridge_client import (
     AckPolicy,
@@ -447,6 +447,7 @@ async def _wait_for_new_leader(client: Client, stream: str, dead: str, timeout: 
     raise AssertionError(f"no new leader for {stream} within {timeout}s")
 
 
+@KILLS_A_LEADER
 async def test_leader_failover_resubscribes_without_gap_or_duplicate(
     liftbridge_cluster: Cluster, stream_names: StreamNames, stream_transport: StreamTransport
 ) -> None:

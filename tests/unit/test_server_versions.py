@@ -218,6 +218,8 @@ def test_plugin_deselects_master_tests_without_the_snapshot_and_says_so(tmp_path
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 passed, 2 deselected" in run.stdout
     assert "test_needs_master: no source snapshot for master-50ac358b41eb" in run.stdout
+    assert "deselected, not for v1.9.0" in run.stdout
+    assert "test_only_on_v1_7_1: runs against v1.7.1 only" in run.stdout
 
 
 def test_plugin_fails_master_tests_without_the_snapshot_in_ci(tmp_path: Path) -> None:
@@ -231,6 +233,7 @@ def test_plugin_fails_master_tests_without_the_snapshot_in_ci(tmp_path: Path) ->
 def test_plugin_selects_tests_by_the_default_server_version(tmp_path: Path) -> None:
     run = _run_plugin(tmp_path, LIFTBRIDGE_SERVER_VERSION="v1.7.1")
     assert "2 passed, 1 deselected" in run.stdout, run.stdout
+    assert "not for v1.7.1" not in run.stdout  # nothing was left out for its version
     bad = _run_plugin(tmp_path, LIFTBRIDGE_SERVER_VERSION="v0.1")
     assert bad.returncode != 0
     assert "unknown Liftbridge server version 'v0.1'" in bad.stdout + bad.stderr
