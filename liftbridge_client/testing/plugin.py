@@ -95,7 +95,7 @@ _MARKERS = {
     "version (--liftbridge-version) is one of these",
 }
 _DESELECTED_KEY = pytest.StashKey[list[str]]()
-_OFF_VERSION_KEY = pytest.StashKey[tuple[str, list[str]]]()
+_OFF_VERSION_KEY = pytest.StashKey[list[str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -191,14 +191,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
     config.stash[_DESELECTED_KEY] = reasons
-    config.stash[_OFF_VERSION_KEY] = (default, off_version)
+    config.stash[_OFF_VERSION_KEY] = off_version
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say which tests were deselected: marked for other server versions, or needing a
     server whose source snapshot is missing."""
-    default, off_version = terminalreporter.config.stash.get(_OFF_VERSION_KEY, ("", []))
+    off_version = terminalreporter.config.stash.get(_OFF_VERSION_KEY, [])
     if off_version:
+        default = _default_version(terminalreporter.config)
         terminalreporter.write_sep("-", f"liftbridge-client: deselected, not for {default}")
         for line in off_version:
             terminalreporter.write_line(line)
