@@ -8,6 +8,7 @@ import pytest
 
 from liftbridge_client import Client, errors
 from liftbridge_client.models import PartitionInfo
+from liftbridge_client.testing import Cluster
 
 # v1.7.1 can lose acked messages when a leader is SIGKILLed: it may elect the dead node again
 # from the other followers' late reports, and the live leader it demotes truncates its log to
@@ -48,3 +49,22 @@ async def wait_for_full_isr(
         raise AssertionError(
             f"{stream}/{partition}: ISR not full within {timeout:.0f} s (last seen: {last})"
         ) from None
+
+
+_HISTORY_WORDS = ("leader", "ISR", "Truncat", "timeout")
+
+
+def print_partition_history(cluster: Cluster, stream: str, lines: int = 60) -> None:
+    """Print each node's last log lines about ``stream``'s leaders, ISR and timeouts.
+
+    For a failure that only shows up in full runs: pytest shows captured output of a failed
+    test, and the servers' own logs say whether leadership kept moving.
+    """
+    for node in cluster.nodes:
+        about = [
+            line
+            for line in node.logs().splitlines()
+            if stream in line and any(word in line for word in _HISTORY_WORDS)
+        ]
+        print(f"--- {node!r}: {len(about)} lines on {stream}, the last {lines}:")
+        print("\n".join(about[-lines:]))

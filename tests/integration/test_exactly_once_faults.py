@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from replication_support import KILLS_A_LEADER, wait_for_full_isr
+from replication_support import KILLS_A_LEADER, print_partition_history, wait_for_full_isr
 
 from liftbridge_client import Client, ClientOptions, RetryPolicy
 from liftbridge_client.exactly_once import (
@@ -144,8 +144,12 @@ async def test_leader_kills_with_retries_read_committed_exactly_once(
                 while (await leader_of(client, name, partition)) in (leader, ""):  # noqa: ASYNC110
                     await asyncio.sleep(0.2)  # the cluster offers no event to wait on
             await asyncio.to_thread(liftbridge_cluster.ensure_all_running, timeout=90)
-        async with asyncio.timeout(420):
-            await publishing
+        try:
+            async with asyncio.timeout(420):
+                await publishing
+        except BaseException:
+            print_partition_history(liftbridge_cluster, name)
+            raise
         committed = await read_with_retries(client, name, committed=True)
         uncommitted = await read_with_retries(client, name, committed=False)
 
