@@ -38,6 +38,10 @@ async def wait_for_full_isr(
                 try:
                     # Answered by the leader itself: its view decides what an ack means.
                     last = await client.fetch_partition_metadata(stream, partition)
+                except errors.NotFoundError:
+                    # The stream was just created: a node (one just restarted, say) may
+                    # answer before it has applied the creation.
+                    pass
                 except errors.LiftbridgeError as exc:
                     if not exc.retriable:
                         raise

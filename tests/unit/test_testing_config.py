@@ -182,14 +182,17 @@ def test_extra_settings_are_written_and_validated() -> None:
         node_config(port=0).settings()
 
 
-def test_fast_failover_keeps_idle_wait_below_lag_time() -> None:
+def test_fast_failover_keeps_idle_wait_and_fetch_timeout_short() -> None:
     def seconds(value: object) -> float:
         text = str(value)
         return float(text[:-2]) / 1000 if text.endswith("ms") else float(text[:-1])
 
     lag = seconds(CLUSTER_SETTINGS["clustering.replica.max.lag.time"])
     assert seconds(CLUSTER_SETTINGS["clustering.replica.max.idle.wait"]) < lag <= 5
-    assert seconds(CLUSTER_SETTINGS["clustering.replica.max.leader.timeout"]) <= 5
+    leader_timeout = seconds(CLUSTER_SETTINGS["clustering.replica.max.leader.timeout"])
+    assert leader_timeout <= 5
+    # One dropped replication request must not amount to a leader timeout (see _config.py).
+    assert seconds(CLUSTER_SETTINGS["clustering.replica.fetch.timeout"]) * 2 < leader_timeout
 
 
 # --- external deployments ----------------------------------------------------------------

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from liftbridge_client.testing import ConfigError, ProvisionError, nats_server_binary
+from liftbridge_client.testing import (
+    CLUSTER_SETTINGS,
+    ConfigError,
+    ProvisionError,
+    nats_server_binary,
+)
 from liftbridge_client.testing._docker_cli import ENV_DOCKER, docker_cli
 from liftbridge_client.testing._docker_images import is_static_elf, liftbridge_image
 from liftbridge_client.testing._selection import DeploymentKind, cluster_kind, server_kind
@@ -95,6 +100,8 @@ def test_image_configs_bind_loopback_only() -> None:
         assert settings["data.dir"] == "/data"
     assert single["nats.embedded.config"] == "/etc/liftbridge/nats.conf"
     assert cluster["clustering.raft.bootstrap.peers"] == ["n1", "n2", "n3"]
+    for key, value in CLUSTER_SETTINGS.items():  # the docker cluster fails over as the local one
+        assert cluster[key] == value, key
     nats = (IMAGES / "nats.conf").read_text()
     assert "host: 127.0.0.1" in nats
     assert "port: $NATS_PORT" in nats
