@@ -49,9 +49,10 @@ CLUSTER_SETTINGS: Mapping[str, Setting] = MappingProxyType(
         "clustering.replica.max.idle.wait": "500ms",
         # Well below leader.timeout, as the defaults are (3 s vs 15 s). When they are equal, one
         # replication request a new leader drops (it drops those of a newer epoch than its
-        # own) makes its follower report it; v1.9.0 keeps the witnesses of the previous
-        # failover, so that single report elects yet another leader, possibly one that just
-        # truncated to its high watermark: acked messages lost (docs/testing.md).
+        # own) makes its follower report it; the server (v1.7.1 to master) keeps the
+        # witnesses of the previous failover, so that single report elects yet another
+        # leader, possibly one that just truncated to its high watermark: acked messages
+        # lost (docs/testing.md).
         "clustering.replica.fetch.timeout": "1s",
         # A node answers FetchMetadata from a broker cache while the Raft membership is
         # unchanged. When that cache has expired, it surveys its peers and waits for every
