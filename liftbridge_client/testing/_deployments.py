@@ -24,6 +24,7 @@ from liftbridge_client.testing._config import (
     NatsServerTLS,
     NodeConfig,
     Setting,
+    default_log_level,
     nats_embedded_config,
     nats_url,
 )
@@ -158,13 +159,15 @@ class SingleNode(SingleNodeTopology[LiftbridgeNode], _LocalDeployment):
         version: str = LIFTBRIDGE_VERSION,
         port: int | None = None,
         nats_port: int | None = None,
+        log_level: str | None = None,
     ) -> None:
         """Pick ports and write the configuration; :meth:`start` (or ``with``) runs it.
 
         ``version`` is the server version to run (``v1.9.0``, ``v1.7.1``, ``master``; see
         :data:`~liftbridge_client.testing.KNOWN_VERSIONS`). ``tls`` serves the gRPC API
         over TLS (see :func:`make_pki`). ``port`` (gRPC) and ``nats_port`` fix the ports;
-        None (or 0) picks free ones.
+        None (or 0) picks free ones. ``log_level`` is the node's ``logging.level`` (``debug``,
+        ``info``, ``warn``, ``error``); None takes ``$LIFTBRIDGE_LOG_LEVEL``, else ``info``.
         ``nats_credentials`` (user, password) makes the embedded NATS require them (the
         node itself is configured with them too). ``nats_tls`` makes the embedded NATS
         require TLS, and with ``client_auth`` a client certificate (the node presents the
@@ -213,6 +216,7 @@ class SingleNode(SingleNodeTopology[LiftbridgeNode], _LocalDeployment):
             namespace=_namespace(),
             embedded_nats_config=nats_config,
             bootstrap_seed=True,
+            log_level=log_level or default_log_level(),
             extra={**(tls.settings() if tls else {}), **auth, **(settings or {})},
         )
         self.tls = tls
@@ -263,8 +267,13 @@ class Cluster(ClusterTopology[LiftbridgeNode, NatsServer], _LocalDeployment):
         settings: Mapping[str, Setting] | None = None,
         binary: Path | None = None,
         versions: str | Sequence[str] = LIFTBRIDGE_VERSION,
+        log_level: str | None = None,
     ) -> None:
-        """Pick ports and write configurations; :meth:`start` (or ``with``) runs it."""
+        """Pick ports and write configurations; :meth:`start` (or ``with``) runs it.
+
+        ``log_level`` is every node's ``logging.level``; None takes ``$LIFTBRIDGE_LOG_LEVEL``,
+        else ``info``.
+        """
         if size < 1:
             raise ConfigError(f"a cluster needs at least one node, not {size}")
         per_node = [versions] * size if isinstance(versions, str) else list(versions)
@@ -281,6 +290,7 @@ class Cluster(ClusterTopology[LiftbridgeNode, NatsServer], _LocalDeployment):
         self.nats = NatsServer(root / "nats", port=nats_port)
         ids = tuple(f"n{index}" for index in range(1, size + 1))
         extra = {**CLUSTER_SETTINGS, **(settings or {})}
+        level = log_level or default_log_level()
         self._nodes = [
             LiftbridgeNode(
                 NodeConfig(
@@ -290,6 +300,7 @@ class Cluster(ClusterTopology[LiftbridgeNode, NatsServer], _LocalDeployment):
                     nats_servers=(self.nats.url,),
                     namespace=self.namespace,
                     bootstrap_peers=ids,
+                    log_level=level,
                     extra=extra,
                 ),
                 root / server_id,

@@ -29,6 +29,10 @@ default version is listed, for behaviour that differs by version. Tests that nee
 source snapshot when it is absent (a clone without ../shared) are deselected with a message,
 or fail with a clear error when ``$CI`` is set.
 
+Server log level: ``--liftbridge-log-level=debug|info|warn|error`` (or
+``$LIFTBRIDGE_LOG_LEVEL``, which the option sets for the run), ``info`` by default; a test
+that reads the servers' debug lines starts its deployment with ``log_level="debug"``.
+
 Where the servers run: ``--liftbridge-deployment=auto|local|docker|external`` (or
 ``$LIFTBRIDGE_DEPLOYMENT``). ``auto`` is external when ``LIFTBRIDGE_ADDRS`` is set, else
 local; ``docker`` runs both fixtures' servers in containers of the locally built images
@@ -49,6 +53,7 @@ from collections.abc import Generator, Iterator, Sequence
 
 import pytest
 
+from liftbridge_client.testing._config import ENV_LOG_LEVEL, LOG_LEVELS, default_log_level
 from liftbridge_client.testing._deployments import (
     ENV_ADDRS,
     Cluster,
@@ -80,6 +85,7 @@ __all__ = [
     "pytest_collection_modifyitems",
     "pytest_configure",
     "pytest_runtest_makereport",
+    "pytest_unconfigure",
     "stream_names",
     "unique_stream",
 ]
@@ -95,11 +101,12 @@ _MARKERS = {
     "version (--liftbridge-version) is one of these",
 }
 _DESELECTED_KEY = pytest.StashKey[list[str]]()
+_LOG_LEVEL_ENV_KEY = pytest.StashKey[str | None]()
 _OFF_VERSION_KEY = pytest.StashKey[list[str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """``--liftbridge-version`` and ``--liftbridge-deployment`` for the default fixtures."""
+    """``--liftbridge-version``, ``--liftbridge-deployment`` and ``--liftbridge-log-level``."""
     group = parser.getgroup("liftbridge")
     group.addoption(
         "--liftbridge-deployment",
@@ -108,6 +115,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="where the fixtures' servers run: auto (default; external when "
         "LIFTBRIDGE_ADDRS is set, else local), local, docker or external. Default from "
         "$LIFTBRIDGE_DEPLOYMENT.",
+    )
+    group.addoption(
+        "--liftbridge-log-level",
+        choices=list(LOG_LEVELS),
+        default=None,
+        help=f"logging.level of the servers the harness starts (default ${ENV_LOG_LEVEL} or "
+        "info); tests that read debug lines ask for debug themselves",
     )
     group.addoption(
         "--liftbridge-version",
@@ -145,6 +159,27 @@ def pytest_configure(config: pytest.Config) -> None:
         if name not in declared:
             config.addinivalue_line("markers", f"{name}: {text}")
     _default_version(config)  # a bad --liftbridge-version is a usage error, before collection
+    level = config.getoption("liftbridge_log_level", default=None)
+    if level:
+        # Through the environment, so every deployment of the run (tests' own, the CLI's
+        # subprocesses) gets it; restored at unconfigure.
+        config.stash[_LOG_LEVEL_ENV_KEY] = os.environ.get(ENV_LOG_LEVEL)
+        os.environ[ENV_LOG_LEVEL] = str(level)
+    try:
+        default_log_level()
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Put ``$LIFTBRIDGE_LOG_LEVEL`` back as it was before ``--liftbridge-log-level``."""
+    if _LOG_LEVEL_ENV_KEY not in config.stash:
+        return
+    before = config.stash[_LOG_LEVEL_ENV_KEY]
+    if before is None:
+        os.environ.pop(ENV_LOG_LEVEL, None)
+    else:
+        os.environ[ENV_LOG_LEVEL] = before
 
 
 def _marker_versions(item: pytest.Item, name: str) -> list[str] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -27,6 +28,9 @@ from liftbridge_client.testing import (
     free_ports,
 )
 from liftbridge_client.testing._config import (
+    DEFAULT_LOG_LEVEL,
+    ENV_LOG_LEVEL,
+    default_log_level,
     nats_embedded_config,
     nats_server_argv,
     render_settings,
@@ -193,6 +197,77 @@ def test_fast_failover_keeps_idle_wait_and_fetch_timeout_short() -> None:
     assert leader_timeout <= 5
     # One dropped replication request must not amount to a leader timeout (see _config.py).
     assert seconds(CLUSTER_SETTINGS["clustering.replica.fetch.timeout"]) * 2 < leader_timeout
+
+
+def test_log_level_defaults_to_info_and_is_settable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ENV_LOG_LEVEL, raising=False)
+    assert DEFAULT_LOG_LEVEL == "info"
+    assert node_config().settings()["logging.level"] == "info"
+    assert node_config(log_level="DEBUG").settings()["logging.level"] == "debug"
+    with pytest.raises(ConfigError, match="verbose"):
+        node_config(log_level="verbose").settings()
+    # The environment sets the default when a config is made; an explicit level wins.
+    monkeypatch.setenv(ENV_LOG_LEVEL, " Warn ")
+    assert default_log_level() == "warn"
+    assert node_config().settings()["logging.level"] == "warn"
+    assert node_config(log_level="debug").settings()["logging.level"] == "debug"
+    assert default_log_level({ENV_LOG_LEVEL: ""}) == "info"
+    assert default_log_level({ENV_LOG_LEVEL: "error"}) == "error"
+    with pytest.raises(ConfigError, match=ENV_LOG_LEVEL):
+        default_log_level({ENV_LOG_LEVEL: "trace"})
+    # Through the deployments, written into each node's file.
+    single = SingleNode(base_dir=tmp_path / "s", binary=FAKE_BINARY)
+    cluster = Cluster(2, base_dir=tmp_path / "c", binary=FAKE_BINARY, log_level="debug")
+    try:
+        assert parse_config(single.node.config_path.read_text())["logging.level"] == "warn"
+        for node in cluster.nodes:
+            assert parse_config(node.config_path.read_text())["logging.level"] == "debug"
+    finally:
+        single.close()
+        cluster.close()
+
+
+def run_inner_pytest(tmp_path: Path, body: str, *args: str, env: dict[str, str]) -> str:
+    """Run ``body`` as a test file in a pytest of its own with the plugin; its output."""
+    (tmp_path / "test_inner.py").write_text(body)
+    completed = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"),
+            *("-p", "liftbridge_client.testing.plugin", *args, str(tmp_path)),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return completed.stdout + completed.stderr
+
+
+def test_plugin_option_sets_the_servers_log_level(tmp_path: Path) -> None:
+    body = (
+        "import os\n"
+        "from pathlib import Path\n"
+        "from liftbridge_client.testing import NodeConfig\n\n"
+        "def test_level():\n"
+        "    config = NodeConfig('n1', 9292, Path('/tmp/d'), ('nats://127.0.0.1:4222',))\n"
+        "    assert config.settings()['logging.level'] == os.environ['WANT']\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != ENV_LOG_LEVEL}
+    out = run_inner_pytest(
+        tmp_path, body, "--liftbridge-log-level=error", env={**env, "WANT": "error"}
+    )
+    assert "1 passed" in out, out
+    out = run_inner_pytest(tmp_path, body, env={**env, "WANT": "info"})
+    assert "1 passed" in out, out
+    out = run_inner_pytest(tmp_path, body, env={**env, "WANT": "debug", ENV_LOG_LEVEL: "debug"})
+    assert "1 passed" in out, out
+    out = run_inner_pytest(tmp_path, body, env={**env, "WANT": "x", ENV_LOG_LEVEL: "loud"})
+    assert f"${ENV_LOG_LEVEL}: log level 'loud' is not one of" in out, out
+    assert "1 passed" not in out, out
 
 
 # --- external deployments ----------------------------------------------------------------
