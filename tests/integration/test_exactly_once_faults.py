@@ -63,7 +63,10 @@ def own_cluster(tmp_path: Path, liftbridge_server_version: str) -> Iterator[Clus
     minutes, longer than any publisher retries (seen twice in full runs, never on a fresh
     cluster; docs/testing.md). The client behaviour under test is the same.
     """
-    with Cluster(3, base_dir=tmp_path, versions=liftbridge_server_version) as cluster:
+    # Debug: print_partition_history reads the nodes' debug lines on leaders and truncation.
+    with Cluster(
+        3, base_dir=tmp_path, versions=liftbridge_server_version, log_level="debug"
+    ) as cluster:
         yield cluster
 
 
