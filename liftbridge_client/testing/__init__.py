@@ -11,6 +11,9 @@ start servers on 127.0.0.1 only, each in its own temporary directory with its lo
   :meth:`Cluster.ensure_all_running`.
 - :class:`ExternalDeployment`: servers started elsewhere, from ``LIFTBRIDGE_ADDRS`` and
   ``LIFTBRIDGE_NATS_URL``.
+- :class:`AddressedCluster`: three nodes and NATS each on a loopback address of their own,
+  inside a private network namespace, where a :class:`Firewall` injects network faults
+  (the fault suite, tests/faults/).
 
 All three satisfy :class:`Deployment`, as do :class:`DockerSingleNode` and
 :class:`DockerCluster`, the same topologies in containers of images built locally
@@ -48,6 +51,7 @@ from liftbridge_client.testing._errors import (
     SnapshotMissingError,
 )
 from liftbridge_client.testing._names import StreamName, StreamNames
+from liftbridge_client.testing._netns import AddressedCluster, Firewall, private_netns_argv
 from liftbridge_client.testing._nkeys import (
     NkeyUser,
     OperatorSetup,
@@ -83,6 +87,7 @@ __all__ = [
     "LIFTBRIDGE_VERSION",
     "MASTER_VERSION",
     "PROBE_STREAM_PREFIX",
+    "AddressedCluster",
     "AuthzPolicy",
     "Cluster",
     "ConfigError",
@@ -90,6 +95,7 @@ __all__ = [
     "DockerCluster",
     "DockerSingleNode",
     "ExternalDeployment",
+    "Firewall",
     "HarnessError",
     "ImageReport",
     "LiftbridgeNode",
@@ -116,6 +122,7 @@ __all__ = [
     "make_operator_setup",
     "make_pki",
     "nats_server_binary",
+    "private_netns_argv",
     "provision",
     "server_version",
     "tasks_left",

@@ -12,6 +12,7 @@ lists are flow sequences (``["n1", "n2", "n3"]``), durations are Go duration str
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ __all__ = [
     "NatsServerTLS",
     "NodeConfig",
     "Setting",
+    "check_loopback",
     "default_log_level",
     "log_level",
     "nats_embedded_config",
@@ -170,6 +172,7 @@ class NodeConfig:
     # Builds newer than v1.9.0 (master) phone home unless told not to; v1.9.0 and older
     # reject the key. The deployment sets this from the server version it runs.
     telemetry_off: bool = False
+    host: str = LOOPBACK
 
     def settings(self) -> dict[str, Setting]:
         """Return the settings as flat dotted keys, validated."""
@@ -177,6 +180,7 @@ class NodeConfig:
             raise ConfigError(f"port {self.port} is out of range")
         if not self.server_id:
             raise ConfigError("server_id must not be empty")
+        check_loopback(self.host)
         if not self.nats_servers:
             raise ConfigError("nats_servers must not be empty")
         if self.bootstrap_seed and self.bootstrap_peers:
@@ -190,7 +194,7 @@ class NodeConfig:
                     "(off for master builds; v1.9.0 and older reject the key)"
                 )
         settings: dict[str, Setting] = {
-            "host": LOOPBACK,
+            "host": self.host,
             "port": self.port,
             "data.dir": str(self.data_dir),
             "logging.level": log_level(self.log_level),
@@ -277,11 +281,25 @@ class NatsServerTLS:
     verify: bool = False
 
 
-def nats_server_argv(binary: Path, port: int) -> list[str]:
-    """The command line of a standalone ``nats-server`` on ``127.0.0.1:port``."""
-    return [str(binary), "-a", LOOPBACK, "-p", str(port)]
+def check_loopback(host: str) -> str:
+    """Return ``host`` if it is an IPv4 loopback address (127.0.0.0/8), else raise
+    :class:`ConfigError`: no server of the harness may be reachable from elsewhere."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigError(
+            f"host {host!r} is not an IP address (a loopback one is needed)"
+        ) from None
+    if address.version != 4 or not address.is_loopback:
+        raise ConfigError(f"host {host!r} is not in 127.0.0.0/8: servers bind loopback only")
+    return host
 
 
-def nats_url(port: int) -> str:
-    """The client URL of a NATS server on the loopback port."""
-    return f"nats://{LOOPBACK}:{port}"
+def nats_server_argv(binary: Path, port: int, host: str = LOOPBACK) -> list[str]:
+    """The command line of a standalone ``nats-server`` on ``host:port`` (loopback)."""
+    return [str(binary), "-a", check_loopback(host), "-p", str(port)]
+
+
+def nats_url(port: int, host: str = LOOPBACK) -> str:
+    """The client URL of a NATS server on a loopback address and port."""
+    return f"nats://{host}:{port}"

@@ -18,7 +18,13 @@ from typing import Self
 
 import grpc
 
-from liftbridge_client.testing._config import LOOPBACK, NodeConfig, nats_server_argv, nats_url
+from liftbridge_client.testing._config import (
+    LOOPBACK,
+    NodeConfig,
+    check_loopback,
+    nats_server_argv,
+    nats_url,
+)
 from liftbridge_client.testing._errors import ConfigError, ServerStartError
 from liftbridge_client.testing._probe import wait_serving
 from liftbridge_client.testing._process import ServerProcess, free_ports
@@ -119,16 +125,19 @@ class NatsServer(_Server):
         port: int | None = None,
         binary: Path | None = None,
         config: str | None = None,
+        host: str = LOOPBACK,
     ):
         """Describe the server (a free port is picked when ``port`` is None); not started.
 
         ``config`` is NATS configuration text (accounts, authorization, operator mode...)
         written to a file the server reads; the harness adds the loopback ``listen`` line,
-        so ``config`` may not set ``listen``, ``host``, ``net`` or ``port``.
+        so ``config`` may not set ``listen``, ``host``, ``net`` or ``port``. ``host`` is
+        the loopback address to bind (127.0.0.0/8 only).
         """
         self.workdir = workdir
+        self.host = check_loopback(host)
         self.port = port if port is not None else free_ports(1)[0]
-        argv = nats_server_argv(binary or nats_server_binary(), self.port)
+        argv = nats_server_argv(binary or nats_server_binary(), self.port, self.host)
         if config is not None:
             for line in config.splitlines():
                 key = line.strip().split(":", 1)[0].split("=", 1)[0].strip().lower()
@@ -136,7 +145,7 @@ class NatsServer(_Server):
                     raise ConfigError(f"NATS config may not set {key!r}: the harness owns it")
             workdir.mkdir(parents=True, exist_ok=True)
             path = workdir / "nats.conf"
-            path.write_text(f"listen: {LOOPBACK}:{self.port}\n{config}")
+            path.write_text(f"listen: {self.host}:{self.port}\n{config}")
             argv = [argv[0], "-c", str(path)]
         self.process = ServerProcess(f"nats-server:{self.port}", argv, workdir / "server.log")
 
@@ -146,8 +155,8 @@ class NatsServer(_Server):
 
     @property
     def url(self) -> str:
-        """The client URL, ``nats://127.0.0.1:<port>``."""
-        return nats_url(self.port)
+        """The client URL, ``nats://<host>:<port>`` (host 127.0.0.1 by default)."""
+        return nats_url(self.port, self.host)
 
     def start(self, *, timeout: float = _NATS_START_TIMEOUT) -> Self:
         """Start the server and wait until it greets clients with its INFO line."""
@@ -170,7 +179,7 @@ class NatsServer(_Server):
         while True:
             self.check_alive()
             try:
-                with socket.create_connection((LOOPBACK, self.port), timeout=0.5) as sock:
+                with socket.create_connection((self.host, self.port), timeout=0.5) as sock:
                     if sock.recv(4).startswith(b"INFO"):
                         return
             except OSError:
@@ -230,13 +239,13 @@ class LiftbridgeNode(_Server):
 
     @property
     def port(self) -> int:
-        """The gRPC port on 127.0.0.1."""
+        """The gRPC port on the node's host (127.0.0.1 unless its config says)."""
         return self.config.port
 
     @property
     def address(self) -> str:
-        """The gRPC address, ``127.0.0.1:<port>``."""
-        return f"{LOOPBACK}:{self.config.port}"
+        """The gRPC address, ``<host>:<port>`` (host 127.0.0.1 by default)."""
+        return f"{self.config.host}:{self.config.port}"
 
     @property
     def data_dir(self) -> Path:

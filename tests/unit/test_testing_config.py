@@ -148,6 +148,19 @@ def test_nats_server_command_line_binds_loopback() -> None:
     assert nats_embedded_config(4242) == "listen: 127.0.0.1:4242\n"
 
 
+def test_other_loopback_addresses_are_allowed_and_nothing_else(tmp_path: Path) -> None:
+    # The fault suite binds each server to its own loopback address (127.0.0.11, ...).
+    argv = nats_server_argv(Path("/bin/nats-server"), 4222, "127.0.0.10")
+    assert argv[1:3] == ["-a", "127.0.0.10"]
+    config = NodeConfig("n1", 9292, tmp_path, ("nats://127.0.0.21:4222",), host="127.0.0.11")
+    assert config.settings()["host"] == "127.0.0.11"
+    for bad in ("0.0.0.0", "10.0.0.1", "::1", "localhost"):
+        with pytest.raises(ConfigError):
+            NodeConfig("n1", 9292, tmp_path, ("nats://127.0.0.1:4222",), host=bad).settings()
+        with pytest.raises(ConfigError):
+            nats_server_argv(Path("/bin/nats-server"), 4222, bad)
+
+
 def test_settings_render_as_one_json_value_per_line() -> None:
     text = render_settings(
         {"port": 1, "host": "127.0.0.1", "nats.embedded": True, "peers": ("a", "b")},
