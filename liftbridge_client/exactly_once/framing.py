@@ -135,7 +135,8 @@ class JsonLinesFraming:
     def unmarshal(self, data: bytes) -> JsonMessage:
         try:
             document = json.loads(data)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
+            # RecursionError: json recurses once per nesting level ("[" * 100_000).
             raise errors.FramingError(f"not a JSON line: {exc}") from exc
         if not isinstance(document, dict):
             raise errors.FramingError("a JSON message must be an object")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid as _uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from types import TracebackType
@@ -51,6 +52,8 @@ __all__ = [
     "value_uuid",
 ]
 
+log = logging.getLogger(__name__)
+
 _ZERO = bytes(16)
 _DONE = object()
 
@@ -74,23 +77,45 @@ def header_uuid(message: Message) -> bytes | None:
 def value_uuid(framing: Framing) -> UuidOf:
     """A `UuidOf` that decodes the value with ``framing`` and takes its message's ``uuid``
     (Gazette-style self-describing values; `JsonMessage`, `CsvRecord`). Values that do not
-    decode count as having no UUID."""
+    decode count as having no UUID, whatever the decoder raises."""
 
     def uuid_of_value(message: Message) -> bytes | None:
+        # Any Exception: a value is data anyone could have written, and a reader that
+        # raised on it would raise again on every resume before it. BaseExceptions
+        # (KeyboardInterrupt, CancelledError) still stop the reader.
         try:
-            decoded = framing.unmarshal(message.value)
-        except errors.LiftbridgeError:
+            value = getattr(framing.unmarshal(message.value), "uuid", None)
+        except Exception:
             return None
-        value = getattr(decoded, "uuid", None)
         return value.bytes if isinstance(value, _uuid.UUID) else None
 
     return uuid_of_value
 
 
 def envelope_of(message: Message, uuid_of: UuidOf = header_uuid) -> Envelope:
-    uuid = uuid_of(message) or _ZERO
+    """The Sequencer's envelope of a message. A ``uuid_of`` that raises (an Exception) or
+    returns anything but None or 16 bytes gives a message without a UUID, with a warning:
+    one such message must not stop a reader for good."""
     ref = PartitionRef(message.stream, message.partition)
-    return Envelope(ref, message.offset, message.offset + 1, uuid, message)
+    try:
+        uuid = uuid_of(message)
+    except Exception as exc:
+        log.warning(
+            "%s offset %d: uuid_of raised %r: read as a message without a UUID",
+            ref,
+            message.offset,
+            exc,
+        )
+        uuid = None
+    if uuid is not None and (type(uuid) is not bytes or len(uuid) != 16):
+        log.warning(
+            "%s offset %d: uuid_of returned %s, not 16 bytes: read as a message without a UUID",
+            ref,
+            message.offset,
+            type(uuid).__name__,
+        )
+        uuid = None
+    return Envelope(ref, message.offset, message.offset + 1, uuid or _ZERO, message)
 
 
 def _is_ack(env: Envelope) -> bool:

@@ -247,3 +247,31 @@ async def test_self_describing_json_values_dedup_without_the_header(
     assert [uuid_of(m) for m in stored] == [jl.unmarshal(m.value).uuid for m in stored]
     # Read by the header only, the header-less copy counts as committed on its own.
     assert len(await committed(client, stream)) == 4
+
+
+async def test_a_value_that_does_not_decode_is_committed_without_uuid_and_resumes(
+    client: Client, stream_names: StreamNames
+) -> None:
+    stream = await new_stream(client, stream_names, "poison")
+    jl = framing.framing_for(framing.CONTENT_TYPE_JSON_LINES)
+    pub = ExactlyOncePublisher(client)
+    for n in range(2):
+
+        def value(u: uuid.UUID, n: int = n) -> bytes:
+            return jl.marshal(framing.JsonMessage({"n": n}, u))
+
+        await pub.publish_committed(stream, value)
+        # json.loads recurses once per "[": RecursionError, which no reader may raise.
+        await client.publish(stream, b"[" * 100_000)
+    reader = read_committed(client, stream, stop_at_latest=True, uuid_of=value_uuid(jl))
+    async with reader:
+        assert [m.offset async for m in reader] == [0, 1, 2, 3]
+    # A checkpoint taken before a bad value: the resumed reader reads on past it.
+    async with read_committed(client, stream, uuid_of=value_uuid(jl)) as reader:
+        await anext(reader)
+        saved = reader.checkpoint()
+    resumed = read_committed(
+        client, stream, checkpoint=saved, stop_at_latest=True, uuid_of=value_uuid(jl)
+    )
+    async with resumed:
+        assert [m.offset async for m in resumed] == [1, 2, 3]
