@@ -63,6 +63,42 @@ UUID_HEADER = "eo-uuid"
 
 DEFAULT_RETRY = RetryPolicy(attempts=60, initial_backoff=0.1, max_backoff=2.0)
 
+# A stream (or partition) counts as missing only once this many metadata answers in a row,
+# over at least this many seconds, do not list it: a broker that restarts answers metadata
+# (and NOT_FOUND to publishes) before it has reloaded its streams (a single node for about
+# a second; a follower until its leader reaches it, and a leader backs off from a peer that
+# was down).
+_ABSENT_ANSWERS = 3
+_ABSENT_SECONDS = 5.0
+
+
+class _Absence:
+    """Metadata answers in a row that did not list something, and since when."""
+
+    __slots__ = ("answers", "since")
+
+    def __init__(self) -> None:
+        self.answers = 0
+        self.since = 0.0
+
+    def note(self, listed: bool | None) -> None:
+        """Count an answer; None (no answer) proves nothing either way."""
+        if listed:
+            self.answers = 0
+        elif listed is False:
+            if self.answers == 0:
+                self.since = time.monotonic()
+            self.answers += 1
+
+    @property
+    def proven(self) -> bool:
+        return self.answers >= _ABSENT_ANSWERS and time.monotonic() - self.since >= _ABSENT_SECONDS
+
+    def __str__(self) -> str:
+        return (
+            f"{self.answers} metadata answers in a row over {time.monotonic() - self.since:.1f} s"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class AckIntent:
@@ -161,16 +197,39 @@ class ExactlyOncePublisher:
     # ------------------------------------------------------------ partitions
 
     async def partitions(self, stream: str, *, refresh: bool = False) -> tuple[int, ...]:
-        """The stream's partitions as last read from metadata (re-read when stale)."""
+        """The stream's partitions as last read from metadata (re-read when stale).
+
+        A re-read that does not list the stream keeps the list read before (a restarting
+        broker may not have reloaded it; a deleted stream fails the publish itself). With
+        no list yet: `NotFoundError` once the stream is missing from a few answers in a row
+        over a few seconds, or the retry budget is spent."""
         cached = self._partitions.get(stream)
         now = time.monotonic()
-        if cached is None or refresh or now - cached[0] > self._metadata_max_age:
-            info = (await self._client.fetch_metadata(stream)).streams.get(stream)
-            if info is None or not info.partitions:
-                raise errors.NotFoundError(f"stream {stream!r} is not in the metadata")
-            cached = (now, tuple(sorted(info.partitions)))
-            self._partitions[stream] = cached
-        return cached[1]
+        if cached is not None and not refresh and now - cached[0] <= self._metadata_max_age:
+            return cached[1]
+        absence = _Absence()
+        attempt = 1
+        while True:
+            try:
+                info = (await self._client.fetch_metadata(stream)).streams.get(stream)
+            except errors.LiftbridgeError as exc:
+                if not _retry_worthy(exc) or attempt >= self._retry.attempts:
+                    raise
+            else:
+                if info is not None and info.partitions:
+                    cached = (now, tuple(sorted(info.partitions)))
+                    self._partitions[stream] = cached
+                    return cached[1]
+                if cached is not None:
+                    log.info("metadata does not list %s: keeping its partition list", stream)
+                    return cached[1]
+                absence.note(False)
+                if absence.proven or attempt >= self._retry.attempts:
+                    raise errors.NotFoundError(
+                        f"stream {stream!r} is not in the metadata ({absence})"
+                    )
+            await asyncio.sleep(self._retry.backoff(attempt))
+            attempt += 1
 
     async def _choose(self, stream: str, key: bytes | None, partition: int | None) -> int:
         if partition is not None:
@@ -290,6 +349,7 @@ class ExactlyOncePublisher:
         headers: Mapping[str, bytes],
     ) -> Ack:
         attempt = 1
+        absence = _Absence()  # of the partition from the metadata
         while True:
             try:
                 return await self._client.publish(
@@ -300,15 +360,47 @@ class ExactlyOncePublisher:
                     partition=partition,
                     ack_policy=self._ack_policy,
                 )
+            except errors.NotFoundError as exc:
+                # A broker restarting answers NOT_FOUND until it has reloaded the stream:
+                # retried (with the metadata refreshed) while the metadata lists it.
+                where = f"{stream}/{partition}"
+                if attempt >= self._retry.attempts:
+                    said = (
+                        f"not listed by {absence}" if absence.answers else "the metadata lists it"
+                    )
+                    raise errors.NotFoundError(
+                        f"{where}: NOT_FOUND through {attempt} attempts (retried with the same"
+                        f" UUID; {said}): {exc}",
+                        details=exc.details,
+                    ) from exc
+                absence.note(await self._listed(stream, partition))
+                if absence.proven:
+                    raise errors.NotFoundError(
+                        f"{where}: NOT_FOUND, and not listed by {absence} (retried"
+                        f" {attempt - 1} times): {exc}",
+                        details=exc.details,
+                    ) from exc
+                log.info("publish to %s: %r: retrying, same UUID", where, exc)
             except errors.LiftbridgeError as exc:
                 if not _retry_worthy(exc) or attempt >= self._retry.attempts:
                     raise
                 log.info(
                     "publish to %s/%d failed (%r): retrying, same UUID", stream, partition, exc
                 )
-                self.retries += 1
-                await asyncio.sleep(self._retry.backoff(attempt))
-                attempt += 1
+            self.retries += 1
+            await asyncio.sleep(self._retry.backoff(attempt))
+            attempt += 1
+
+    async def _listed(self, stream: str, partition: int) -> bool | None:
+        """Whether fresh metadata lists the partition (None: no answer). All streams are
+        asked for, so that the client's cache, and with it the leader the next attempt
+        goes to, is refreshed as well."""
+        try:
+            info = (await self._client.fetch_metadata()).streams.get(stream)
+        except errors.LiftbridgeError as exc:
+            log.info("metadata for %s/%d: %r", stream, partition, exc)
+            return None
+        return info is not None and partition in info.partitions
 
 
 def intents_to_json(intents: Sequence[AckIntent]) -> str:

@@ -4,13 +4,15 @@ checkpoints. (Leader kills on the 3-node cluster are in test_exactly_once_faults
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
-from liftbridge_client import Client, ClientOptions, RetryPolicy
+from liftbridge_client import Client, ClientOptions, RetryPolicy, errors
 from liftbridge_client.exactly_once import (
     UUID_HEADER,
     AckIntent,
@@ -26,7 +28,7 @@ from liftbridge_client.exactly_once import (
     value_uuid,
 )
 from liftbridge_client.models import Message
-from liftbridge_client.testing import Deployment, StreamNames
+from liftbridge_client.testing import Deployment, SingleNode, StreamNames
 
 pytestmark = pytest.mark.integration
 
@@ -275,3 +277,67 @@ async def test_a_value_that_does_not_decode_is_committed_without_uuid_and_resume
     )
     async with resumed:
         assert [m.offset async for m in resumed] == [1, 2, 3]
+
+
+@pytest.fixture
+def own_node(tmp_path: Path, liftbridge_server_version: str) -> Iterator[SingleNode]:
+    """A node of this test's own, to restart."""
+    with SingleNode(base_dir=tmp_path, version=liftbridge_server_version) as node:
+        yield node
+
+
+async def lists_at_first_answer(client: Client, stream: str) -> bool:
+    """Whether the first metadata answer of a (re)starting node lists ``stream``."""
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                return stream in (await client.fetch_metadata(stream)).streams
+            except errors.NoBrokerAvailableError:
+                await asyncio.sleep(0.02)
+
+
+async def test_publishing_goes_on_through_a_restart_that_answers_not_found(
+    own_node: SingleNode, stream_names: StreamNames
+) -> None:
+    async with Client(own_node.addresses, options=OPTIONS) as client:
+        stream = await new_stream(client, stream_names, "restart")
+        pub, txn = ExactlyOncePublisher(client), ExactlyOncePublisher(client)
+        await pub.publish_committed(stream, b"before")
+        await txn.publish_uncommitted(stream, b"txn")
+        for _ in range(3):
+            await asyncio.to_thread(own_node.node.stop)
+            await asyncio.to_thread(own_node.node.start, wait=False)
+            if not await lists_at_first_answer(client, stream):
+                break
+        else:
+            pytest.skip("the restarted node listed the stream at once, three times")
+        # The restarted node has not reloaded the stream yet: for a few tenths of a second
+        # it answers publishes with NOT_FOUND ("no such stream") and metadata without it.
+        await pub.publish_committed(stream, b"after")
+        assert pub.retries > 0
+        await txn.write_ack_intents(txn.build_ack_intents())
+        assert Counter(values(await committed(client, stream))) == Counter(
+            [b"before", b"txn", b"after"]
+        )
+
+
+async def test_a_stream_that_does_not_exist_or_was_deleted_fails_not_found_soon(
+    client: Client, stream_names: StreamNames
+) -> None:
+    deleted = await new_stream(client, stream_names, "deleted")
+    pub = ExactlyOncePublisher(client)
+    await pub.publish_committed(deleted, b"v")
+    await client.delete_stream(deleted)
+    never, _ = stream_names("never")
+
+    async def fails(stream: str) -> errors.NotFoundError:
+        with pytest.raises(errors.NotFoundError) as info:
+            await pub.publish_committed(stream, b"v", partition=0)
+        return info.value
+
+    started = time.monotonic()
+    async with asyncio.timeout(30):  # the retry budget would take ~2 minutes
+        for exc in await asyncio.gather(fails(never), fails(deleted)):
+            assert "metadata answers in a row" in str(exc)
+            assert "retried" in str(exc)
+    assert time.monotonic() - started < 15

@@ -3,25 +3,52 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
 from liftbridge_client import Client, RetryPolicy, errors
 from liftbridge_client.exactly_once import UUID_HEADER, ExactlyOncePublisher, Flags
+from liftbridge_client.exactly_once import publisher as eo_publisher
 from liftbridge_client.exactly_once.uuids import clock_of, fields_of, flags_of
 from liftbridge_client.models import Ack, AckPolicy
 
 
 class StubClient:
-    """Records every publish; fails the attempts listed in ``failures`` (by call number)."""
+    """Records every publish; fails the attempts listed in ``failures`` (by call number).
 
-    def __init__(self, failures: Mapping[int, errors.LiftbridgeError] | None = None) -> None:
+    ``listings``: what successive metadata answers list, as {stream: partition count}
+    (an Exception is raised instead); the last one repeats. Default: the streams the tests
+    use, with 4 partitions."""
+
+    def __init__(
+        self,
+        failures: Mapping[int, errors.LiftbridgeError] | None = None,
+        listings: Sequence[Mapping[str, int] | Exception] = (),
+    ) -> None:
         self.failures = dict(failures or {})
         self.calls: list[dict[str, Any]] = []
         self.gate: asyncio.Event | None = None
+        self.listings = list(listings)
+        self.metadata_calls = 0
+
+    async def fetch_metadata(self, *streams: str) -> Any:
+        self.metadata_calls += 1
+        listings = self.listings or [dict.fromkeys(("s", "a", "b"), 4)]
+        listing = listings[min(self.metadata_calls, len(listings)) - 1]
+        if isinstance(listing, Exception):
+            raise listing
+        return SimpleNamespace(
+            streams={
+                name: SimpleNamespace(partitions=dict.fromkeys(range(count)))
+                for name, count in listing.items()
+                if not streams or name in streams
+            }
+        )
 
     async def publish(self, stream: str, value: bytes, **kw: Any) -> Ack:
         number = len(self.calls)
@@ -132,3 +159,118 @@ async def test_a_value_function_gets_the_uuid_once_and_retries_resend_its_bytes(
     assert stub.calls[0]["headers"][UUID_HEADER] == seen[0].bytes
     with pytest.raises(errors.InvalidInputError, match="return bytes"):
         await pub.publish_committed("s", str, partition=0)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- NOT_FOUND
+
+NOT_FOUND = errors.NotFoundError("NOT_FOUND: no such stream: s", details="no such stream: s")
+PATIENT = RetryPolicy(attempts=60, initial_backoff=0.0, max_backoff=0.0)
+
+
+@pytest.fixture
+def absence_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Absent answers count without lasting any time (the tests' backoff is zero)."""
+    monkeypatch.setattr(eo_publisher, "_ABSENT_SECONDS", 0.0)
+
+
+async def test_not_found_from_a_node_that_has_not_loaded_the_stream_is_retried() -> None:
+    # A restarted node answers NOT_FOUND until it has reloaded the stream; the metadata
+    # lists it all along.
+    stub = StubClient({0: NOT_FOUND, 1: NOT_FOUND, 2: NOT_FOUND})
+    pub = publisher(stub)
+    ack = await pub.publish_uncommitted("s", b"v", partition=1)
+    assert ack.offset == 3
+    assert len({c["headers"][UUID_HEADER] for c in stub.calls}) == 1
+    assert pub.retries == 3
+    await pub.write_ack_intents(pub.build_ack_intents())  # intents take the same path
+
+
+@pytest.mark.usefixtures("absence_at_once")
+async def test_a_stream_the_metadata_never_lists_fails_after_a_few_answers() -> None:
+    stub = StubClient(dict.fromkeys(range(100), NOT_FOUND), listings=[{}])
+    pub = ExactlyOncePublisher(cast(Client, stub), retry=PATIENT)
+    with pytest.raises(errors.NotFoundError, match=r"s/0: .*not listed by 3 metadata answers"):
+        await pub.publish_committed("s", b"v", partition=0)
+    assert len(stub.calls) == 3  # far from the 60 attempts of the budget
+    assert stub.metadata_calls == 3
+
+
+async def test_absence_must_last_a_while_before_the_stream_counts_as_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(eo_publisher, "_ABSENT_SECONDS", 0.2)
+    stub = StubClient(dict.fromkeys(range(1000), NOT_FOUND), listings=[{}])
+    steady = RetryPolicy(attempts=1000, initial_backoff=0.01, max_backoff=0.01)
+    pub = ExactlyOncePublisher(cast(Client, stub), retry=steady)
+    started = time.monotonic()
+    with pytest.raises(errors.NotFoundError, match="not listed"):
+        await pub.publish_committed("s", b"v", partition=0)
+    assert time.monotonic() - started >= 0.2
+    assert len(stub.calls) > 3
+
+
+@pytest.mark.usefixtures("absence_at_once")
+async def test_a_partition_the_metadata_does_not_list_fails_the_same_way() -> None:
+    stub = StubClient(dict.fromkeys(range(100), NOT_FOUND), listings=[{"s": 2}])
+    pub = ExactlyOncePublisher(cast(Client, stub), retry=PATIENT)
+    with pytest.raises(errors.NotFoundError, match=r"s/5: .*not listed"):
+        await pub.publish_committed("s", b"v", partition=5)
+    assert len(stub.calls) == 3
+
+
+@pytest.mark.usefixtures("absence_at_once")
+async def test_a_stream_listed_again_between_absent_answers_is_retried_on() -> None:
+    # A restarting broker answering metadata too lists only what it has reloaded: absent
+    # answers must come in a row to count.
+    absent: dict[str, int] = {}
+    listings = [absent, absent, {"s": 1}, absent, absent, {"s": 1}]
+    stub = StubClient(dict.fromkeys(range(6), NOT_FOUND), listings=listings)
+    pub = ExactlyOncePublisher(cast(Client, stub), retry=PATIENT)
+    await pub.publish_committed("s", b"v", partition=0)
+    assert len(stub.calls) == 7
+
+
+@pytest.mark.usefixtures("absence_at_once")
+async def test_metadata_that_cannot_be_read_is_no_proof_of_absence() -> None:
+    listings = [errors.UnavailableError("down")] * 4 + [{"s": 1}]
+    stub = StubClient(dict.fromkeys(range(5), NOT_FOUND), listings=listings)
+    pub = ExactlyOncePublisher(cast(Client, stub), retry=PATIENT)
+    await pub.publish_committed("s", b"v", partition=0)
+    assert len(stub.calls) == 6
+
+
+async def test_not_found_through_the_whole_budget_says_it_was_retried() -> None:
+    stub = StubClient(dict.fromkeys(range(100), NOT_FOUND))
+    with pytest.raises(errors.NotFoundError, match=r"s/0: NOT_FOUND through 5 attempts") as info:
+        await publisher(stub).publish_committed("s", b"v", partition=0)
+    assert "the metadata lists it" in str(info.value)
+    assert info.value.__cause__ is NOT_FOUND
+    assert len(stub.calls) == FAST.attempts
+    # A budget spent before absence has lasted long enough says what the metadata said.
+    unlisted = StubClient(dict.fromkeys(range(100), NOT_FOUND), listings=[{}])
+    with pytest.raises(errors.NotFoundError, match="through 5 attempts .*not listed by 4"):
+        await publisher(unlisted).publish_committed("s", b"v", partition=0)
+
+
+async def test_a_stale_partition_list_is_kept_when_a_reread_does_not_list_the_stream() -> None:
+    # Keyed publishes re-read the partition list every metadata_max_age; an answer from a
+    # broker that has not reloaded the stream must not fail them.
+    stub = StubClient(listings=[{"s": 3}, {}, {}, {}, {"s": 3}])
+    pub = ExactlyOncePublisher(cast(Client, stub), retry=FAST, metadata_max_age=1e-9)
+    first = await pub.publish_committed("s", b"v", key=b"k")
+    await asyncio.sleep(0.001)
+    second = await pub.publish_committed("s", b"v", key=b"k")
+    assert stub.calls[0]["partition"] == stub.calls[1]["partition"]
+    assert (first.offset, second.offset) == (0, 1)
+
+
+@pytest.mark.usefixtures("absence_at_once")
+async def test_a_keyed_publish_to_a_stream_never_listed_fails_after_a_few_answers() -> None:
+    stub = StubClient(listings=[{}])
+    pub = ExactlyOncePublisher(cast(Client, stub), retry=PATIENT)
+    with pytest.raises(errors.NotFoundError, match="not in the metadata"):
+        await pub.publish_committed("s", b"v", key=b"k")
+    assert stub.metadata_calls == 3
+    assert stub.calls == []
+    flaky = StubClient(listings=[{}, errors.UnavailableError("down"), {"s": 2}])
+    assert await ExactlyOncePublisher(cast(Client, flaky), retry=PATIENT).partitions("s") == (0, 1)
