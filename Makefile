@@ -46,9 +46,23 @@ unit: venv
 integration: servers
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
-# One pytest run, so its summary counts unit and integration tests together.
-test: lint typecheck proto-check servers
+# One pytest run, so its summary counts unit and integration tests together (the fault
+# suite's short profile included; fault-tools installs iptables/iproute2 if root on Debian).
+test: lint typecheck proto-check servers fault-tools
 	$(BIN)/pytest tests $(PYTEST_ARGS)
+
+# The fault suite (tests/faults; docs/testing.md): partitions, one-way drops, loss, slow
+# links, pauses and kills on clusters in private network namespaces (needs root, unshare,
+# iptables, tc). `make test` runs its short profile; this runs FAULTS_PROFILE (standard:
+# every fault kind twice, about 25 min; long: ten rounds each, for benchmark-style runs).
+FAULTS_PROFILE ?= standard
+
+.PHONY: test-faults fault-tools
+fault-tools:
+	bash scripts/fault-tools.sh
+
+test-faults: servers fault-tools
+	FAULTS_PROFILE=$(FAULTS_PROFILE) $(BIN)/pytest tests/faults $(PYTEST_ARGS)
 
 # The whole integration suite once per server version (v1.9.0 is what `make test` runs).
 COMPAT_VERSIONS ?= v1.9.0 v1.7.1 master

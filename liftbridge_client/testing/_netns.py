@@ -105,14 +105,17 @@ def require_private_netns() -> None:
 def private_netns_argv(argv: Sequence[str]) -> list[str]:
     """``argv`` run in a new network namespace (root needed), killed if ``unshare`` dies.
 
-    The child learns this namespace's identity from the environment, so that
+    Also a new PID namespace, whose first process is ``argv``: when it ends, however it
+    ends, the kernel kills every process it left (a server paused by SIGSTOP included), and
+    with the last of them the network namespace, its rules and its shaping go too. The
+    child learns this namespace's identity from the environment, so that
     :func:`require_private_netns` can tell the two apart.
     """
     unshare = shutil.which("unshare")
     if unshare is None:
         raise HarnessError("unshare (util-linux) is not installed")
     parent = f"{_PARENT_NETNS_ENV}={_netns_inode('self')}"
-    return [unshare, "--net", "--kill-child=SIGKILL", "--", "env", parent, *argv]
+    return [unshare, "--net", "--pid", "--kill-child=SIGKILL", "--", "env", parent, *argv]
 
 
 def _run(argv: Sequence[str]) -> str:

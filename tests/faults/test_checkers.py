@@ -1,0 +1,161 @@
+"""The checkers detect each anomaly in a synthetic history (and none in a clean one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from faults.fault_checkers import check, unexpected
+from faults.fault_history import Event, Recorder, load, parse
+
+S, E = "plain", "eo"
+
+
+def ev(t: float, type_: str, **fields: Any) -> Event:
+    return Event(t=t, type=type_, **fields)
+
+
+def clean_history() -> list[Event]:
+    """Two acked plain publishes, one acked exactly-once publish, a fault and its heal,
+    a subscriber that saw both plain messages, and agreeing final reads."""
+    return [
+        ev(0.0, "note", process="sub-0", f="subscribe", stream=S, partition=0, data={"start": 0}),
+        ev(0.1, "invoke", process="p-0", f="publish", stream=S, value="a"),
+        ev(0.2, "ok", process="p-0", f="publish", stream=S, partition=0, offset=0, value="a"),
+        ev(0.3, "sub", process="sub-0", stream=S, partition=0, offset=0, value="a"),
+        ev(1.0, "nemesis", f="start", value="isolate-leader", data={"targets": ["n1"]}),
+        ev(1.5, "invoke", process="p-0", f="publish", stream=S, value="b"),
+        ev(
+            2.0, "info", process="p-0", f="publish", stream=S, value="b", error="AckTimeoutError: x"
+        ),
+        ev(3.0, "nemesis", f="stop", value="isolate-leader"),
+        ev(3.1, "invoke", process="p-0", f="publish", stream=S, value="b"),
+        ev(3.5, "ok", process="p-0", f="publish", stream=S, partition=0, offset=1, value="b"),
+        ev(3.6, "sub", process="sub-0", stream=S, partition=0, offset=1, value="b"),
+        ev(3.7, "invoke", process="e-0", f="publish_eo", stream=E, value="x"),
+        ev(3.8, "ok", process="e-0", f="publish_eo", stream=E, partition=0, offset=0, value="x"),
+        ev(5.0, "read", f="leader", stream=S, data={"entries": [[0, 0, "a"], [0, 1, "b"]]}),
+        ev(5.1, "read", f="replica", stream=S, data={"node": "n2", "entries": [[0, 0, "a"]]}),
+        ev(5.2, "read", f="committed", stream=E, data={"entries": [[0, 0, "x"]]}),
+    ]
+
+
+def test_a_clean_history_has_no_anomaly() -> None:
+    verdict = check(clean_history())
+    assert verdict.anomalies == []
+    assert (verdict.acked, verdict.eo_acked, verdict.sub_messages) == (2, 1, 2)
+    assert verdict.recover_s == 0.8  # heal at 3.0; p-0 acked at 3.5, e-0 at 3.8
+    assert verdict.errors == {"publish:AckTimeoutError": 1}
+
+
+def test_a_lost_ack_is_detected() -> None:
+    history = clean_history()
+    history[13] = ev(5.0, "read", f="leader", stream=S, data={"entries": [[0, 0, "a"]]})
+    history.pop(10)  # the subscriber did not see b either
+    verdict = check(history)
+    assert verdict.kinds() == {"acked-lost"}
+    assert verdict.acked_lost == 1
+    assert verdict.anomalies[0].values == ["b"]
+    assert unexpected(verdict, strict=False) == []  # a known server defect
+    assert unexpected(verdict, strict=True) == verdict.anomalies
+
+
+def test_an_acked_value_moved_to_another_offset_is_displaced() -> None:
+    history = clean_history()
+    history[13] = ev(
+        5.0, "read", f="leader", stream=S, data={"entries": [[0, 0, "b"], [0, 1, "a"]]}
+    )
+    history = [e for e in history if e.type != "sub"]
+    history.pop(4)
+    verdict = check([e for e in history if e.f != "replica"])
+    assert verdict.kinds() == {"acked-displaced"}
+    assert verdict.displaced == 2
+
+
+def test_an_exactly_once_duplicate_and_loss_are_detected() -> None:
+    history = clean_history()
+    history.append(ev(6.0, "ok", process="e-0", f="publish_eo", stream=E, value="y"))
+    history[15] = ev(
+        5.2, "read", f="committed", stream=E, data={"entries": [[0, 0, "x"], [0, 1, "x"]]}
+    )
+    verdict = check(history)
+    assert verdict.kinds() == {"eo-duplicate", "eo-acked-lost"}
+    assert (verdict.eo_duplicates, verdict.eo_lost) == (1, 1)
+    assert [a.kind for a in unexpected(verdict, strict=False)] == ["eo-duplicate"]
+
+
+def test_a_divergent_replica_is_detected() -> None:
+    history = clean_history()
+    history[14] = ev(
+        5.1,
+        "read",
+        f="replica",
+        stream=S,
+        data={"node": "n2", "entries": [[0, 0, "a"], [0, 1, "z"]]},
+    )
+    verdict = check(history)
+    assert verdict.kinds() == {"divergent-replica"}
+    assert verdict.divergent == 1
+    assert "1: leader=b, n2=z" in verdict.anomalies[0].detail
+
+
+def test_a_short_replica_is_lagging_not_divergent() -> None:
+    history = clean_history()
+    history[14].data["complete"] = False
+    verdict = check(history)
+    assert verdict.anomalies == []
+    assert verdict.lagging_replicas == 1
+
+
+def test_a_subscriber_gap_and_rewind_are_detected() -> None:
+    history = clean_history()
+    history.insert(4, ev(0.4, "sub", process="sub-0", stream=S, partition=0, offset=0, value="a"))
+    verdict = check(history)
+    assert verdict.kinds() == {"subscriber-rewind"}
+    history = clean_history()
+    history[3] = ev(0.3, "note", process="sub-0", f="resubscribe", stream=S, partition=0)
+    verdict = check(history)  # offset 1 arrived without offset 0
+    assert verdict.kinds() == {"subscriber-gap"}
+    assert unexpected(verdict, strict=False) == verdict.anomalies
+
+
+def test_a_read_that_was_later_lost_is_detected() -> None:
+    history = clean_history()
+    history[10] = ev(3.6, "sub", process="sub-0", stream=S, partition=0, offset=1, value="c")
+    verdict = check(history)
+    assert verdict.kinds() == {"read-lost"}
+
+
+def test_no_ack_after_a_heal_means_no_recovery() -> None:
+    history = [e for e in clean_history() if not (e.type == "ok" and e.t > 3.0)]
+    history = [e for e in history if e.type not in ("sub", "read")]
+    verdict = check(history)
+    assert verdict.recover_s == float("inf")
+    assert verdict.anomalies == []  # nothing was read back: unchecked, not lost
+    assert (verdict.unchecked, verdict.acked) == (1, 1)
+    history.append(ev(9.0, "note", f="not-recovered", error="ISR of plain/0 not full"))
+    assert check(history).kinds() == {"not-recovered"}
+
+
+def test_histories_round_trip_through_their_file(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path / "history.jsonl")
+    for e in clean_history():
+        recorder.emit(
+            e.type,
+            process=e.process,
+            f=e.f,
+            stream=e.stream,
+            partition=e.partition,
+            offset=e.offset,
+            value=e.value,
+            error=e.error,
+            data=e.data,
+        )
+    recorder.close()
+    loaded = load(tmp_path / "history.jsonl")
+    assert loaded[0].f == "start"
+    for original, back in zip(clean_history(), loaded[1:], strict=True):
+        back.t = original.t  # the recorder stamps its own times
+        assert back == original
+    assert [Event.from_json(e.to_json()) for e in clean_history()] == clean_history()
+    assert list(parse(["", loaded[1].to_json(), "  "])) == [loaded[1]]
