@@ -3,8 +3,9 @@
 A profile says which fault kinds run, how many rounds of each and how long their faults
 last. ``FAULTS_PROFILE`` picks one (``short`` inside ``make test``, ``standard`` for
 ``make test-faults``, ``long`` for benchmark-style runs); ``FAULTS_KINDS`` (comma list),
-``FAULTS_ROUNDS``, ``FAULTS_CYCLES``, ``FAULTS_FAULT_S``, ``FAULTS_TIMEOUTS``
-(``harness`` or ``server``) and ``FAULTS_VERSION`` override its parts.
+``FAULTS_ROUNDS``, ``FAULTS_CYCLES``, ``FAULTS_FAULT_S``, ``FAULTS_QUIET_S``,
+``FAULTS_TIMEOUTS`` (``harness`` or ``server``), ``FAULTS_VERSION`` and ``FAULTS_STRICT``
+(``1``: any anomaly fails its round) override its parts.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Profile:
     quiet_s: float
     timeouts: str = "harness"
     version: str = LIFTBRIDGE_VERSION
+    strict: bool = False  # every anomaly fails its round, known server defects included
 
     def round_timeout(self) -> float:
         """A bound on one round, whatever happens: setup, faults, recovery, reads."""
@@ -49,26 +51,19 @@ class Profile:
     def runner_args(self, kind: str, round_: int, out: Path) -> list[str]:
         """The runner's command line for one round (seeded by kind and round)."""
         seed = (KINDS.index(kind) + 1) * 1000 + round_
-        return [
-            "--kind",
-            kind,
-            "--round",
-            str(round_),
-            "--seed",
-            str(seed),
-            "--out",
-            str(out),
-            "--version",
-            self.version,
-            "--timeouts",
-            self.timeouts,
-            "--cycles",
-            str(self.cycles),
-            "--fault-s",
-            str(self.fault_s),
-            "--quiet-s",
-            str(self.quiet_s),
-        ]
+        options = {
+            "kind": kind,
+            "round": round_,
+            "seed": seed,
+            "out": out,
+            "version": self.version,
+            "timeouts": self.timeouts,
+            "cycles": self.cycles,
+            "fault-s": self.fault_s,
+            "quiet-s": self.quiet_s,
+        }
+        args = [arg for name, value in options.items() for arg in (f"--{name}", str(value))]
+        return [*args, "--strict"] if self.strict else args
 
 
 PROFILES = {
@@ -111,6 +106,8 @@ def profile_from_env(environ: Mapping[str, str] | None = None) -> Profile:
     ):
         if env.get(key):
             changes[field] = cast(env[key])
+    if env.get("FAULTS_STRICT", "") not in ("", "0"):
+        changes["strict"] = True
     if changes.get("timeouts", "harness") not in ("harness", "server"):
         raise ValueError("FAULTS_TIMEOUTS must be harness or server")
     return dataclasses.replace(profile, **changes)
@@ -201,10 +198,10 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             kind,
             f"{len(rows)}" + (f" ({broken} without verdict)" if broken else ""),
             total("acked"),
-            f"{total('acked_lost')} in {sum(1 for v in verdicts if v['acked_lost'])}",
+            f"{total('acked_lost')} in {sum(1 for v in verdicts if v.get('acked_lost'))}",
             total("displaced"),
             total("eo_acked"),
-            f"{total('eo_lost')} in {sum(1 for v in verdicts if v['eo_lost'])}",
+            f"{total('eo_lost')} in {sum(1 for v in verdicts if v.get('eo_lost'))}",
             total("eo_duplicates"),
             total("divergent"),
             total("sub_gaps"),

@@ -1,0 +1,56 @@
+"""Profiles and their environment overrides, and the results table (no servers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from faults.fault_nemesis import KINDS
+from faults.fault_suite import PROFILES, profile_from_env, table
+
+
+def test_the_short_profile_is_the_default_and_bounded() -> None:
+    profile = profile_from_env({})
+    assert profile == PROFILES["short"]
+    assert profile.rounds * len(profile.kinds) <= 6  # it runs inside `make test`
+    assert set(PROFILES["standard"].kinds) == set(KINDS)
+
+
+def test_overrides_and_their_errors() -> None:
+    profile = profile_from_env(
+        {
+            "FAULTS_PROFILE": "long",
+            "FAULTS_KINDS": "lossy, kill-leader",
+            "FAULTS_ROUNDS": "3",
+            "FAULTS_TIMEOUTS": "server",
+            "FAULTS_STRICT": "1",
+        }
+    )
+    assert (profile.kinds, profile.rounds, profile.timeouts) == (
+        ("lossy", "kill-leader"),
+        3,
+        "server",
+    )
+    args = profile.runner_args("lossy", 2, Path("/tmp/x"))
+    assert args[-1] == "--strict"
+    assert args[args.index("--timeouts") + 1] == "server"
+    assert profile.round_timeout() > PROFILES["long"].round_timeout() - 1  # server timeouts: longer
+    with pytest.raises(ValueError, match="unknown"):
+        profile_from_env({"FAULTS_KINDS": "flood"})
+    with pytest.raises(ValueError, match="FAULTS_PROFILE"):
+        profile_from_env({"FAULTS_PROFILE": "forever"})
+
+
+def test_the_table_sums_rounds_per_kind() -> None:
+    verdict = {"acked": 10, "acked_lost": 2, "eo_acked": 5, "recover_s": 1.5, "errors": {"x": 1}}
+    rows = table(
+        [
+            {"kind": "lossy", "verdict": verdict},
+            {"kind": "lossy", "verdict": {**verdict, "acked_lost": 0, "recover_s": 3.0}},
+            {"kind": "kill-leader", "verdict": None},
+        ]
+    )
+    assert rows[2].startswith("| lossy | 2 | 20 | 2 in 1 |")
+    assert "| 3.0 | x 2 |" in rows[2]
+    assert rows[3].startswith("| kill-leader | 1 (1 without verdict) | 0 |")
