@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from faults import fault_check
 from faults.fault_checkers import check, unexpected
 from faults.fault_history import Event, Recorder, load, parse
 
@@ -159,3 +162,21 @@ def test_histories_round_trip_through_their_file(tmp_path: Path) -> None:
         assert back == original
     assert [Event.from_json(e.to_json()) for e in clean_history()] == clean_history()
     assert list(parse(["", loaded[1].to_json(), "  "])) == [loaded[1]]
+
+
+def test_fault_check_explains_an_anomaly_from_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = clean_history()
+    history[13] = ev(5.0, "read", f="leader", stream=S, data={"entries": [[0, 0, "a"]]})
+    history.pop(10)
+    path = tmp_path / "history.jsonl"
+    path.write_text("".join(e.to_json() + "\n" for e in history))
+    assert fault_check.main([str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "== acked-lost plain/0: 1 acked, not stored" in out
+    assert "nemesis start isolate-leader ['n1']" in out
+    assert "p-0 ok publish b plain/0@1" in out
+    assert "read leader  plain: none of them" in out
+    path.write_text("".join(e.to_json() + "\n" for e in clean_history()))
+    assert fault_check.main([str(path), "--json"]) == 0
