@@ -14,7 +14,8 @@ comes from several partitions or several publishers (each has its own ProducerID
 `publish_uncommitted` writes CONTINUE_TXN messages; `build_ack_intents` returns one ACK_TXN
 message per partition written since the last call. Store the intents durably first
 (`AckIntent.to_json`), then `write_ack_intents`; after a crash, write the stored intents
-again: re-written intents commit once.
+again: re-written intents commit once. A publisher that keeps the crashed one's ProducerID
+also rolls back what that one left open elsewhere (``rollback_open``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from liftbridge_client.exactly_once.uuids import (
     Flags,
     ProducerID,
     build_uuid_bytes,
+    clock_of,
     new_producer_id,
+    producer_of,
 )
 from liftbridge_client.models import Ack, AckPolicy
 from liftbridge_client.options import RetryPolicy
@@ -156,6 +159,16 @@ class ExactlyOncePublisher:
     ``ack_policy`` defaults to ALL:
     exactly-once needs the message on every in-sync replica before it is counted as
     written.
+
+    ``rollback_open``: before its first `publish_uncommitted` to a partition, write an
+    ACK_TXN there that rolls back whatever this ProducerID left open in an earlier run (a
+    writer that crashed mid-transaction, recovered with the same ``producer``), so that
+    this run's first commit does not commit it too. Its clock is that of the intents of
+    the earlier run re-written with `write_ack_intents` before (above all it committed,
+    below all it left open), else 1 (nothing known: readers then drop the open span and
+    reset this producer's clock there). Default: on when ``producer`` is given and
+    ``clock`` is not; with a clock of your own, re-sending the same UUIDs is the recovery
+    (as the Spark sink does) and a rollback below them would commit them twice.
     """
 
     def __init__(
@@ -168,9 +181,12 @@ class ExactlyOncePublisher:
         ack_policy: AckPolicy = AckPolicy.ALL,
         retry: RetryPolicy = DEFAULT_RETRY,
         metadata_max_age: float = 60.0,
+        rollback_open: bool | None = None,
     ) -> None:
         if producer is not None and (type(producer) is not bytes or len(producer) != 6):
             raise errors.InvalidInputError("producer must be 6 bytes")
+        if rollback_open is not None and type(rollback_open) is not bool:
+            raise errors.InvalidInputError("rollback_open must be a bool or None")
         if not isinstance(ack_policy, AckPolicy) or ack_policy is AckPolicy.NONE:
             raise errors.InvalidInputError("ack_policy must be AckPolicy.LEADER or ALL")
         if not isinstance(retry, RetryPolicy):
@@ -188,6 +204,15 @@ class ExactlyOncePublisher:
         self._partitions: dict[str, tuple[float, tuple[int, ...]]] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
         self._open: dict[tuple[str, int], None] = {}  # partitions with an open transaction
+        if rollback_open is None:
+            rollback_open = producer is not None and clock is None
+        self._rollback_open = rollback_open
+        self._rollback_clock = 1  # raised by the intents of an earlier run (write_ack_intents)
+        # Partitions where nothing an earlier run of this producer left open can commit any
+        # more: rolled back, re-acked by its intents, or ended by an OUTSIDE_TXN of ours.
+        self._closed: set[tuple[str, int]] = set()
+        self._rolled_back: set[tuple[str, int]] = set()
+        self._built = False  # whether build_ack_intents was called (intents of our own)
         self.retries = 0  # attempts beyond the first, over all publishes
 
     @property
@@ -277,6 +302,7 @@ class ExactlyOncePublisher:
         """One ACK_TXN intent per partition written by `publish_uncommitted` since the last
         call. Call it once those publishes are acked; store the result durably, then
         `write_ack_intents`."""
+        self._built = True
         if self._auto_clock:
             self._clock.update()
         intents = [
@@ -292,16 +318,37 @@ class ExactlyOncePublisher:
 
     async def write_ack_intents(self, intents: Iterable[AckIntent]) -> list[Ack]:
         """Write intents (retried with their UUIDs until acked); the same intents may be
-        written again after a crash: readers commit them once."""
+        written again after a crash: readers commit them once. A recovered writer that
+        keeps its ``producer`` writes the stored intents before it publishes anything
+        uncommitted (see ``rollback_open``)."""
+        intents = list(intents)
+        if not all(isinstance(intent, AckIntent) for intent in intents):
+            raise errors.InvalidInputError("intents must be AckIntent objects")
+        # Before this publisher has built intents, ours are an earlier run's.
+        earlier = set() if self._built else {i for i in intents if self._is_ours(i)}
+        if earlier:
+            late = sorted({(i.stream, i.partition) for i in earlier} & self._rolled_back)
+            if late:
+                log.warning(
+                    "intents of an earlier run of producer %s written after this publisher "
+                    "rolled back %s: a transaction they commit may be lost there (write the "
+                    "stored intents first)",
+                    self._producer.hex(),
+                    ", ".join(f"{s}/{p}" for s, p in late),
+                )
+            self._rollback_clock = max(self._rollback_clock, *(clock_of(i.uuid) for i in earlier))
         written = []
         for intent in intents:
-            if not isinstance(intent, AckIntent):
-                raise errors.InvalidInputError("intents must be AckIntent objects")
             headers = {UUID_HEADER: intent.uuid}
             written.append(
                 await self._send(intent.stream, intent.partition, intent.value, None, headers)
             )
+            if intent in earlier:
+                self._closed.add((intent.stream, intent.partition))
         return written
+
+    def _is_ours(self, intent: AckIntent) -> bool:
+        return producer_of(intent.uuid) == self._producer
 
     async def _publish(
         self,
@@ -316,8 +363,11 @@ class ExactlyOncePublisher:
             raise errors.InvalidInputError("value must be bytes or a function of the UUID")
         if headers and UUID_HEADER in headers:
             raise errors.InvalidInputError(f"headers must not hold the reserved {UUID_HEADER!r}")
-        lock = self._locks.setdefault((stream, partition), asyncio.Lock())
+        where = (stream, partition)
+        lock = self._locks.setdefault(where, asyncio.Lock())
         async with lock:
+            if flags is Flags.CONTINUE_TXN and self._rollback_open and where not in self._closed:
+                await self._roll_back_locked(stream, partition)
             if self._auto_clock:
                 self._clock.update()
             uuid = build_uuid_bytes(self._producer, self._clock.tick(), flags)
@@ -326,7 +376,28 @@ class ExactlyOncePublisher:
                 if type(value) is not bytes:
                     raise errors.InvalidInputError("the value function must return bytes")
             all_headers = {**(headers or {}), UUID_HEADER: uuid}
-            return await self._send_locked(stream, partition, value, key, all_headers)
+            ack = await self._send_locked(stream, partition, value, key, all_headers)
+            if flags is Flags.OUTSIDE_TXN:
+                # Readers drop an open span at an OUTSIDE_TXN of its producer (logged).
+                self._closed.add(where)
+            return ack
+
+    async def _roll_back_locked(self, stream: str, partition: int) -> None:
+        # An ACK_TXN commits its producer's held messages with clocks up to its own and
+        # drops the later ones (as in Gazette); one at or below the last ACK rolls the open
+        # span back. Whatever the earlier run left open has clocks above its last stored
+        # intents' (or above 1), so none of it is committed.
+        marker = build_uuid_bytes(self._producer, self._rollback_clock, Flags.ACK_TXN)
+        await self._send_locked(stream, partition, b"", None, {UUID_HEADER: marker})
+        log.debug(
+            "%s/%d: rolled back producer %s to clock %d",
+            stream,
+            partition,
+            self._producer.hex(),
+            self._rollback_clock,
+        )
+        self._closed.add((stream, partition))
+        self._rolled_back.add((stream, partition))
 
     async def _send(
         self,

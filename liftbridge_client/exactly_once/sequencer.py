@@ -163,12 +163,16 @@ class Checkpoint:
 
 
 class _Partial:
-    """A producer's sequence in a partition: acknowledged bound and the open span."""
+    """A producer's sequence in a partition: acknowledged bound and the open span.
+    ``committed``: whether anything of it may have been committed (only for logging)."""
 
-    __slots__ = ("begin", "key", "max_clock", "min_clock", "ring_start", "ring_stop")
+    __slots__ = ("begin", "committed", "key", "max_clock", "min_clock", "ring_start", "ring_stop")
 
-    def __init__(self, key: tuple[PartitionRef, bytes], clock: int, begin: int) -> None:
+    def __init__(
+        self, key: tuple[PartitionRef, bytes], clock: int, begin: int, committed: bool = False
+    ) -> None:
         self.key = key
+        self.committed = committed
         self.reset(clock, begin)
 
     def reset(self, clock: int, begin: int = -1) -> None:
@@ -192,7 +196,8 @@ class Sequencer:
             self._offsets.update(checkpoint.offsets)
             for state in checkpoint.states:
                 key = (state.partition, state.producer)
-                self._partials[key] = _Partial(key, state.last_ack, state.begin)
+                # A checkpoint does not say whether anything was committed: assume so.
+                self._partials[key] = _Partial(key, state.last_ack, state.begin, True)
         self._pending: set[tuple[PartitionRef, bytes]] = set()
         self._emit: _Partial | None = None
         self._dequeued: Envelope | None = None
@@ -251,6 +256,7 @@ class Sequencer:
                 partial.begin = env.begin
                 partial.ring_start = partial.ring_stop
             partial.max_clock = clock  # later-clocked held messages are not committed
+            partial.committed = True
             self._emit = partial
         return outcome
 
@@ -265,7 +271,13 @@ class Sequencer:
             return QueueOutcome.CONTINUE_EXTEND_SPAN
         if flags == Flags.ACK_TXN:
             if clock < partial.min_clock:
-                self._log(env, partial, "ACK_TXN below the last ACK: exactly-once is lost")
+                if partial.committed:
+                    self._log(env, partial, "ACK_TXN below the last ACK: exactly-once is lost")
+                else:
+                    # Nothing of this producer was committed here, so nothing can come
+                    # twice: a writer that restarted without a checkpoint and rolls back
+                    # what it left open (ExactlyOncePublisher's rollback_open).
+                    self._log(env, partial, "ACK_TXN rolls back an open span", logging.INFO)
                 return QueueOutcome.ACK_ROLLBACK
             if clock == partial.min_clock:
                 return QueueOutcome.ACK_ROLLBACK
@@ -447,8 +459,9 @@ class Sequencer:
         partial.ring_stop = head
         self._head = (head + 1) % len(self._ring)
 
-    def _log(self, env: Envelope, partial: _Partial, what: str) -> None:
-        log.error(
+    def _log(self, env: Envelope, partial: _Partial, what: str, level: int = logging.ERROR) -> None:
+        log.log(
+            level,
             "%s: partition %s offset %d producer %s clock %d (last ack %d, open clock %d)",
             what,
             env.partition,

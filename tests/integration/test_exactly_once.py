@@ -22,6 +22,7 @@ from liftbridge_client.exactly_once import (
     framing,
     intents_from_json,
     intents_to_json,
+    new_producer_id,
     read_committed,
     read_uncommitted,
     uuid_of,
@@ -140,6 +141,46 @@ async def test_rollback_discards_and_rewritten_intents_after_a_crash_commit_once
     await recovered.publish_uncommitted(a, b"t3-a")
     await recovered.write_ack_intents(recovered.build_ack_intents())
     assert Counter(values(await committed(client, a, b))) == Counter([b"t1-a", b"t1-b", b"t3-a"])
+
+
+async def test_a_writer_recovered_with_its_producer_id_drops_its_crashed_first_transaction(
+    client: Client, stream_names: StreamNames
+) -> None:
+    a = await new_stream(client, stream_names, "firsta")
+    b = await new_stream(client, stream_names, "firstb")
+    producer = new_producer_id()
+    crashed = ExactlyOncePublisher(client, producer=producer)
+    await crashed.publish_uncommitted(a, b"lost-a")
+    await crashed.publish_uncommitted(b, b"lost-b")
+    # The writer crashes in its first transaction, before storing any intent, and is
+    # recovered with the same ProducerID: its first commit must not commit those too.
+    recovered = ExactlyOncePublisher(client, producer=producer)
+    await recovered.publish_uncommitted(a, b"new-a")
+    await recovered.publish_uncommitted(b, b"new-b")
+    await recovered.write_ack_intents(recovered.build_ack_intents())
+    assert Counter(values(await committed(client, a, b))) == Counter([b"new-a", b"new-b"])
+    assert b"lost-a" in values(await uncommitted(client, a))
+
+
+async def test_a_recovered_writer_with_its_producer_id_drops_what_its_intents_do_not_cover(
+    client: Client, stream_names: StreamNames
+) -> None:
+    a = await new_stream(client, stream_names, "covera")
+    b = await new_stream(client, stream_names, "coverb")
+    producer = new_producer_id()
+    writer = ExactlyOncePublisher(client, producer=producer)
+    await writer.publish_uncommitted(a, b"t1-a")
+    checkpoint = intents_to_json(writer.build_ack_intents())  # T1 wrote "a" only
+    await writer.write_ack_intents(intents_from_json(checkpoint))
+    await writer.publish_uncommitted(a, b"t2-a")
+    await writer.publish_uncommitted(b, b"t2-b")
+    # Crash before T2's intents are stored. Re-writing T1's rolls T2 back in "a" only;
+    # the recovered writer rolls back "b" before its first publish there.
+    recovered = ExactlyOncePublisher(client, producer=producer)
+    await recovered.write_ack_intents(intents_from_json(checkpoint))
+    await recovered.publish_uncommitted(b, b"t3-b")
+    await recovered.write_ack_intents(recovered.build_ack_intents())
+    assert Counter(values(await committed(client, a, b))) == Counter([b"t1-a", b"t3-b"])
 
 
 async def test_long_transaction_beyond_the_ring_is_replayed_from_the_server(

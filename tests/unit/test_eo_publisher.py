@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -12,7 +13,18 @@ from typing import Any, cast
 import pytest
 
 from liftbridge_client import Client, RetryPolicy, errors
-from liftbridge_client.exactly_once import UUID_HEADER, ExactlyOncePublisher, Flags
+from liftbridge_client.exactly_once import (
+    UUID_HEADER,
+    Clock,
+    Envelope,
+    ExactlyOncePublisher,
+    Flags,
+    PartitionRef,
+    QueueOutcome,
+    Sequencer,
+    intents_from_json,
+    intents_to_json,
+)
 from liftbridge_client.exactly_once import publisher as eo_publisher
 from liftbridge_client.exactly_once.uuids import clock_of, fields_of, flags_of
 from liftbridge_client.models import Ack, AckPolicy
@@ -248,7 +260,7 @@ async def test_not_found_through_the_whole_budget_says_it_was_retried() -> None:
     assert len(stub.calls) == FAST.attempts
     # A budget spent before absence has lasted long enough says what the metadata said.
     unlisted = StubClient(dict.fromkeys(range(100), NOT_FOUND), listings=[{}])
-    with pytest.raises(errors.NotFoundError, match="through 5 attempts .*not listed by 4"):
+    with pytest.raises(errors.NotFoundError, match=r"through 5 attempts .*not listed by 4"):
         await publisher(unlisted).publish_committed("s", b"v", partition=0)
 
 
@@ -274,3 +286,176 @@ async def test_a_keyed_publish_to_a_stream_never_listed_fails_after_a_few_answer
     assert stub.calls == []
     flaky = StubClient(listings=[{}, errors.UnavailableError("down"), {"s": 2}])
     assert await ExactlyOncePublisher(cast(Client, flaky), retry=PATIENT).partitions("s") == (0, 1)
+
+
+# ---------------------------------------------------------------- a producer's restart
+
+P = bytes.fromhex("a1a2a3a4a5a6")
+
+
+def read_committed(calls: Sequence[Mapping[str, Any]]) -> list[bytes]:
+    """What a read-committed reader yields if every recorded publish was stored once."""
+    seq = Sequencer()
+    logs: dict[PartitionRef, list[Envelope]] = {}
+    out = []
+    for call in calls:
+        ref = PartitionRef(call["stream"], call["partition"])
+        entries = logs.setdefault(ref, [])
+        uuid = call["headers"][UUID_HEADER]
+        entries.append(Envelope(ref, len(entries), len(entries) + 1, uuid, call["value"]))
+        if seq.queue(entries[-1]) is QueueOutcome.ACK_COMMIT_REPLAY:
+            _, begin, end = seq.replay_range()
+            seq.start_replay([e for e in entries if begin <= e.begin < end])
+        while (env := seq.step()) is not None:
+            if flags_of(env.uuid) != Flags.ACK_TXN:
+                out.append(env.message)
+    return out
+
+
+def acks(calls: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, int]]:
+    """(stream, partition, clock) of the ACK_TXN messages published."""
+    return [
+        (c["stream"], c["partition"], clock_of(c["headers"][UUID_HEADER]))
+        for c in calls
+        if flags_of(c["headers"][UUID_HEADER]) == Flags.ACK_TXN
+    ]
+
+
+async def test_a_crashed_first_transaction_does_not_commit_with_the_recovered_writers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stub = StubClient()
+    crashed = publisher(stub, producer=P)
+    await crashed.publish_uncommitted("a", b"lost-a", partition=0)
+    await crashed.publish_uncommitted("b", b"lost-b", partition=1)
+    # It crashes before storing any intent; it is recovered with the same ProducerID.
+    recovered = publisher(stub, producer=P)
+    await recovered.publish_uncommitted("a", b"new-a", partition=0)
+    await recovered.publish_uncommitted("b", b"new-b", partition=1)
+    await recovered.write_ack_intents(recovered.build_ack_intents())
+    with caplog.at_level(logging.ERROR):
+        assert read_committed(stub.calls) == [b"new-a", b"new-b"]
+    assert caplog.records == []
+
+
+async def test_a_writer_that_crashed_before_any_rollback_is_rolled_back_too() -> None:
+    # The crashed run wrote no rollback of its own (rollback_open off, or an older
+    # version of this layer): readers know the producer only from its open span.
+    stub = StubClient()
+    crashed = publisher(stub, producer=P, rollback_open=False)
+    await crashed.publish_uncommitted("a", b"lost", partition=0)
+    recovered = publisher(stub, producer=P)
+    await recovered.publish_uncommitted("a", b"new", partition=0)
+    await recovered.write_ack_intents(recovered.build_ack_intents())
+    assert read_committed(stub.calls) == [b"new"]
+    assert acks(stub.calls)[0] == ("a", 0, 1)  # the rollback
+
+
+async def test_two_crashes_in_a_row_in_a_first_transaction() -> None:
+    stub = StubClient()
+    for _ in range(2):
+        crashed = publisher(stub, producer=P)
+        await crashed.publish_uncommitted("a", b"lost", partition=0)
+    recovered = publisher(stub, producer=P)
+    await recovered.publish_uncommitted("a", b"new", partition=0)
+    await recovered.write_ack_intents(recovered.build_ack_intents())
+    assert read_committed(stub.calls) == [b"new"]
+
+
+async def test_the_rollback_sits_at_the_clock_of_the_earlier_runs_stored_intents(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stub = StubClient()
+    writer = publisher(stub, producer=P)
+    await writer.publish_uncommitted("b", b"t0-b", partition=0)
+    await writer.write_ack_intents(writer.build_ack_intents())
+    await writer.publish_uncommitted("a", b"t1-a", partition=0)
+    stored = intents_to_json(writer.build_ack_intents())  # T1 touched "a" only
+    await writer.write_ack_intents(intents_from_json(stored))
+    await writer.publish_uncommitted("a", b"t2-a", partition=0)
+    await writer.publish_uncommitted("b", b"t2-b", partition=0)
+    # Crash before T2's intents are stored: recovery re-writes T1's, then goes on.
+    recovered = publisher(stub, producer=P)
+    await recovered.write_ack_intents(intents_from_json(stored))
+    await recovered.publish_uncommitted("b", b"t3-b", partition=0)
+    await recovered.publish_uncommitted("a", b"t3-a", partition=0)
+    await recovered.write_ack_intents(recovered.build_ack_intents())
+    with caplog.at_level(logging.INFO):
+        assert read_committed(stub.calls) == [b"t0-b", b"t1-a", b"t3-b", b"t3-a"]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # "b" is rolled back at T1's clock (above T0's ACK there, below T2's messages); "a"
+    # needs nothing beyond the re-written intent.
+    (stored_intent,) = intents_from_json(stored)
+    t1 = clock_of(stored_intent.uuid)
+    at_t1 = [a for a in acks(stub.calls) if a[2] == t1]
+    assert at_t1 == [("a", 0, t1), ("a", 0, t1), ("b", 0, t1)]  # intent twice, rollback
+
+
+async def test_a_committed_publish_ends_an_open_span_so_no_rollback_follows_it() -> None:
+    stub = StubClient()
+    crashed = publisher(stub, producer=P)
+    await crashed.publish_uncommitted("a", b"lost", partition=0)
+    recovered = publisher(stub, producer=P)
+    await recovered.publish_committed("a", b"c", partition=0)
+    await recovered.publish_uncommitted("a", b"new", partition=0)
+    await recovered.write_ack_intents(recovered.build_ack_intents())
+    assert read_committed(stub.calls) == [b"c", b"new"]
+    assert [a[2] for a in acks(stub.calls)] == [1, acks(stub.calls)[1][2]]  # crashed's only
+
+
+async def test_rollbacks_are_written_once_per_partition_and_only_when_due() -> None:
+    stub = StubClient()
+    pub = publisher(stub, producer=P)
+    await asyncio.gather(*(pub.publish_uncommitted("a", b"%d" % i, partition=0) for i in range(5)))
+    await pub.publish_uncommitted("a", b"more", partition=1)
+    assert acks(stub.calls) == [("a", 0, 1), ("a", 1, 1)]
+    assert [flags_of(c["headers"][UUID_HEADER]) for c in stub.calls].count(Flags.ACK_TXN) == 2
+    # A producer of its own, or a clock of the caller's (re-sending the same UUIDs is its
+    # recovery, as the Spark sink's): no rollback unless asked for.
+    for kw in (
+        {},
+        {"producer": P, "clock": Clock(10**18)},
+        {"producer": P, "rollback_open": False},
+    ):
+        other = StubClient()
+        await publisher(other, **kw).publish_uncommitted("a", b"v", partition=0)
+        assert acks(other.calls) == []
+    asked = StubClient()
+    await publisher(asked, clock=Clock(10**18), rollback_open=True).publish_uncommitted(
+        "a", b"v", partition=0
+    )
+    assert acks(asked.calls) == [("a", 0, 1)]
+    with pytest.raises(errors.InvalidInputError, match="rollback_open"):
+        publisher(StubClient(), rollback_open=1)
+
+
+async def test_a_failed_rollback_fails_the_publish_and_is_tried_again() -> None:
+    stub = StubClient({0: errors.MessageTooLargeError("refused")})
+    pub = publisher(stub, producer=P)
+    with pytest.raises(errors.MessageTooLargeError):
+        await pub.publish_uncommitted("a", b"v", partition=0)
+    await pub.publish_uncommitted("a", b"v", partition=0)
+    assert [flags_of(c["headers"][UUID_HEADER]) for c in stub.calls] == [
+        Flags.ACK_TXN,
+        Flags.ACK_TXN,
+        Flags.CONTINUE_TXN,
+    ]
+
+
+async def test_stored_intents_written_after_a_rollback_there_are_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stub = StubClient()
+    writer = publisher(stub, producer=P)
+    await writer.publish_uncommitted("a", b"t1", partition=0)
+    stored = intents_to_json(writer.build_ack_intents())
+    recovered = publisher(stub, producer=P)
+    await recovered.publish_uncommitted("a", b"t2", partition=0)  # wrong order
+    with caplog.at_level(logging.WARNING, logger="liftbridge_client.exactly_once.publisher"):
+        await recovered.write_ack_intents(intents_from_json(stored))
+    assert "write the stored intents first" in caplog.text
+    assert "a/0" in caplog.text
+    before = len(stub.calls)
+    with pytest.raises(errors.InvalidInputError, match="AckIntent"):
+        await recovered.write_ack_intents([*intents_from_json(stored), "x"])  # type: ignore[list-item]
+    assert len(stub.calls) == before  # checked before any is written

@@ -256,3 +256,23 @@ def test_checkpoint_after_any_committed_message_resumes_exactly(
     whole = [pair for event in run(log, buffer) for pair in event["dequeued"]]
     cut = data.draw(st.integers(1, max(1, len(whole))))
     assert _committed_with_cut(log, buffer, cut) == whole
+
+
+def test_an_ack_below_a_producer_that_committed_nothing_is_a_rollback_not_a_loss(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A writer restarted without a checkpoint rolls back its open span with a low clock
+    # (ExactlyOncePublisher's rollback_open): nothing of it can come twice.
+    log = Log(Sequencer())
+    log.put(A, 50, Flags.CONTINUE_TXN)
+    with caplog.at_level(logging.INFO, logger="liftbridge_client.exactly_once.sequencer"):
+        assert log.put(A, 1, Flags.ACK_TXN) == (QueueOutcome.ACK_ROLLBACK, [])
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
+    assert log.put(A, 60, Flags.CONTINUE_TXN) == (QueueOutcome.CONTINUE_BEGIN_SPAN, [])
+    assert log.put(A, 61, Flags.ACK_TXN) == (QueueOutcome.ACK_COMMIT_RING, [2, 3])
+    caplog.clear()
+    # Once something is committed, an ACK below the last one is the loss Gazette logs.
+    with caplog.at_level(logging.INFO, logger="liftbridge_client.exactly_once.sequencer"):
+        assert log.put(A, 1, Flags.ACK_TXN) == (QueueOutcome.ACK_ROLLBACK, [])
+    assert [r.levelno for r in caplog.records] == [logging.ERROR]
+    assert "exactly-once is lost" in caplog.text
