@@ -134,7 +134,7 @@ class AckIntent:
                 bytes.fromhex(doc["uuid"]),
                 bytes.fromhex(doc.get("value", "")),
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # json: deep nesting
             raise errors.InvalidInputError(f"intent is not a valid AckIntent: {exc}") from exc
         if len(intent.uuid) != 16:
             raise errors.InvalidInputError("intent uuid must be 16 bytes")
@@ -482,7 +482,7 @@ def intents_to_json(intents: Sequence[AckIntent]) -> str:
 def intents_from_json(text: str | bytes) -> list[AckIntent]:
     try:
         docs: list[Any] = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # json: deep nesting
         raise errors.InvalidInputError(f"intents are not JSON: {exc}") from exc
     if not isinstance(docs, list):
         raise errors.InvalidInputError("intents must be a JSON list")

@@ -152,7 +152,7 @@ class Checkpoint:
                 )
                 for p in doc["producers"]
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # json: deep nesting
             raise errors.InvalidInputError(f"checkpoint is not a valid checkpoint: {exc}") from exc
         for state in states:
             if len(state.producer) != 6:

@@ -12,7 +12,11 @@ from hypothesis import strategies as st
 
 from liftbridge_client import AckPolicy, errors
 from liftbridge_client.exactly_once import framing, mapping
-from liftbridge_client.exactly_once.publisher import AckIntent, ExactlyOncePublisher
+from liftbridge_client.exactly_once.publisher import (
+    AckIntent,
+    ExactlyOncePublisher,
+    intents_from_json,
+)
 
 U = uuid.UUID("0123456789ab1cde9402a1a2a3a4a5a6")
 
@@ -122,3 +126,8 @@ def test_publisher_rejects_bad_options() -> None:
 def test_ack_intent_from_bad_json_is_a_typed_error() -> None:
     with pytest.raises(errors.InvalidInputError, match="AckIntent"):
         AckIntent.from_json('{"stream": "s"}')
+    # A stored checkpoint anyone could have damaged: json recurses once per "[".
+    with pytest.raises(errors.InvalidInputError, match="AckIntent"):
+        AckIntent.from_json("[" * 100_000)
+    with pytest.raises(errors.InvalidInputError, match="JSON"):
+        intents_from_json("[" * 100_000)

@@ -149,6 +149,8 @@ def test_checkpoint_prunes_producers_older_than_the_horizon() -> None:
 def test_bad_checkpoint_is_a_typed_error() -> None:
     with pytest.raises(errors.InvalidInputError, match="checkpoint"):
         Checkpoint.from_json('{"offsets": 3}')
+    with pytest.raises(errors.InvalidInputError, match="checkpoint"):
+        Checkpoint.from_bytes(b'{"offsets": ' * 100_000)  # json recursion
 
 
 class _Records(logging.Handler):
