@@ -95,6 +95,14 @@ bench-full: servers $(BENCH_STAMP)
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.ratios --full --docs
 
+# The Spark connector side by side with Spark's Kafka connector on a Kafka broker from Maven
+# Central (needs Java 17+ and Maven; some minutes; never part of `make test`).
+# BENCH_SPARK_ARGS: --quick (20,000 rows, one repetition), --docs (docs/spark-benchmarks.md).
+BENCH_SPARK_ARGS ?=
+.PHONY: bench-spark
+bench-spark: servers $(BENCH_STAMP)
+	$(BIN)/python -m bench.spark_kafka $(BENCH_SPARK_ARGS)
+
 # The documentation site (mkdocs.yml) into site/; --strict fails on any warning.
 # `make test` builds it too (tests/unit/test_docs_site.py).
 .PHONY: docs
