@@ -17,18 +17,25 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from liftbridge_client import errors
 from liftbridge_client.client import Client
 from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.spark import _positions
 from liftbridge_client.spark._committed import read_committed_range
-from liftbridge_client.spark._idempotent import TaskIdentity, WriteGuard
+from liftbridge_client.spark._idempotent import TaskIdentity, WriteGuard, commit_done
 from liftbridge_client.spark._offsets import OffsetMap, PartitionRange, plan_ranges
 from liftbridge_client.spark._options import SinkOptions, SourceOptions
 from liftbridge_client.spark._read import RangePartition, read_range
 from liftbridge_client.spark._runtime import TaskRuntime
 from liftbridge_client.spark._transactional import commit_intents, publish_transactional
-from liftbridge_client.spark._write import SinkGuard, WriteStats, publish_rows, rows_to_publish
+from liftbridge_client.spark._write import (
+    SinkGuard,
+    WriteStats,
+    client_options,
+    publish_rows,
+    rows_to_publish,
+)
 
 __all__ = ["BatchReader", "BatchWriter", "LiftbridgePartition", "WriteCommit", "to_inputs"]
 
@@ -114,6 +121,7 @@ class WriteCommit(WriterCommitMessage):
     per_partition: dict[str, int]
     skipped: int = 0
     intents: str = "[]"  # exactly-once mode: the ACK intents the driver's commit writes
+    write_id: str = ""  # idempotent mode: the write whose batch the driver's commit records
 
 
 def task_identity(options: SinkOptions) -> TaskIdentity | None:
@@ -149,7 +157,8 @@ def write_task(
             return WriteGuard(client, stream, identity, options.ack_timeout)
 
     stats = publish_rows(publishes, options, guard_for)
-    return WriteCommit(stats.rows, stats.per_partition, stats.skipped)
+    write_id = identity.write_id if identity is not None else ""
+    return WriteCommit(stats.rows, stats.per_partition, stats.skipped, write_id=write_id)
 
 
 def summarize(messages: Sequence[WriterCommitMessage | None]) -> WriteStats:
@@ -160,12 +169,29 @@ def summarize(messages: Sequence[WriterCommitMessage | None]) -> WriteStats:
     return total
 
 
-def commit_exactly_once(
-    options: SinkOptions, messages: Sequence[WriterCommitMessage | None], what: str
+def commit_write(
+    options: SinkOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int, what: str
 ) -> None:
-    """The driver's part of an exactly-once write: the tasks' ACK intents."""
+    """The driver's part of a write Spark decided succeeded: the tasks' ACK intents
+    (exactly-once mode), or the batch recorded as done (idempotent mode)."""
+    commits = [m for m in messages if isinstance(m, WriteCommit)]
     if options.exactly_once:
-        commit_intents(options, [m.intents for m in messages if isinstance(m, WriteCommit)], what)
+        commit_intents(options, [m.intents for m in commits], what)
+    elif options.idempotent:
+        stream = options.stream
+        assert stream is not None  # the idempotent mode needs the option (checked with it)
+        write_ids = sorted({m.write_id for m in commits if m.write_id})
+        if not write_ids:  # no task ran: nothing to replay either
+            return
+        runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
+        try:
+            for write_id in write_ids:
+                runtime.run(commit_done(runtime.client, stream, write_id, batch_id))
+        except errors.LiftbridgeError:
+            log.error("%s: recording the batch as done failed; a replay skips its rows", what)
+            raise
+        finally:
+            runtime.close()
 
 
 class BatchWriter(DataSourceWriter):
@@ -183,7 +209,7 @@ class BatchWriter(DataSourceWriter):
         return write_task(iterator, self._columns, self._options)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_exactly_once(self._options, messages, "liftbridge write")
+        commit_write(self._options, messages, 0, "liftbridge write")
         total = summarize(messages)
         log.info(
             "liftbridge write committed: %d rows %s (%d skipped: published by earlier attempts)",

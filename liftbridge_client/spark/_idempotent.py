@@ -7,13 +7,17 @@ identity plus a digest of the row's content and its occurrence number among iden
 so the identity does not depend on the order rows arrive in (it may change after a shuffle).
 
 Progress is kept in Liftbridge cursors of the target stream (``cursors.stream.partitions``
-must be >= 1 on the servers), per write and Spark partition:
+must be >= 1 on the servers):
 
-- ``done`` (on partition 0): the last batch this task published completely. A replayed
-  batch whose task is done publishes nothing.
-- ``from`` (on every partition): where the partition ended when the task's first attempt
-  began, written before ``started``.
-- ``started`` (on partition 0): the batch whose first attempt began.
+- ``done`` (one per write, on partition 0): the last batch Spark committed, written by the
+  DRIVER's commit (`commit_done`), never by a task. A task cannot know that it wrote all
+  its rows: when a task fails upstream of the writer (a UDF that raises, a failed shuffle
+  read), Spark ends the writer's input early instead of raising into it, so a failed
+  attempt returns from ``write`` as if it had written everything. Only the job's commit
+  proves every task succeeded. A replayed batch that was committed publishes nothing.
+- ``from`` (per Spark partition, on every target partition): where the partition ended
+  when the task's first attempt began, written before ``started``.
+- ``started`` (per Spark partition, on partition 0): the batch whose first attempt began.
 
 A task whose batch was started but is not done (an earlier attempt failed, or the driver
 died mid-batch) reads each partition from ``from`` to its end, collects the ``lbspark-id``
@@ -38,7 +42,7 @@ from liftbridge_client.client import Client
 from liftbridge_client.models import StopPosition
 from liftbridge_client.spark._rows import PublishedRow
 
-__all__ = ["HEADER", "TaskIdentity", "WriteGuard", "row_ids"]
+__all__ = ["HEADER", "TaskIdentity", "WriteGuard", "commit_done", "done_cursor", "row_ids"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,35 @@ class TaskIdentity:
 
     def cursor(self, what: str) -> str:
         return f"lbspark:{self.write_id}:{self.task}:{what}"
+
+    @property
+    def done_cursor(self) -> str:
+        """The write's cursor of the last committed batch (see `commit_done`)."""
+        return done_cursor(self.write_id)
+
+
+def done_cursor(write_id: str) -> str:
+    return f"lbspark:{write_id}:done"
+
+
+async def commit_done(client: Client, stream: str, write_id: str, batch_id: int) -> None:
+    """The driver's commit of an idempotent write: batch ``batch_id`` is published whole.
+
+    Written only after Spark decided that every task of the batch succeeded; a replay of the
+    batch (or a rerun of the job with the same write id) then publishes nothing.
+    """
+    try:
+        await client.set_cursor(done_cursor(write_id), stream, batch_id)
+    except errors.CursorsDisabledError as exc:
+        raise _cursors_needed() from exc
+
+
+def _cursors_needed() -> errors.FeatureNotSupportedError:
+    return errors.FeatureNotSupportedError(
+        "idempotent Spark writes keep their progress in cursors: enable them on the "
+        "servers (cursors.stream.partitions >= 1)",
+        feature="cursors",
+    )
 
 
 def row_ids(
@@ -94,31 +127,24 @@ class WriteGuard:
         self._published: set[str] = set()  # ids earlier attempts published
         self._seen: dict[bytes, int] = {}  # row digests met so far, for occurrence numbers
 
-    async def _fetch(self, what: str, partition: int = 0) -> int:
+    async def _fetch(self, cursor: str, partition: int = 0) -> int:
         try:
-            return await self._client.fetch_cursor(
-                self._identity.cursor(what), self._stream, partition=partition
-            )
+            return await self._client.fetch_cursor(cursor, self._stream, partition=partition)
         except errors.CursorsDisabledError as exc:
-            raise errors.FeatureNotSupportedError(
-                "idempotent Spark writes keep their progress in cursors: enable them on the "
-                "servers (cursors.stream.partitions >= 1)",
-                feature="cursors",
-            ) from exc
+            raise _cursors_needed() from exc
 
     async def prepare(self) -> bool:
         """True when an earlier attempt published everything; else find what it did."""
         ident = self._identity
-        done = await self._fetch("done")
-        if done >= ident.batch_id:
-            log.info("%s: already published by an earlier attempt; skipping", ident.tag)
+        if await self._fetch(ident.done_cursor) >= ident.batch_id:
+            log.info("%s: the batch was committed before; skipping", ident.tag)
             return True
         metadata = await self._client.fetch_metadata(self._stream)
         info = metadata.streams.get(self._stream)
         if info is None:
             raise errors.NotFoundError(f"option 'stream': no stream named {self._stream}")
         partitions = sorted(info.partitions)
-        if await self._fetch("started") == ident.batch_id:
+        if await self._fetch(ident.cursor("started")) == ident.batch_id:
             self._published = await self._find_published(partitions)
             return False
         for p in partitions:
@@ -148,7 +174,7 @@ class WriteGuard:
         prefix = self._identity.tag + "/"
         found: set[str] = set()
         for p in partitions:
-            start = max(await self._fetch("from", p), 0)
+            start = max(await self._fetch(self._identity.cursor("from"), p), 0)
             end = (await self._client.fetch_partition_metadata(self._stream, p)).high_watermark
             if end < start:
                 continue
@@ -167,7 +193,3 @@ class WriteGuard:
                         break
         log.info("%s: retry; %d rows were published before", self._identity.tag, len(found))
         return found
-
-    async def finish(self) -> None:
-        ident = self._identity
-        await self._client.set_cursor(ident.cursor("done"), self._stream, ident.batch_id)

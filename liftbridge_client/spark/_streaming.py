@@ -26,7 +26,7 @@ from liftbridge_client.spark import _positions
 from liftbridge_client.spark._batch import (
     LiftbridgePartition,
     WriteCommit,
-    commit_exactly_once,
+    commit_write,
     driver_runtime,
     summarize,
     to_inputs,
@@ -275,7 +275,7 @@ class StreamWriter(DataSourceStreamWriter):
         return write_task(iterator, self._columns, self._options)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        commit_exactly_once(self._options, messages, f"liftbridge micro-batch {batchId}")
+        commit_write(self._options, messages, batchId, f"liftbridge micro-batch {batchId}")
         total = summarize(messages)
         log.info("liftbridge micro-batch %d committed: %d rows", batchId, total.rows)
 

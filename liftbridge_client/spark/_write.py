@@ -185,9 +185,9 @@ class SinkGuard(Protocol):
         """The rows of ``chunk`` to publish, as they must be published (e.g. with ids)."""
         ...
 
-    async def finish(self) -> None:
-        """After every row was acked."""
-        ...
+    # No "finish" hook: a task cannot tell that its input was complete (Spark ends the
+    # writer's input early when the task fails upstream of it), so what a task returns is
+    # recorded only by the driver's commit.
 
 
 def publish_rows(
@@ -228,8 +228,6 @@ def publish_rows(
             raise
         if options.ack_policy is AckPolicy.NONE:
             runtime.run(client.flush(options.ack_timeout))
-        if guard is not None:
-            runtime.run(guard.finish())
         failed = False
     finally:
         runtime.close(drain=not failed)
