@@ -32,12 +32,20 @@ from liftbridge_client.spark._transactional import commit_intents, publish_trans
 from liftbridge_client.spark._write import (
     SinkGuard,
     WriteStats,
+    bounded,
     client_options,
     publish_rows,
     rows_to_publish,
 )
 
-__all__ = ["BatchReader", "BatchWriter", "LiftbridgePartition", "WriteCommit", "to_inputs"]
+__all__ = [
+    "BatchReader",
+    "BatchWriter",
+    "LiftbridgePartition",
+    "WriteCommit",
+    "read_input",
+    "to_inputs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +73,7 @@ def driver_runtime(options: SourceOptions) -> TaskRuntime:
 async def batch_bounds(client: Client, options: SourceOptions) -> tuple[OffsetMap, OffsetMap]:
     """The start and end offsets of a batch read (ends past latest are capped at latest)."""
     partitions = await _positions.list_partitions(client, options)
+    _positions.check_named(partitions, options)
     latest = await _positions.latest_offsets(client, partitions)
     start = await _positions.resolve(
         client, partitions, options.starting, options.starting_timestamp, options, latest=latest
@@ -107,10 +116,20 @@ class BatchReader(DataSourceReader):
         return to_inputs(ranges, self._options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, LiftbridgePartition)
-        if partition.part.options.isolation == "read_committed":
-            return read_committed_range(partition.part)
-        return read_range(partition.part)
+        return read_input(partition)
+
+
+def read_input(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """The rows of one planned partition. Spark plans one ``InputPartition(None)`` when
+    `partitions` found nothing to read (an empty stream, a range with start == end): it
+    reads as no rows, so an empty read is an empty DataFrame."""
+    if not isinstance(partition, LiftbridgePartition):
+        if getattr(partition, "value", None) is None:
+            return iter(())
+        raise InvalidInputError(f"not a Liftbridge input partition: {partition!r}")
+    if partition.part.options.isolation == "read_committed":
+        return read_committed_range(partition.part)
+    return read_range(partition.part)
 
 
 @dataclass
@@ -153,8 +172,18 @@ def write_task(
         stream = options.stream
         assert stream is not None  # the idempotent mode needs the option (checked with it)
 
+        context = TaskContext.get()
+        attempt = context.attemptNumber() if context is not None else 0
+
         def guard_for(client: Client) -> SinkGuard:
-            return WriteGuard(client, stream, identity, options.ack_timeout)
+            return WriteGuard(
+                client,
+                stream,
+                identity,
+                attempt=attempt,
+                timeout=options.ack_timeout,
+                wait_for_earlier=options.delivery_timeout,
+            )
 
     stats = publish_rows(publishes, options, guard_for)
     write_id = identity.write_id if identity is not None else ""
@@ -186,7 +215,8 @@ def commit_write(
         runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
         try:
             for write_id in write_ids:
-                runtime.run(commit_done(runtime.client, stream, write_id, batch_id))
+                done = commit_done(runtime.client, stream, write_id, batch_id)
+                runtime.run(bounded(done, options, "recording the batch as done"))
         except errors.LiftbridgeError:
             log.error("%s: recording the batch as done failed; a replay skips its rows", what)
             raise

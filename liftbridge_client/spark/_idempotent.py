@@ -18,6 +18,11 @@ must be >= 1 on the servers):
 - ``from`` (per Spark partition, on every target partition): where the partition ended
   when the task's first attempt began, written before ``started``.
 - ``started`` (per Spark partition, on partition 0): the batch whose first attempt began.
+- ``ended<n>`` (per Spark partition and attempt number, on partition 0): -1 while attempt
+  ``n`` runs, the batch id once it can publish nothing more. An attempt that failed
+  upstream of the writer keeps publishing its (truncated) input after Spark has started
+  the retry; the retry waits for it to end (up to ``deliveryTimeoutMs``) before it scans,
+  or the scan misses rows that land after it and the retry publishes them again.
 
 A task whose batch was started but is not done (an earlier attempt failed, or the driver
 died mid-batch) reads each partition from ``from`` to its end, collects the ``lbspark-id``
@@ -32,6 +37,7 @@ exactly-once layer's UUID producer can replace it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
@@ -119,11 +125,23 @@ def row_ids(
 class WriteGuard:
     """The cursor bookkeeping of one task attempt on one target stream."""
 
-    def __init__(self, client: Client, stream: str, identity: TaskIdentity, timeout: float):
+    def __init__(
+        self,
+        client: Client,
+        stream: str,
+        identity: TaskIdentity,
+        *,
+        attempt: int,
+        timeout: float,
+        wait_for_earlier: float,
+    ) -> None:
         self._client = client
         self._stream = stream
         self._identity = identity
+        self._attempt = attempt
         self._timeout = timeout
+        self._wait_for_earlier = wait_for_earlier
+        self._running = False  # this attempt's ``ended`` cursor says it runs
         self._published: set[str] = set()  # ids earlier attempts published
         self._seen: dict[bytes, int] = {}  # row digests met so far, for occurrence numbers
 
@@ -133,9 +151,17 @@ class WriteGuard:
         except errors.CursorsDisabledError as exc:
             raise _cursors_needed() from exc
 
+    async def _set(self, cursor: str, value: int, partition: int = 0) -> None:
+        try:
+            await self._client.set_cursor(cursor, self._stream, value, partition=partition)
+        except errors.CursorsDisabledError as exc:
+            raise _cursors_needed() from exc
+
     async def prepare(self) -> bool:
         """True when an earlier attempt published everything; else find what it did."""
         ident = self._identity
+        await self._set(ident.cursor(f"ended{self._attempt}"), -1)
+        self._running = True
         if await self._fetch(ident.done_cursor) >= ident.batch_id:
             log.info("%s: the batch was committed before; skipping", ident.tag)
             return True
@@ -145,13 +171,38 @@ class WriteGuard:
             raise errors.NotFoundError(f"option 'stream': no stream named {self._stream}")
         partitions = sorted(info.partitions)
         if await self._fetch(ident.cursor("started")) == ident.batch_id:
+            await self._wait_for_earlier_attempts()
             self._published = await self._find_published(partitions)
             return False
         for p in partitions:
             end = (await self._client.fetch_partition_metadata(self._stream, p)).high_watermark
-            await self._client.set_cursor(ident.cursor("from"), self._stream, end + 1, partition=p)
-        await self._client.set_cursor(ident.cursor("started"), self._stream, ident.batch_id)
+            await self._set(ident.cursor("from"), end + 1, p)
+        await self._set(ident.cursor("started"), ident.batch_id)
         return False
+
+    async def _wait_for_earlier_attempts(self) -> None:
+        """Until every earlier attempt of this run has ended (bounded: an attempt whose
+        process was killed never says so, and publishes nothing more either)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._wait_for_earlier
+        for attempt in range(self._attempt):
+            cursor = self._identity.cursor(f"ended{attempt}")
+            while await self._fetch(cursor) == -1:
+                if loop.time() >= deadline:
+                    log.warning(
+                        "%s: attempt %d did not say it ended within %.0f s: scanning anyway",
+                        self._identity.tag,
+                        attempt,
+                        self._wait_for_earlier,
+                    )
+                    return
+                await asyncio.sleep(0.2)
+
+    async def close(self) -> None:
+        """This attempt publishes nothing more (its publishes are acked or abandoned)."""
+        if self._running:
+            self._running = False
+            await self._set(self._identity.cursor(f"ended{self._attempt}"), self._identity.batch_id)
 
     def mark(self, chunk: list[PublishedRow]) -> list[PublishedRow]:
         """The rows not published before, each with its ``lbspark-id`` header."""

@@ -9,9 +9,10 @@ value raises `InvalidInputError` naming the option.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,6 +23,8 @@ from liftbridge_client.options import Transport
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "SINK_OPTIONS",
+    "SOURCE_OPTIONS",
     "OffsetSpec",
     "SinkOptions",
     "SourceOptions",
@@ -195,6 +198,61 @@ def _connection(options: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str,
     return brokers, nats
 
 
+# Options Spark itself sets or passes through to every data source (a path given to load or
+# save, the streaming query's own options).
+_SPARK_OPTIONS = frozenset({"path", "paths", "checkpointlocation", "queryname"})
+
+_CONNECTION_OPTIONS = ("brokers", "natsServers", "connectTimeoutMs")
+
+SOURCE_OPTIONS = (
+    *_CONNECTION_OPTIONS,
+    "stream",
+    "streamPattern",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "failOnDataLoss",
+    "includeHeaders",
+    "maxOffsetsPerTrigger",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "pollTimeoutMs",
+    "isolation",
+)
+
+SINK_OPTIONS = (
+    *_CONNECTION_OPTIONS,
+    "stream",
+    "ackPolicy",
+    "transport",
+    "maxInflight",
+    "ackTimeoutMs",
+    "deliveryTimeoutMs",
+    "idempotent",
+    "writeId",
+    "exactlyOnce",
+)
+
+
+def check_known(options: Mapping[str, str], known: Sequence[str], what: str) -> None:
+    """Refuse an option this data source does not know (a typo would be silently ignored,
+    e.g. ``startingOffset``), naming it and the closest known name."""
+    by_lower = {name.lower(): name for name in known}
+    for key in options:
+        lowered = key.lower()
+        if lowered in by_lower or lowered in _SPARK_OPTIONS:
+            continue
+        close = difflib.get_close_matches(lowered, list(by_lower), n=1, cutoff=0.6)
+        hint = f"; did you mean {by_lower[close[0]]!r}?" if close else ""
+        raise InvalidInputError(
+            f"unknown option {key!r} for a Liftbridge {what}{hint} "
+            f"(known: {', '.join(sorted(known, key=str.lower))})"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     """What a read (batch or streaming) should read, and how."""
@@ -218,6 +276,7 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+        check_known(options, SOURCE_OPTIONS, "streaming read" if streaming else "read")
         brokers, nats = _connection(options)
         raw_streams = get_option(options, "stream")
         pattern = get_option(options, "streamPattern")
@@ -312,9 +371,13 @@ class SinkOptions:
     idempotent: bool = False  # no row published twice by task retries or batch replays
     write_id: str | None = None  # names a batch write (idempotent mode); streams use the query id
     exactly_once: bool = False  # transactional UUIDs, committed by the driver (see _transactional)
+    # Bound on any step of a write that makes no progress (publishing a chunk, waiting for
+    # acks, retrying through an outage, the driver's commit), as Kafka's delivery.timeout.ms.
+    delivery_timeout: float = 120.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> SinkOptions:
+        check_known(options, SINK_OPTIONS, "streaming write" if streaming else "write")
         brokers, nats = _connection(options)
         raw_stream = get_option(options, "stream")
         if raw_stream is not None and (not raw_stream.strip() or "," in raw_stream):
@@ -372,4 +435,8 @@ class SinkOptions:
             idempotent=idempotent,
             write_id=write_id.strip() if write_id is not None else None,
             exactly_once=exactly_once,
+            delivery_timeout=_float_option(
+                "deliveryTimeoutMs", get_option(options, "deliveryTimeoutMs"), 120_000.0
+            )
+            / 1000.0,
         )

@@ -23,7 +23,14 @@ from liftbridge_client.spark._options import (
 )
 from liftbridge_client.spark._read import EMPTY_PROBE
 
-__all__ = ["Partitions", "earliest_offsets", "latest_offsets", "list_partitions", "resolve"]
+__all__ = [
+    "Partitions",
+    "check_named",
+    "earliest_offsets",
+    "latest_offsets",
+    "list_partitions",
+    "resolve",
+]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,35 @@ async def list_partitions(client: Client, options: SourceOptions) -> Partitions:
     if missing:
         raise errors.NotFoundError(f"option 'stream': no stream named {', '.join(missing)}")
     return found
+
+
+def check_named(partitions: Partitions, options: SourceOptions) -> None:
+    """Refuse offsets or timestamps given for a stream or partition the read does not
+    cover (a typo in a stream name would otherwise read the whole stream from the default),
+    as Spark's Kafka source does."""
+    named = {
+        "startingOffsets": options.starting.per_partition,
+        "endingOffsets": options.ending.per_partition,
+        "startingOffsetsByTimestamp": (
+            options.starting_timestamp.per_partition if options.starting_timestamp else {}
+        ),
+        "endingOffsetsByTimestamp": (
+            options.ending_timestamp.per_partition if options.ending_timestamp else {}
+        ),
+    }
+    for option, per_partition in named.items():
+        for stream, pids in per_partition.items():
+            if stream not in partitions:
+                raise errors.InvalidInputError(
+                    f"option {option!r} names the stream {stream!r}, which this read does not "
+                    f"cover (reading: {', '.join(sorted(partitions)) or 'no stream'})"
+                )
+            unknown = sorted(int(p) for p in pids if int(p) not in partitions[stream])
+            if unknown:
+                raise errors.InvalidInputError(
+                    f"option {option!r} names partition(s) {unknown} of {stream!r}, which has "
+                    f"partitions {partitions[stream]}"
+                )
 
 
 async def latest_offsets(client: Client, partitions: Partitions) -> OffsetMap:

@@ -28,11 +28,11 @@ from liftbridge_client.spark._batch import (
     WriteCommit,
     commit_write,
     driver_runtime,
+    read_input,
     summarize,
     to_inputs,
     write_task,
 )
-from liftbridge_client.spark._committed import read_committed_range
 from liftbridge_client.spark._committed_stream import (
     advance,
     refs_of,
@@ -47,7 +47,7 @@ from liftbridge_client.spark._offsets import (
     plan_ranges,
 )
 from liftbridge_client.spark._options import SinkOptions, SourceOptions
-from liftbridge_client.spark._read import RangePartition, data_loss, read_range
+from liftbridge_client.spark._read import RangePartition, data_loss
 from liftbridge_client.spark._runtime import TaskRuntime
 
 try:  # admission control: pyspark 4.2+
@@ -136,6 +136,7 @@ class StreamReader(DataSourceStreamReader):
 
         async def initial() -> OffsetMap:
             partitions = await _positions.list_partitions(client, self._options)
+            _positions.check_named(partitions, self._options)
             return await _positions.resolve(
                 client,
                 partitions,
@@ -245,10 +246,7 @@ class StreamReader(DataSourceStreamReader):
         return to_inputs(ranges, self._options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, LiftbridgePartition)
-        if partition.part.options.isolation == "read_committed":
-            return read_committed_range(partition.part)
-        return read_range(partition.part)
+        return read_input(partition)
 
     def commit(self, end: Mapping[str, Any]) -> None:
         """Nothing to do: the checkpoint is the source of truth for what was read."""

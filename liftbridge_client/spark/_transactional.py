@@ -45,7 +45,7 @@ from liftbridge_client.spark._idempotent import TaskIdentity
 from liftbridge_client.spark._options import SinkOptions
 from liftbridge_client.spark._rows import PublishedRow
 from liftbridge_client.spark._runtime import TaskRuntime
-from liftbridge_client.spark._write import CHUNK_ROWS, WriteStats, client_options
+from liftbridge_client.spark._write import CHUNK_ROWS, WriteStats, bounded, client_options
 
 __all__ = [
     "CLOCK_BASE",
@@ -159,7 +159,7 @@ def publish_transactional(
         producers = _Producers(runtime.client, options, identity)
         iterator = iter(publishes)
         while chunk := list(islice(iterator, CHUNK_ROWS)):
-            runtime.run(_publish_chunk(producers, chunk, result.stats))
+            runtime.run(bounded(_publish_chunk(producers, chunk, result.stats), options))
         intents = [i for p in producers.publishers.values() for i in p.build_ack_intents()]
         result.intents = intents_to_json(intents)
         failed = False
@@ -179,7 +179,7 @@ def commit_intents(options: SinkOptions, documents: Iterable[str], what: str) ->
         return 0
     runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
     try:
-        runtime.run(_write(runtime.client, options, intents))
+        runtime.run(bounded(_write(runtime.client, options, intents), options, "committing"))
     except errors.LiftbridgeError:
         log.error("%s: writing the ACK intents failed; a replay writes them again", what)
         raise

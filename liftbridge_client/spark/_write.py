@@ -11,10 +11,11 @@ rows again: without the idempotent mode a retry can duplicate rows (at-least-onc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import logging
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from liftbridge_client import errors
 from liftbridge_client._correlation import PublishFuture
@@ -30,11 +31,16 @@ __all__ = [
     "PublishedRow",
     "SinkGuard",
     "WriteStats",
+    "bounded",
     "publish_rows",
     "rows_to_publish",
 ]
 
 CHUNK_ROWS = 1000
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -159,6 +165,23 @@ async def _publish_chunk(
     inflight.collect()
 
 
+async def bounded(
+    coro: Coroutine[Any, Any, T], options: SinkOptions, what: str = "publishing"
+) -> T:
+    """``coro``, failed with a typed timeout when it makes no progress for
+    ``deliveryTimeoutMs`` (the cluster is gone): a write never hangs on retries."""
+    try:
+        async with asyncio.timeout(options.delivery_timeout):
+            return await coro
+    except TimeoutError as exc:
+        if isinstance(exc, errors.LiftbridgeError):
+            raise
+        raise errors.LiftbridgeTimeoutError(
+            f"{what} made no progress within deliveryTimeoutMs="
+            f"{options.delivery_timeout * 1000:.0f} (is the Liftbridge cluster reachable?)"
+        ) from exc
+
+
 def client_options(options: SinkOptions) -> ClientOptions:
     return ClientOptions(
         connect_timeout=options.connect_timeout,
@@ -185,9 +208,15 @@ class SinkGuard(Protocol):
         """The rows of ``chunk`` to publish, as they must be published (e.g. with ids)."""
         ...
 
-    # No "finish" hook: a task cannot tell that its input was complete (Spark ends the
-    # writer's input early when the task fails upstream of it), so what a task returns is
-    # recorded only by the driver's commit.
+    async def close(self) -> None:
+        """After the attempt's last publish was acked or abandoned, whether it succeeded or
+        not: a retry waits for this before it looks at what the attempt published.
+
+        There is no "finished" hook: a task cannot tell that its input was complete (Spark
+        ends the writer's input early when the task fails upstream of it), so only the
+        driver's commit records a batch as written.
+        """
+        ...
 
 
 def publish_rows(
@@ -203,10 +232,11 @@ def publish_rows(
     stats = WriteStats()
     runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
     failed = True
+    guard = None
     try:
         client = runtime.client
         guard = guard_for(client) if guard_for is not None else None
-        if guard is not None and runtime.run(guard.prepare()):
+        if guard is not None and runtime.run(bounded(guard.prepare(), options, "preparing")):
             failed = False
             return stats
         inflight = InFlight(stats)
@@ -217,12 +247,12 @@ def publish_rows(
                 chunk = guard.mark(chunk)
                 stats.skipped += before - len(chunk)
             try:
-                runtime.run(_publish_chunk(client, chunk, options, inflight))
+                runtime.run(bounded(_publish_chunk(client, chunk, options, inflight), options))
             except BaseException:
                 inflight.cancel_all()
                 raise
         try:
-            runtime.run(inflight.wait_all())
+            runtime.run(bounded(inflight.wait_all(), options))
         except BaseException:
             inflight.cancel_all()
             raise
@@ -230,5 +260,10 @@ def publish_rows(
             runtime.run(client.flush(options.ack_timeout))
         failed = False
     finally:
+        if guard is not None:
+            try:
+                runtime.run(bounded(guard.close(), options, "recording the attempt's end"))
+            except Exception:
+                log.warning("could not record the end of this attempt", exc_info=True)
         runtime.close(drain=not failed)
     return stats

@@ -1,0 +1,121 @@
+"""The Spark connector's refusals and bounds (issue 23): misspelt options, offsets naming
+nothing, empty plans, and the delivery timeout. Pure: no Spark session, no server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from liftbridge_client import errors
+from liftbridge_client.spark._options import (
+    SINK_OPTIONS,
+    SOURCE_OPTIONS,
+    SinkOptions,
+    SourceOptions,
+)
+from liftbridge_client.spark._positions import check_named
+from liftbridge_client.spark._write import bounded
+
+BASE = {"brokers": "127.0.0.1:9292", "stream": "orders"}
+
+
+@pytest.mark.parametrize(
+    ("typo", "suggested", "streaming"),
+    [
+        ("startingOffset", "startingOffsets", False),
+        ("maxOffsetPerTrigger", "maxOffsetsPerTrigger", True),
+        ("STARTINGOFFSET", "startingOffsets", False),
+        ("endingOffset", "endingOffsets", False),
+    ],
+)
+def test_a_misspelt_read_option_is_refused_with_the_closest_name(
+    typo: str, suggested: str, streaming: bool
+) -> None:
+    with pytest.raises(errors.InvalidInputError, match=f"{typo!r}.*did you mean {suggested!r}"):
+        SourceOptions.parse({**BASE, typo: "earliest"}, streaming=streaming)
+
+
+def test_a_misspelt_write_option_is_refused() -> None:
+    with pytest.raises(errors.InvalidInputError, match=r"'idempotant'.*'idempotent'"):
+        SinkOptions.parse({**BASE, "idempotant": "true"})
+    with pytest.raises(errors.InvalidInputError, match="'deliveryTimeout'"):
+        SinkOptions.parse({**BASE, "deliveryTimeout": "1000"})
+
+
+def test_read_options_are_refused_on_a_write_and_write_options_on_a_read() -> None:
+    with pytest.raises(errors.InvalidInputError, match=r"'startingOffsets'.*write"):
+        SinkOptions.parse({**BASE, "startingOffsets": "earliest"})
+    with pytest.raises(errors.InvalidInputError, match=r"'ackPolicy'.*read"):
+        SourceOptions.parse({**BASE, "ackPolicy": "all"}, streaming=False)
+
+
+def test_an_unknown_option_far_from_any_name_lists_the_known_ones() -> None:
+    with pytest.raises(errors.InvalidInputError, match="known: ") as info:
+        SourceOptions.parse({**BASE, "zzz": "1"}, streaming=False)
+    assert "did you mean" not in str(info.value)
+
+
+def test_every_documented_option_and_spark_s_own_are_accepted() -> None:
+    # Spark passes a path and a streaming query's own options through to the source.
+    SourceOptions.parse({**BASE, "path": "x", "checkpointLocation": "/c"}, streaming=True)
+    SinkOptions.parse({**BASE, "queryName": "q", "checkpointLocation": "/c"}, streaming=True)
+    assert len(set(map(str.lower, SOURCE_OPTIONS))) == len(SOURCE_OPTIONS)
+    assert len(set(map(str.lower, SINK_OPTIONS))) == len(SINK_OPTIONS)
+
+
+def test_delivery_timeout_defaults_to_two_minutes_and_is_settable() -> None:
+    assert SinkOptions.parse(BASE).delivery_timeout == 120.0
+    assert SinkOptions.parse({**BASE, "deliveryTimeoutMs": "1500"}).delivery_timeout == 1.5
+    with pytest.raises(errors.InvalidInputError, match="deliveryTimeoutMs"):
+        SinkOptions.parse({**BASE, "deliveryTimeoutMs": "0"})
+
+
+def test_bounded_turns_a_stalled_step_into_a_typed_timeout_naming_the_option() -> None:
+    options = SinkOptions.parse({**BASE, "deliveryTimeoutMs": "50"})
+
+    async def stalls() -> None:
+        await asyncio.sleep(10)
+
+    with pytest.raises(errors.LiftbridgeTimeoutError, match="deliveryTimeoutMs=50") as info:
+        asyncio.run(bounded(stalls(), options, "publishing"))
+    assert isinstance(info.value.__cause__, TimeoutError)
+
+
+def test_bounded_passes_results_and_the_step_s_own_errors_through() -> None:
+    options = SinkOptions.parse({**BASE, "deliveryTimeoutMs": "5000"})
+
+    async def value() -> int:
+        return 7
+
+    async def ack_timeout() -> None:
+        raise errors.AckTimeoutError("no ack")
+
+    assert asyncio.run(bounded(value(), options)) == 7
+    with pytest.raises(errors.AckTimeoutError, match="no ack"):
+        asyncio.run(bounded(ack_timeout(), options))
+
+
+def source(**extra: str) -> SourceOptions:
+    return SourceOptions.parse({"brokers": "127.0.0.1:9292", **extra}, streaming=False)
+
+
+def test_offsets_for_a_stream_the_read_does_not_cover_are_refused() -> None:
+    options = source(stream="orders", startingOffsets='{"ordres": {"0": 5}}')
+    with pytest.raises(errors.InvalidInputError, match=r"startingOffsets.*'ordres'"):
+        check_named({"orders": [0, 1]}, options)
+
+
+def test_offsets_for_a_partition_that_does_not_exist_are_refused() -> None:
+    options = source(stream="orders", endingOffsets='{"orders": {"0": 5, "7": 9}}')
+    with pytest.raises(errors.InvalidInputError, match=r"endingOffsets.*\[7\].*\[0, 1\]"):
+        check_named({"orders": [0, 1]}, options)
+    stamps = source(stream="orders", startingOffsetsByTimestamp='{"orders": {"3": 1}}')
+    with pytest.raises(errors.InvalidInputError, match="startingOffsetsByTimestamp"):
+        check_named({"orders": [0, 1]}, stamps)
+
+
+def test_offsets_naming_what_exists_pass() -> None:
+    options = source(stream="orders", startingOffsets='{"orders": {"1": 5}}')
+    check_named({"orders": [0, 1]}, options)  # no error
+    check_named({"orders": [0]}, source(stream="orders"))  # nothing named
