@@ -6,7 +6,7 @@ it raises in `errors`, and its settings in `options`.
 
 from __future__ import annotations
 
-from liftbridge_client._correlation import PublishFuture
+from liftbridge_client._publish.acks import PublishFuture
 from liftbridge_client._version import __version__
 from liftbridge_client.client import Client
 from liftbridge_client.errors import LiftbridgeError

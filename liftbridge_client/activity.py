@@ -20,7 +20,7 @@ from typing import ClassVar, Self
 from google.protobuf.message import DecodeError
 
 from liftbridge_client import errors
-from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import Message
 from liftbridge_client.subscription import Subscription

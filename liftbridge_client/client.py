@@ -1,10 +1,10 @@
 """`Client`: the public facade. It composes the pieces and holds no protocol logic.
 
-- `_grpc.BrokerPool`: channels to brokers; `_metadata.MetadataCache`: routing.
-- `_admin`: stream administration RPCs.
-- `_publisher.Publisher`: publishing over NATS envelopes or gRPC, ack correlation.
+- `_transport.grpc.BrokerPool`: channels to brokers; `_cluster.metadata.MetadataCache`: routing.
+- `_cluster.admin`: stream administration RPCs.
+- `_publish.publisher.Publisher`: publishing over NATS envelopes or gRPC, ack correlation.
 - `subscription.Subscription`: reading a partition.
-- `_cursors`: cursor storage.
+- `_cluster.cursors`: cursor storage.
 """
 
 from __future__ import annotations
@@ -21,15 +21,18 @@ import nats
 import nats.aio.client
 import nats.errors
 
-from liftbridge_client import _admin, _cursors, _validate, errors
-from liftbridge_client._correlation import PublishFuture
-from liftbridge_client._feature_probe import FeatureDetector
-from liftbridge_client._grpc import BrokerPool
-from liftbridge_client._metadata import MetadataCache
-from liftbridge_client._nats_connect import nats_security_args
-from liftbridge_client._publish_args import PublishOptions, SubjectOptions
-from liftbridge_client._publisher import Publisher
-from liftbridge_client._tasks import TaskSupervisor
+from liftbridge_client import errors
+from liftbridge_client._cluster import admin as _admin
+from liftbridge_client._cluster import cursors as _cursors
+from liftbridge_client._cluster.feature_probe import FeatureDetector
+from liftbridge_client._cluster.metadata import MetadataCache
+from liftbridge_client._publish.acks import PublishFuture
+from liftbridge_client._publish.args import PublishOptions, SubjectOptions
+from liftbridge_client._publish.publisher import Publisher
+from liftbridge_client._transport.grpc import BrokerPool
+from liftbridge_client._transport.nats_connect import nats_security_args
+from liftbridge_client._util import validate as _validate
+from liftbridge_client._util.tasks import TaskSupervisor
 from liftbridge_client.activity import ACTIVITY_STREAM, ActivityStream
 from liftbridge_client.groups import Consumer, ConsumerOptions
 from liftbridge_client.models import (

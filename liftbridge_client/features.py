@@ -2,7 +2,7 @@
 
 Pure: no IO. Modelled on librdkafka's feature map (``rdkafka_feature.c``): Kafka brokers
 report ApiVersion ranges and the client maps its features onto them. Liftbridge has no
-such RPC, so what a broker supports is *observed* instead (by `_feature_probe`):
+such RPC, so what a broker supports is *observed* instead (by `_cluster.feature_probe`):
 
 - **RPC presence**: a harmless request (empty names, which every handler rejects before
   touching state) answers UNIMPLEMENTED only when the server lacks the RPC.
@@ -221,7 +221,7 @@ FEATURE_MAP: Final[tuple[FeatureSpec, ...]] = (
 
 FEATURES: Final[Mapping[str, FeatureSpec]] = MappingProxyType({f.name: f for f in FEATURE_MAP})
 
-# RPCs whose presence the probe observes, each with a harmless request (_feature_probe).
+# RPCs whose presence the probe observes, each with a harmless request (_cluster.feature_probe).
 # Publish is observed too: it bounds the version from below like the others.
 PROBED_RPCS: Final[Mapping[str, Version]] = MappingProxyType(
     {

@@ -18,17 +18,20 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-from liftbridge_client import _cursors, _group_rpc, _validate, errors
-from liftbridge_client._group_state import (
+from liftbridge_client import errors
+from liftbridge_client._cluster import cursors as _cursors
+from liftbridge_client._cluster.metadata import MetadataCache
+from liftbridge_client._groups import rpc as _group_rpc
+from liftbridge_client._groups.state import (
     AutoOffset,
     PartitionKey,
     PartitionState,
     diff_assignments,
     start_args,
 )
-from liftbridge_client._grpc import BrokerPool
-from liftbridge_client._metadata import MetadataCache
-from liftbridge_client._option_fields import OptionalSeconds
+from liftbridge_client._transport.grpc import BrokerPool
+from liftbridge_client._util import validate as _validate
+from liftbridge_client._util.option_fields import OptionalSeconds
 from liftbridge_client.models import Message
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.subscription import Subscription

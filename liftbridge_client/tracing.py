@@ -33,7 +33,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.propagators.textmap import Getter, Setter, TextMapPropagator
 
 from liftbridge_client import errors
-from liftbridge_client._correlation import PublishFuture
+from liftbridge_client._publish.acks import PublishFuture
 from liftbridge_client._version import __version__
 from liftbridge_client.models import Ack, Message
 from liftbridge_client.options import TracingOptions

@@ -19,7 +19,7 @@ from rich.progress import (
 from rich.text import Text
 
 from liftbridge_client import errors
-from liftbridge_client._correlation import PublishFuture
+from liftbridge_client._publish.acks import PublishFuture
 from liftbridge_client.cli._app import cli, run, settings_of
 from liftbridge_client.cli._inputs import messages, split_key
 from liftbridge_client.cli._output import err_console, print_json

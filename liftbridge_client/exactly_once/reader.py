@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from liftbridge_client import errors
-from liftbridge_client._subscribe_spec import SubscribeArgs
+from liftbridge_client._subscribe.spec import SubscribeArgs
 from liftbridge_client.exactly_once.framing import Framing
 from liftbridge_client.exactly_once.publisher import UUID_HEADER
 from liftbridge_client.exactly_once.sequencer import (

@@ -18,7 +18,7 @@ from itertools import islice
 from typing import Any, Protocol, TypeVar
 
 from liftbridge_client import errors
-from liftbridge_client._correlation import PublishFuture
+from liftbridge_client._publish.acks import PublishFuture
 from liftbridge_client.client import Client
 from liftbridge_client.models import Ack, AckPolicy
 from liftbridge_client.options import ClientOptions

@@ -21,7 +21,7 @@ from liftbridge_client import (
     Transport,
     errors,
 )
-from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client.options import StreamTransport
 from liftbridge_client.testing import Cluster, StreamNames
 

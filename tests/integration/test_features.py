@@ -16,16 +16,9 @@ import grpc
 import grpc.aio
 import pytest
 
-from liftbridge_client import (
-    AckPolicy,
-    Client,
-    ClientOptions,
-    Message,
-    StartPosition,
-    _reverse,
-    errors,
-)
+from liftbridge_client import AckPolicy, Client, ClientOptions, Message, StartPosition, errors
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
+from liftbridge_client._subscribe import reverse as _reverse
 from liftbridge_client.features import FEATURES, State
 from liftbridge_client.testing import Cluster, StreamName, StreamNames
 from liftbridge_client.testing.plugin import VersionedDeployments

@@ -14,8 +14,8 @@ import asyncio
 import pytest
 
 from liftbridge_client import Client, ClientOptions, StartPosition, Transport
-from liftbridge_client._h2 import ServerStreamCall
-from liftbridge_client._h2.connection import STREAM_WINDOW
+from liftbridge_client._transport.h2 import ServerStreamCall
+from liftbridge_client._transport.h2.connection import STREAM_WINDOW
 from liftbridge_client.testing import Deployment, StreamNames
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,8 @@ from typing import Any
 import nats
 import pytest
 
-from liftbridge_client import Client, _nats_raw, envelope
+from liftbridge_client import Client, envelope
+from liftbridge_client._transport import nats_raw as _nats_raw
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.testing import Deployment, StreamNames, wait_until
 

@@ -26,8 +26,8 @@ from liftbridge_client import (
     Transport,
     errors,
 )
-from liftbridge_client._errors_map import publish_status_error
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
+from liftbridge_client._transport.errors_map import publish_status_error
 from liftbridge_client.options import StreamTransport
 from liftbridge_client.partitioning import KeyPartitioner, RoundRobinPartitioner, key_partition
 from liftbridge_client.testing import (

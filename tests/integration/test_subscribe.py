@@ -27,8 +27,8 @@ from liftbridge_client import (
     Transport,
     errors,
 )
-from liftbridge_client._h2 import ServerStreamCall
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._transport.h2 import ServerStreamCall
 from liftbridge_client.options import StreamTransport
 from liftbridge_client.subscription import Subscription
 from liftbridge_client.testing import Cluster, Deployment, StreamName, StreamNames, wait_until

@@ -18,9 +18,9 @@ from liftbridge_client import (
     Transport,
     errors,
 )
-from liftbridge_client._errors_map import map_rpc_error
-from liftbridge_client._h2 import H2Pool, H2RpcError
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._transport.errors_map import map_rpc_error
+from liftbridge_client._transport.h2 import H2Pool, H2RpcError
 from liftbridge_client.options import StreamTransport
 from liftbridge_client.testing import ServerTLS, SingleNode, StreamNames, TestPKI, make_pki
 

@@ -21,9 +21,9 @@ from typing import Any, TypeAlias
 import grpc
 import grpc.aio
 
-from liftbridge_client._grpc import BrokerPool
-from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
+from liftbridge_client._transport.grpc import BrokerPool
 from liftbridge_client.options import ClientOptions
 
 Ctx: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"

@@ -9,8 +9,8 @@ import pytest
 from publish_fakes import Rig, make_rig
 
 from liftbridge_client import errors
-from liftbridge_client._correlation import AckFuture
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._publish.acks import AckFuture
 
 
 @pytest.fixture

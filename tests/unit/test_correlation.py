@@ -8,7 +8,7 @@ import gc
 import pytest
 
 from liftbridge_client import errors
-from liftbridge_client._correlation import AckFuture, Correlator
+from liftbridge_client._publish.acks import AckFuture, Correlator
 from liftbridge_client.models import Ack, AckPolicy
 
 LONG = 60.0  # an ack wait that never fires during a test

@@ -22,7 +22,7 @@ from hypothesis.stateful import (
 )
 
 from liftbridge_client import errors
-from liftbridge_client._correlation import AckFuture, Correlator
+from liftbridge_client._publish.acks import AckFuture, Correlator
 
 CAPACITY = 4
 _TICK = 0.002  # timeouts are multiples of this; the loop is run this long to expire them

@@ -10,7 +10,8 @@ import grpc
 import pytest
 from fake_liftbridge import FakeCluster, Partition, Stream
 
-from liftbridge_client import _admin, errors
+from liftbridge_client import errors
+from liftbridge_client._cluster import admin as _admin
 from liftbridge_client.options import ClientOptions, RetryPolicy
 
 OPTIONS = ClientOptions(

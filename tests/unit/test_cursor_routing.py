@@ -10,8 +10,13 @@ import pytest
 from fake_liftbridge import FakeCluster
 
 from liftbridge_client import errors
-from liftbridge_client._cursors import cursor_key, cursors_partition, fetch_cursor, set_cursor
-from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._cluster.cursors import (
+    cursor_key,
+    cursors_partition,
+    fetch_cursor,
+    set_cursor,
+)
+from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.options import ClientOptions, RetryPolicy
 

@@ -10,10 +10,11 @@ import grpc
 import pytest
 from fake_liftbridge import Fail, FakeBroker, FakeCluster, Hang
 
-from liftbridge_client import Client, ClientOptions, StartPosition, _reverse, errors
-from liftbridge_client._feature_probe import FeatureDetector
-from liftbridge_client._metadata import MetadataCache
+from liftbridge_client import Client, ClientOptions, StartPosition, errors
+from liftbridge_client._cluster.feature_probe import FeatureDetector
+from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._subscribe import reverse as _reverse
 from liftbridge_client.features import FEATURES, PROBED_RPCS, State
 from liftbridge_client.subscription import Subscription
 
@@ -294,7 +295,7 @@ async def test_a_failure_while_choosing_the_reverse_path_is_retried_not_skipped(
 
 
 def test_master_failing_a_reverse_read_of_an_empty_partition_is_its_end() -> None:
-    from liftbridge_client._subscribe_spec import Action, Phase, SubscribeSpec, classify
+    from liftbridge_client._subscribe.spec import Action, Phase, SubscribeSpec, classify
 
     spec = SubscribeSpec.build("s", 0, {"reverse": True}, now_ns=0)
     details = "Failed to create stream reader: segment not found"

@@ -12,8 +12,8 @@ import pytest
 from fake_liftbridge import FakeCluster
 
 from liftbridge_client import AutoOffset, Client, ConsumerOptions, StartPosition, errors
-from liftbridge_client._group_rpc import FEATURE, is_not_member, join
-from liftbridge_client._group_state import PartitionState, diff_assignments, start_args
+from liftbridge_client._groups.rpc import FEATURE, is_not_member, join
+from liftbridge_client._groups.state import PartitionState, diff_assignments, start_args
 from liftbridge_client.groups import group_cursor_id
 from liftbridge_client.options import ClientOptions, RetryPolicy
 

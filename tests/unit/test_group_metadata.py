@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 from fake_liftbridge import FakeCluster
 
-from liftbridge_client import ConsumerGroupInfo, _admin, errors
+from liftbridge_client import ConsumerGroupInfo, errors
+from liftbridge_client._cluster import admin as _admin
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import metadata_from_proto
 from liftbridge_client.options import ClientOptions

@@ -13,9 +13,9 @@ import pytest
 from fake_liftbridge import FakeCluster, Partition, Stream, dead_address
 
 from liftbridge_client import errors
-from liftbridge_client._grpc import BrokerPool, Stub
-from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._transport.grpc import BrokerPool, Stub
 from liftbridge_client.options import ClientOptions, RetryPolicy
 
 OPTIONS = ClientOptions(

@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from liftbridge_client import errors
-from liftbridge_client._correlation import AckFuture, Correlator
-from liftbridge_client._publish_future import PublishFuture
+from liftbridge_client._publish.acks import AckFuture, Correlator, PublishFuture
 
 LONG = 60.0
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._publish_wire import plain_ack, plain_publish_request
+from liftbridge_client._publish.wire import plain_ack, plain_publish_request
 from liftbridge_client.envelope import _varint as varint
 
 _text = st.text(alphabet=st.characters(codec="utf-8"), max_size=300)

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from publish_fakes import Rig, make_rig
 
 from liftbridge_client import envelope, errors
-from liftbridge_client._publisher import Publisher
+from liftbridge_client._publish.publisher import Publisher
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import ClientOptions, Transport
 

@@ -22,7 +22,7 @@ import pytest
 from fake_liftbridge import END, Fail, FakeCluster, Partition, Stream, SubscribeCall
 
 from liftbridge_client import StartPosition, StopPosition, errors
-from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.options import ClientOptions, RetryPolicy, StreamTransport
 from liftbridge_client.subscription import Subscription

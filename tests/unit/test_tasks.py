@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from liftbridge_client._tasks import TaskSupervisor
+from liftbridge_client._util.tasks import TaskSupervisor
 
 
 async def _forever(started: asyncio.Event) -> None:
@@ -40,7 +40,7 @@ async def test_an_exception_ends_only_its_own_task(caplog: pytest.LogCaptureFixt
 async def test_a_stray_cancelled_error_ends_only_its_own_task(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level("DEBUG", logger="liftbridge_client._tasks")
+    caplog.set_level("DEBUG", logger="liftbridge_client._util.tasks")
 
     # grpc.aio raises CancelledError from a call cancelled by another task.
     async def stray() -> None:

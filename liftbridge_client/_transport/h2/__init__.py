@@ -12,8 +12,8 @@ streams to one broker), `calls` (one gRPC call on a stream), `pool` (one
 connection per broker, TLS).
 """
 
-from liftbridge_client._h2.calls import BidiStreamCall, ServerStreamCall
-from liftbridge_client._h2.pool import H2Pool
-from liftbridge_client._h2.status import H2RpcError
+from liftbridge_client._transport.h2.calls import BidiStreamCall, ServerStreamCall
+from liftbridge_client._transport.h2.pool import H2Pool
+from liftbridge_client._transport.h2.status import H2RpcError
 
 __all__ = ["BidiStreamCall", "H2Pool", "H2RpcError", "ServerStreamCall"]

@@ -1,6 +1,6 @@
 """Publish arguments: the per-call keyword types, their checks, and the queued item.
 
-Pure: no IO. `Publisher` (in `_publisher`) validates every call with these before
+Pure: no IO. `Publisher` (in `_publish.publisher`) validates every call with these before
 anything is queued, so bad input raises `InvalidInputError` and nothing is sent.
 """
 
@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
-from liftbridge_client import _validate, errors
-from liftbridge_client._correlation import AckFuture
+from liftbridge_client import errors
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._publish.acks import AckFuture
+from liftbridge_client._util import validate as _validate
 from liftbridge_client.envelope import check_header_keys
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import Transport
@@ -147,7 +148,7 @@ def ack_policy_arg(value: object) -> AckPolicy:
 
 
 def seconds_arg(name: str, value: object, default: float) -> float:
-    """Seconds > 0 (a number or a timedelta, see `_validate.seconds`); ``default`` for None."""
+    """Seconds > 0 (a number or a timedelta, see `_util.validate.seconds`); ``default`` for None."""
     if value is None:
         return default
     return _validate.seconds(name, value)

@@ -11,9 +11,14 @@ from typing import TypeVar
 from grpc import StatusCode
 
 from liftbridge_client import errors
-from liftbridge_client._h2.calls import SEND_HIGH_WATER, BidiStreamCall, Decode, ServerStreamCall
-from liftbridge_client._h2.connection import Connection
-from liftbridge_client._h2.status import H2RpcError
+from liftbridge_client._transport.h2.calls import (
+    SEND_HIGH_WATER,
+    BidiStreamCall,
+    Decode,
+    ServerStreamCall,
+)
+from liftbridge_client._transport.h2.connection import Connection
+from liftbridge_client._transport.h2.status import H2RpcError
 from liftbridge_client.options import ClientOptions, TLSConfig
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ import grpc
 import grpc.aio
 
 from liftbridge_client import errors
-from liftbridge_client._errors_map import map_rpc_error
-from liftbridge_client._h2 import H2Pool
 from liftbridge_client._proto import api_pb2_grpc
+from liftbridge_client._transport.errors_map import map_rpc_error
+from liftbridge_client._transport.h2 import H2Pool
 from liftbridge_client.options import ClientOptions, RetryPolicy
 
 if TYPE_CHECKING:

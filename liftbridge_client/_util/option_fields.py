@@ -1,7 +1,7 @@
 """Duration fields of the frozen option dataclasses: numbers or timedeltas in, float out.
 
 A `Seconds` field is a data descriptor: the dataclass ``__init__`` (and `dataclasses.replace`)
-goes through `Seconds.__set__`, which validates the value (`_validate.seconds`) and stores
+goes through `Seconds.__set__`, which validates the value (`_util.validate.seconds`) and stores
 float seconds; reading the attribute gives that float. Type checkers take the ``__set__``
 parameter type for the constructor (``float | timedelta``) and the ``__get__`` result type
 for the attribute (``float``), so code reading options never sees a timedelta.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 from typing import Any, overload
 
-from liftbridge_client import _validate
+from liftbridge_client._util import validate as _validate
 
 __all__ = ["OptionalSeconds", "Seconds"]
 

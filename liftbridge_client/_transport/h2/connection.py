@@ -29,7 +29,7 @@ from grpc import StatusCode
 from h2.errors import ErrorCodes
 from h2.stream import H2Stream, StreamState
 
-from liftbridge_client._h2.status import H2RpcError, encode_timeout, from_reset
+from liftbridge_client._transport.h2.status import H2RpcError, encode_timeout, from_reset
 from liftbridge_client._version import __version__
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ Trailers (or a trailers-only response) carry ``grpc-status`` and a percent-encod
 ``grpc-message``; a response without them is mapped from its HTTP status; a
 stream reset from its HTTP/2 error code, as gRPC's HTTP/2 protocol spec says.
 GOAWAY and a lost connection are UNAVAILABLE, as grpc-core reports them, so
-`_errors_map` turns all of these into the same typed errors as on grpc.aio.
+`_transport.errors_map` turns all of these into the same typed errors as on grpc.aio.
 """
 
 from __future__ import annotations

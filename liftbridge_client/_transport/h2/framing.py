@@ -12,7 +12,7 @@ from typing import Final
 
 from grpc import StatusCode
 
-from liftbridge_client._h2.status import H2RpcError
+from liftbridge_client._transport.h2.status import H2RpcError
 
 __all__ = ["DEFAULT_MAX_MESSAGE", "MessageSplitter", "encode_message"]
 

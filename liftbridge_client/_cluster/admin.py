@@ -10,11 +10,12 @@ from typing import Any
 
 import grpc
 
-from liftbridge_client import _validate, errors
-from liftbridge_client._errors_map import is_no_metadata_leader, map_rpc_error
-from liftbridge_client._grpc import Stub, with_retries
-from liftbridge_client._metadata import MetadataCache
+from liftbridge_client import errors
+from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._transport.errors_map import is_no_metadata_leader, map_rpc_error
+from liftbridge_client._transport.grpc import Stub, with_retries
+from liftbridge_client._util import validate as _validate
 from liftbridge_client.models import (
     Metadata,
     PartitionInfo,

@@ -33,10 +33,10 @@ import nats.aio.subscription
 import nats.errors
 
 from liftbridge_client import envelope, errors
-from liftbridge_client._correlation import Correlator
-from liftbridge_client._errors_map import ack_error
-from liftbridge_client._nats_raw import PubBuffer, route_sid, unroute_sid
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._publish.acks import Correlator
+from liftbridge_client._transport.errors_map import ack_error
+from liftbridge_client._transport.nats_raw import PubBuffer, route_sid, unroute_sid
 from liftbridge_client.models import ack_from_proto
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class NatsPublisher:
         self._sub: nats.aio.subscription.Subscription | None = None
         self.undecodable_acks = 0
         self.mismatched_acks = 0
-        self.raw_acks = False  # acks come straight from nats-py's parser (see _nats_raw)
+        self.raw_acks = False  # acks come straight from nats-py's parser (see _transport.nats_raw)
         self._buffer = PubBuffer(nc)
 
     def __repr__(self) -> str:

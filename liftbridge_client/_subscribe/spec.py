@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict, TypeVar
 
-from liftbridge_client import _validate, errors
+from liftbridge_client import errors
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._util import validate as _validate
 from liftbridge_client.models import StartPosition, StopPosition
 
 __all__ = [

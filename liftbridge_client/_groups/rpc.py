@@ -16,10 +16,10 @@ import grpc
 import grpc.aio
 
 from liftbridge_client import errors
-from liftbridge_client._errors_map import is_no_metadata_leader
-from liftbridge_client._grpc import BrokerPool, Stub, call, with_retries
-from liftbridge_client._metadata import MetadataCache
+from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._transport.errors_map import is_no_metadata_leader
+from liftbridge_client._transport.grpc import BrokerPool, Stub, call, with_retries
 from liftbridge_client.models import ConsumerGroupInfo, metadata_from_proto
 from liftbridge_client.options import ClientOptions
 

@@ -23,9 +23,13 @@ from typing import Final, Generic, TypeVar
 from google.protobuf.message import DecodeError
 from grpc import StatusCode
 
-from liftbridge_client._h2.connection import STREAM_WINDOW, Connection, Headers
-from liftbridge_client._h2.framing import DEFAULT_MAX_MESSAGE, MessageSplitter, encode_message
-from liftbridge_client._h2.status import H2RpcError, status_error
+from liftbridge_client._transport.h2.connection import STREAM_WINDOW, Connection, Headers
+from liftbridge_client._transport.h2.framing import (
+    DEFAULT_MAX_MESSAGE,
+    MessageSplitter,
+    encode_message,
+)
+from liftbridge_client._transport.h2.status import H2RpcError, status_error
 
 __all__ = ["SEND_HIGH_WATER", "BidiStreamCall", "ServerStreamCall"]
 

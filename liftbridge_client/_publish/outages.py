@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from liftbridge_client.options import RetryPolicy
 
-log = logging.getLogger("liftbridge_client._grpc_publish")  # where these lines always went
+log = logging.getLogger("liftbridge_client._publish.grpc_route")  # where these lines always went
 
 __all__ = ["MIN_RETRY_DELAY", "OutageLog"]
 

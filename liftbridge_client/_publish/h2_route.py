@@ -21,15 +21,15 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from liftbridge_client import errors
-from liftbridge_client._correlation import AckFuture, Correlator
-from liftbridge_client._errors_map import map_rpc_error
-from liftbridge_client._grpc import BrokerPool
-from liftbridge_client._grpc_publish import PublishStream, Spawn, Unwritten
-from liftbridge_client._h2 import BidiStreamCall, H2RpcError
-from liftbridge_client._h2.framing import encode_message
-from liftbridge_client._outages import OutageLog
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._publish_wire import plain_ack
+from liftbridge_client._publish.acks import AckFuture, Correlator
+from liftbridge_client._publish.grpc_route import PublishStream, Spawn, Unwritten
+from liftbridge_client._publish.outages import OutageLog
+from liftbridge_client._publish.wire import plain_ack
+from liftbridge_client._transport.errors_map import map_rpc_error
+from liftbridge_client._transport.grpc import BrokerPool
+from liftbridge_client._transport.h2 import BidiStreamCall, H2RpcError
+from liftbridge_client._transport.h2.framing import encode_message
 from liftbridge_client.models import ack_from_wire
 
 log = logging.getLogger(__name__)

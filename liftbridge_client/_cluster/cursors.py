@@ -18,10 +18,11 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from liftbridge_client import _validate, errors
-from liftbridge_client._grpc import Stub
-from liftbridge_client._metadata import MetadataCache
+from liftbridge_client import errors
+from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._transport.grpc import Stub
+from liftbridge_client._util import validate as _validate
 from liftbridge_client.options import ClientOptions
 
 __all__ = ["CURSORS_STREAM", "cursor_key", "cursors_partition", "fetch_cursor", "set_cursor"]

@@ -7,7 +7,7 @@ settles the matching future in the `Correlator`. A stream that breaks fails
 exactly the publishes written on it (`ConnectionClosedError` chained to the
 mapped gRPC error) and is replaced by a fresh one on next use.
 
-The stream's reader and writer are supervised tasks (`_tasks`); closing stops
+The stream's reader and writer are supervised tasks (`_util.tasks`); closing stops
 them within a deadline. PublishToSubject (unary) always carries a deadline:
 without one the server publishes and returns no ack at all. The deadline is the
 ack wait, so a missing ack surfaces as `AckTimeoutError`. Unary ``Publish`` is not
@@ -26,17 +26,17 @@ import grpc
 import grpc.aio
 
 from liftbridge_client import errors
-from liftbridge_client._correlation import AckFuture, Correlator
-from liftbridge_client._errors_map import (
+from liftbridge_client._proto import api_pb2
+from liftbridge_client._publish.acks import AckFuture, Correlator
+from liftbridge_client._publish.outages import OutageLog
+from liftbridge_client._transport.errors_map import (
     ack_error,
     async_error,
     map_rpc_error,
     publish_status_error,
 )
-from liftbridge_client._grpc import Stub
-from liftbridge_client._outages import OutageLog
-from liftbridge_client._proto import api_pb2
-from liftbridge_client._tasks import TaskHandle
+from liftbridge_client._transport.grpc import Stub
+from liftbridge_client._util.tasks import TaskHandle
 from liftbridge_client.models import Ack, ack_from_proto
 
 log = logging.getLogger(__name__)

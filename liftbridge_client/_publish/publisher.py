@@ -3,15 +3,15 @@
 `Publisher` composes the pieces:
 
 - `partitioning`: which partition a message goes to;
-- `_correlation.Correlator`: correlation id -> ack future, ack timeouts, the
+- `_publish.acks.Correlator`: correlation id -> ack future, ack timeouts, the
   in-flight window (``ClientOptions.max_inflight``);
-- `_nats.NatsPublisher`: enveloped messages on the partition's NATS subject,
+- `_publish.nats_route.NatsPublisher`: enveloped messages on the partition's NATS subject,
   acks on the client's inbox;
-- `_grpc_publish`: PublishAsync streams (one per broker) and the unary calls.
+- `_publish.grpc_route`: PublishAsync streams (one per broker) and the unary calls.
 
 Ordering. A plain publish with nothing queued ahead of it and the sender idle
 takes one step in the call (`Publisher.send_direct`): over NATS it is appended
-to nats-py's outgoing buffer (`_nats_raw.PubBuffer`), over gRPC with the h2
+to nats-py's outgoing buffer (`_transport.nats_raw.PubBuffer`), over gRPC with the h2
 transport it goes, serialized, to the PublishAsync stream to its leader (opened
 from the cached metadata if needed; `H2PublishStream.submit_raw`). Every other
 `publish`, `send` and `publish_nowait` call puts one item on a FIFO queue,
@@ -62,21 +62,11 @@ import anyio
 import nats.aio.client
 import nats.errors
 
-from liftbridge_client import _validate, errors
-from liftbridge_client._correlation import AckFuture, Correlator
-from liftbridge_client._grpc import BrokerPool
-from liftbridge_client._grpc_publish import (
-    MAX_REQUEST_BYTES,
-    PublishStream,
-    check_request_size,
-    publish_to_subject,
-)
-from liftbridge_client._h2_publish import H2PublishStream
-from liftbridge_client._metadata import MetadataCache
-from liftbridge_client._nats import NatsPublisher
-from liftbridge_client._outages import OutageLog
+from liftbridge_client import errors
+from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._publish_args import (
+from liftbridge_client._publish.acks import AckFuture, Correlator
+from liftbridge_client._publish.args import (
     FAST_KEYS,
     INT32_MAX,
     INT64_MAX,
@@ -92,8 +82,19 @@ from liftbridge_client._publish_args import (
     reject_unknown,
     seconds_arg,
 )
-from liftbridge_client._publish_wire import plain_publish_request
-from liftbridge_client._tasks import TaskHandle, TaskSupervisor
+from liftbridge_client._publish.grpc_route import (
+    MAX_REQUEST_BYTES,
+    PublishStream,
+    check_request_size,
+    publish_to_subject,
+)
+from liftbridge_client._publish.h2_route import H2PublishStream
+from liftbridge_client._publish.nats_route import NatsPublisher
+from liftbridge_client._publish.outages import OutageLog
+from liftbridge_client._publish.wire import plain_publish_request
+from liftbridge_client._transport.grpc import BrokerPool
+from liftbridge_client._util import validate as _validate
+from liftbridge_client._util.tasks import TaskHandle, TaskSupervisor
 from liftbridge_client.models import Ack, AckPolicy, Metadata, PublishStats, StreamInfo
 from liftbridge_client.options import ClientOptions, Transport
 from liftbridge_client.partitioning import KeyPartitioner, Partitioner, choose_partition
