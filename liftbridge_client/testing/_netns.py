@@ -136,8 +136,13 @@ def _sh(command: str) -> str:
 
 
 def setup_namespace_network(nodes: int) -> None:
-    """Bring loopback up and give node ``1..nodes`` its NATS alias (route and DNAT)."""
+    """Bring loopback up (MTU 1500) and give node ``1..nodes`` its NATS alias (route and
+    DNAT)."""
     require_private_netns()
+    # Packets of an Ethernet link's size: loopback's 64 KiB MTU (and GSO) would hand tc
+    # single packets larger than any queue of a slow link, which then drops all of them.
+    _sh("ip link set lo mtu 1500")
+    _sh("ip link set lo gso_max_size 1500")
     _sh("ip link set lo up")
     for index in range(1, nodes + 1):
         alias, host = node_nats_alias(index), node_host(index)
