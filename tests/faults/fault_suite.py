@@ -171,6 +171,8 @@ COLUMNS = (
     "sub gaps",
     "read lost",
     "recover s (max)",
+    "stall s (max)",
+    "other",
     "errors",
 )
 
@@ -188,6 +190,23 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             return sum(int(v.get(key) or 0) for v in verdicts)
 
         recover = [v["recover_s"] for v in verdicts if v.get("recover_s") is not None]
+        stalls = [float(v.get("unavailable_s") or 0) for v in verdicts]
+        counted = {
+            "acked-lost",
+            "acked-displaced",
+            "eo-acked-lost",
+            "eo-duplicate",
+            "divergent-replica",
+            "subscriber-gap",
+            "read-lost",
+        }
+        other: dict[str, int] = {}
+        for v in verdicts:
+            for kind_ in {a["kind"] for a in v.get("anomalies", [])} - counted:
+                other[kind_] = other.get(kind_, 0) + 1  # rounds with it
+        for r in rows:
+            if r.get("status") == "timeout":
+                other["timeout"] = other.get("timeout", 0) + 1
         errors: dict[str, int] = {}
         for v in verdicts:
             for name, count in v.get("errors", {}).items():
@@ -207,6 +226,8 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             total("sub_gaps"),
             total("read_lost"),
             f"{max(recover):.1f}" if recover else "-",
+            f"{max(stalls):.1f}" if stalls else "-",
+            ", ".join(f"{k} in {n}" for k, n in sorted(other.items())) or "-",
             top or "-",
         ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")

@@ -43,14 +43,23 @@ def test_overrides_and_their_errors() -> None:
 
 
 def test_the_table_sums_rounds_per_kind() -> None:
-    verdict = {"acked": 10, "acked_lost": 2, "eo_acked": 5, "recover_s": 1.5, "errors": {"x": 1}}
+    verdict = {
+        "acked": 10,
+        "acked_lost": 2,
+        "eo_acked": 5,
+        "recover_s": 1.5,
+        "unavailable_s": 4.0,
+        "errors": {"x": 1},
+        "anomalies": [{"kind": "acked-lost"}, {"kind": "not-recovered"}],
+    }
     rows = table(
         [
             {"kind": "lossy", "verdict": verdict},
             {"kind": "lossy", "verdict": {**verdict, "acked_lost": 0, "recover_s": 3.0}},
-            {"kind": "kill-leader", "verdict": None},
+            {"kind": "kill-leader", "verdict": None, "status": "timeout"},
         ]
     )
     assert rows[2].startswith("| lossy | 2 | 20 | 2 in 1 |")
-    assert "| 3.0 | x 2 |" in rows[2]
+    assert "| 3.0 | 4.0 | not-recovered in 2 | x 2 |" in rows[2]
     assert rows[3].startswith("| kill-leader | 1 (1 without verdict) | 0 |")
+    assert "| timeout in 1 |" in rows[3]
