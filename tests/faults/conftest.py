@@ -5,12 +5,15 @@ nothing here touches the host's network and nothing outlives the round. Needs ro
 unshare, ip, iptables and tc: without them the rounds are skipped, unless ``$CI`` is set,
 where they fail saying what is missing. Results go to ``.faults/<session>/`` (git-ignored):
 per round its history, summary and server logs; for the session ``results.json`` and
-``results.md``, the table printed at the end of the run.
+``results.md``, the table printed at the end of the run. The newest ``FAULTS_KEEP`` (20)
+sessions are kept.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +43,10 @@ def fault_session_dir(pytestconfig: pytest.Config, fault_profile: Profile) -> It
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = RESULTS_DIR / f"{stamp}-{fault_profile.name}"
     path.mkdir(parents=True, exist_ok=True)
+    # Like pytest's own temp directories: the newest sessions stay (each a few MB of logs).
+    keep = int(os.environ.get("FAULTS_KEEP", "20"))
+    for old in sorted(p for p in RESULTS_DIR.iterdir() if p.is_dir())[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
     pytestconfig.stash[_SESSION_DIR] = path
     yield path
     summaries = pytestconfig.stash[_SUMMARIES]
