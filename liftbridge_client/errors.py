@@ -28,7 +28,8 @@ The tree::
     │   ├── IncorrectOffsetError             optimistic concurrency check failed
     │   ├── MessageTooLargeError
     │   ├── EncryptionFailedError
-    │   └── ReadonlyPartitionError
+    │   ├── ReadonlyPartitionError
+    │   └── PartitionPausedError             a NATS publish to a paused partition
     ├── SubscriptionEnded                    why the server ended a subscription
     │   ├── StopPositionReached
     │   ├── ReadonlyPartitionEnd
@@ -182,7 +183,22 @@ class EncryptionFailedError(PublishError):
 
 
 class ReadonlyPartitionError(PublishError):
-    """The partition is read-only."""
+    """The partition is read-only.
+
+    Over gRPC the server refuses the message; over NATS it drops it without an answer,
+    and the client raises this once the publish's ack wait ran out and the partition's
+    metadata says it is read-only (chained to the `AckTimeoutError`).
+    """
+
+
+class PartitionPausedError(PublishError):
+    """A NATS publish went to a paused partition: nobody received it.
+
+    A paused partition listens on NATS again only once it is resumed (a gRPC publish or
+    a subscribe resumes it; over gRPC this error never happens). Raised once the
+    publish's ack wait ran out and the metadata says the partition is paused, chained to
+    the `AckTimeoutError`.
+    """
 
 
 # ---------------------------------------------------------------- subscriptions

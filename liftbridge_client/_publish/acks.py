@@ -298,6 +298,9 @@ class Correlator:
         self._timers: dict[float, _Deadlines] = {}
         self._batch = CallbackBatch(self._loop)
         self.unknown_acks = 0
+        # Given each publish whose ack wait ran out, with its AckTimeoutError; True: it
+        # settles the future itself (later, with the cause: _publish.timeouts).
+        self.on_timeout: Callable[[AckFuture, AckTimeoutError], bool] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -492,11 +495,12 @@ class Correlator:
             queue.popleft()
             self._pop(fut.correlation_id)
             if not fut.done():
-                fut.set_exception(
-                    AckTimeoutError(
-                        f"no ack for correlation id {fut.correlation_id!r} within {timeout}s"
-                    )
+                exc = AckTimeoutError(
+                    f"no ack for correlation id {fut.correlation_id!r} within {timeout}s"
                 )
+                hook = self.on_timeout
+                if hook is None or not hook(fut, exc):
+                    fut.set_exception(exc)
         if queue:
             timer.handle = self._loop.call_at(queue[0]._deadline, self._expire_due, timeout)
         else:

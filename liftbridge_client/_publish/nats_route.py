@@ -6,11 +6,12 @@ client's ack inbox and a correlation id. The partition leader appends it and
 publishes an enveloped ``Ack`` to that inbox; `NatsPublisher` decodes it and
 hands it to the `Correlator` by ``Ack.correlationId``.
 
-What the server does NOT answer (the caller sees `AckTimeoutError` after the ack
-wait): a publish to a paused partition (nobody subscribes to its subject until
-it is resumed) or to a read-only one, and a publish on a subject no stream
-listens on. Error acks (``Ack.ackError``) come whatever the ack policy and are
-turned into typed errors by `ack_error`.
+What the server does NOT answer: a publish to a paused partition (nobody
+subscribes to its subject until it is resumed) or to a read-only one, and a
+publish on a subject no stream listens on. After the ack wait, `_publish.timeouts`
+asks the metadata which of these it was and raises the error that names it.
+Error acks (``Ack.ackError``) come whatever the ack policy and are turned into
+typed errors by `ack_error`.
 
 Undecodable messages on the inbox are dropped, counted in `undecodable_acks`
 and logged at debug level.

@@ -38,11 +38,14 @@ through a broker, the NATS path does not).
 Transports: ``ClientOptions.transport`` (None: NATS when the client has a NATS
 connection, else gRPC), overridden per call with ``transport=``.
 
-Silence from the server surfaces as `AckTimeoutError` after the ack wait (which
-counts from the call, queueing included): over NATS, a publish to a paused
-partition (it is only resumed by gRPC publishes and subscribes) or to a
-read-only one gets no ack at all. Over gRPC the server resumes a paused
-partition and refuses a read-only one (`ReadonlyPartitionError`). With ack
+Silence from the server surfaces after the ack wait (which counts from the call,
+queueing included): over NATS, a publish to a paused partition (it is only
+resumed by gRPC publishes and subscribes) or to a read-only one gets no ack at
+all, and `_publish.timeouts` then checks the partition's metadata, once per
+burst of timeouts, to raise `PartitionPausedError`, `ReadonlyPartitionError`,
+`NotFoundError` or `NotLeaderError`, else an `AckTimeoutError` that says what
+remains possible. Over gRPC the server resumes a paused partition and refuses a
+read-only one (`ReadonlyPartitionError`). With ack
 policy NONE nothing is ever acknowledged: the future resolves to None as soon
 as the message is written.
 """
@@ -91,6 +94,7 @@ from liftbridge_client._publish.grpc_route import (
 from liftbridge_client._publish.h2_route import H2PublishStream
 from liftbridge_client._publish.nats_route import NatsPublisher
 from liftbridge_client._publish.outages import OutageLog
+from liftbridge_client._publish.timeouts import TimeoutCheck
 from liftbridge_client._publish.wire import plain_publish_request
 from liftbridge_client._transport.grpc import BrokerPool
 from liftbridge_client._util import validate as _validate
@@ -141,6 +145,15 @@ class Publisher:
             if nats is not None
             else None
         )
+        # A NATS publish that gets no ack is silence, not an answer: ask the metadata why.
+        self._timeouts = TimeoutCheck(
+            refresh=metadata.refresh,
+            current=lambda: metadata.current,
+            spawn=tasks.spawn,
+            clock=self._loop.time,
+        )
+        if nats is not None:
+            self._correlator.on_timeout = self._timeouts.take
         self._transport = options.transport or (_NATS if nats is not None else Transport.GRPC)
         self._cid_prefix = secrets.token_hex(8) + "-"
         self._cid_counter = itertools.count(1)
@@ -917,6 +930,7 @@ class Publisher:
         )
         exc.__cause__ = cause
         failed = self._correlator.close(exc)
+        self._timeouts.close()
         if failed:
             log.info("close: %d publishes were still pending and failed: %s", failed, exc)
         self._queue.clear()

@@ -408,8 +408,10 @@ async def test_paused_partition_over_nats_times_out(
     stream = await new_stream(client, stream_names)
     await client.pause_stream(stream.name)
     started = time.monotonic()
-    with pytest.raises(errors.AckTimeoutError):
+    # The server says nothing; the client asks the metadata why and names it.
+    with pytest.raises(errors.PartitionPausedError, match="partition 0 is paused") as caught:
         await client.publish(stream.name, b"v", ack_wait=0.5, transport=Transport.NATS)
+    assert isinstance(caught.value.__cause__, errors.AckTimeoutError)
     assert 0.45 < time.monotonic() - started < 3
     # Over gRPC the server resumes the partition and stores the message.
     ack = await client.publish(stream.name, b"w", transport=Transport.GRPC)
@@ -422,11 +424,51 @@ async def test_readonly_partition(client: Client, stream_names: StreamNames) -> 
     stream = await new_stream(client, stream_names)
     await client.publish(stream.name, b"before")
     await client.set_stream_readonly(stream.name)
-    with pytest.raises(errors.AckTimeoutError):  # NATS: no ack at all
+    # NATS: no ack at all; the metadata says why, as gRPC would.
+    with pytest.raises(errors.ReadonlyPartitionError, match="read-only") as caught:
         await client.publish(stream.name, b"v", ack_wait=0.5, transport=Transport.NATS)
+    assert isinstance(caught.value.__cause__, errors.AckTimeoutError)
     with pytest.raises(errors.ReadonlyPartitionError):  # gRPC: refused
         await client.publish(stream.name, b"v", transport=Transport.GRPC)
     assert await newest_offset(client, stream.name) == 0
+
+
+async def test_nats_timeout_burst_is_checked_once(
+    client: Client, stream_names: StreamNames
+) -> None:
+    # 1000 publishes to a paused partition time out together: one metadata check names
+    # the cause for all of them, and its answer serves the next burst too.
+    stream = await new_stream(client, stream_names)
+    await client.pause_stream(stream.name)
+    publisher = client._require_open()
+    refreshes = 0
+    refresh = client._metadata.refresh
+
+    async def counting() -> Any:
+        nonlocal refreshes
+        refreshes += 1
+        return await refresh()
+
+    publisher._timeouts._refresh = counting
+    futs = [
+        client.publish_nowait(stream.name, b"%d" % i, ack_wait=0.5, transport=Transport.NATS)
+        for i in range(1000)
+    ]
+    outcomes = await asyncio.gather(*futs, return_exceptions=True)
+    assert all(isinstance(o, errors.PartitionPausedError) for o in outcomes), outcomes[:3]
+    assert refreshes == 1
+    with pytest.raises(errors.PartitionPausedError):
+        await client.publish(stream.name, b"late", ack_wait=0.2, transport=Transport.NATS)
+    assert refreshes == 1  # within the answer's lifetime: no second check
+
+
+async def test_nats_timeout_on_deleted_stream(client: Client, stream_names: StreamNames) -> None:
+    stream = await new_stream(client, stream_names)
+    await client.publish(stream.name, b"warm")  # metadata cached: NATS publishes go straight
+    await client.delete_stream(stream.name)
+    with pytest.raises(errors.NotFoundError, match="no longer exists") as caught:
+        await client.publish(stream.name, b"v", ack_wait=0.5, transport=Transport.NATS)
+    assert isinstance(caught.value.__cause__, errors.AckTimeoutError)
 
 
 @STREAMS

@@ -1,0 +1,173 @@
+"""Why a NATS publish got no ack: `_publish.timeouts` (the verdicts, and one check per burst)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from liftbridge_client import errors
+from liftbridge_client._publish.acks import AckFuture, Correlator
+from liftbridge_client._publish.timeouts import TimeoutCheck, diagnose
+from liftbridge_client._util.tasks import TaskSupervisor
+from liftbridge_client.models import Metadata, PartitionInfo, StreamInfo
+
+
+def _meta(
+    *, leader: str = "n1", paused: bool = False, readonly: bool = False, subject: str = "sub"
+) -> Metadata:
+    parts = {
+        pid: PartitionInfo(
+            stream="s",
+            id=pid,
+            leader=leader,
+            replicas=("n1",),
+            isr=("n1",),
+            paused=paused and pid == 1,
+            readonly=readonly and pid == 1,
+        )
+        for pid in (0, 1)
+    }
+    return Metadata(brokers=(), streams={"s": StreamInfo("s", subject, parts)})
+
+
+TIMEOUT = errors.AckTimeoutError("no ack for correlation id 'c' within 0.5s")
+
+
+@pytest.mark.parametrize(
+    ("after", "kind", "words"),
+    [
+        (_meta(readonly=True), errors.ReadonlyPartitionError, "partition 1 is read-only"),
+        (_meta(paused=True), errors.PartitionPausedError, "partition 1 is paused"),
+        (Metadata(brokers=(), streams={}), errors.NotFoundError, "no longer exists"),
+        (_meta(subject="other"), errors.NotFoundError, "now on subject 'other'"),
+        (_meta(leader=""), errors.NotLeaderError, "has no leader"),
+        (_meta(leader="n2"), errors.NotLeaderError, "moved from n1 to n2"),
+        (_meta(), errors.AckTimeoutError, "kept its leader n1"),
+    ],
+    ids=["readonly", "paused", "gone", "resubjected", "leaderless", "moved", "healthy"],
+)
+def test_diagnose_names_the_cause(
+    after: Metadata, kind: type[errors.LiftbridgeError], words: str
+) -> None:
+    result = diagnose(TIMEOUT, "s", "sub.1", _meta(), after)
+    assert type(result) is kind
+    assert words in str(result)
+    assert "'s'" in str(result)
+    assert result.__cause__ is TIMEOUT
+
+
+def test_readonly_wins_over_paused() -> None:
+    after = _meta(readonly=True, paused=True)
+    assert isinstance(diagnose(TIMEOUT, "s", "sub.1", after, after), errors.ReadonlyPartitionError)
+
+
+@pytest.fixture
+async def supervisor() -> AsyncIterator[TaskSupervisor]:
+    tasks = TaskSupervisor()
+    await tasks.start()
+    yield tasks
+    await tasks.aclose(1.0)
+
+
+class _Refresh:
+    def __init__(self, answer: Metadata | BaseException, delay: float = 0.05) -> None:
+        self.answer = answer
+        self.delay = delay
+        self.calls = 0
+
+    async def __call__(self) -> Metadata:
+        self.calls += 1
+        await asyncio.sleep(self.delay)
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+def _setup(
+    supervisor: TaskSupervisor, refresh: _Refresh, capacity: int = 2000
+) -> tuple[Correlator, TimeoutCheck]:
+    loop = asyncio.get_running_loop()
+    correlator = Correlator(capacity, loop=loop)
+    check = TimeoutCheck(refresh=refresh, current=_meta, spawn=supervisor.spawn, clock=loop.time)
+    correlator.on_timeout = check.take
+    return correlator, check
+
+
+def _send(correlator: Correlator, cid: str, timeout: float, *, nats: bool = True) -> AckFuture:
+    correlator.try_acquire()
+    fut = correlator.register(cid, timeout)
+    if nats:
+        fut.expect = ("s", "sub.1")
+    return fut
+
+
+async def test_a_burst_of_timeouts_costs_one_check(supervisor: TaskSupervisor) -> None:
+    refresh = _Refresh(_meta(paused=True))
+    correlator, check = _setup(supervisor, refresh)
+    futs = [_send(correlator, f"c{i}", 0.05) for i in range(1000)]
+    outcomes = await asyncio.gather(*futs, return_exceptions=True)
+    assert all(isinstance(o, errors.PartitionPausedError) for o in outcomes)
+    assert all(isinstance(o.__cause__, errors.AckTimeoutError) for o in outcomes)  # type: ignore[union-attr]
+    assert refresh.calls == 1
+    assert len(correlator) == 0  # the slots were freed at the timeout
+    assert correlator.held == 0
+    # The answer serves the next timeouts for a while: no second check.
+    with pytest.raises(errors.PartitionPausedError):
+        await _send(correlator, "late", 0.01)
+    assert refresh.calls == 1
+    assert check.checks == 1
+
+
+async def test_answer_expires(supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("liftbridge_client._publish.timeouts.TTL", 0.05)
+    refresh = _Refresh(_meta(readonly=True), delay=0.0)
+    correlator, _ = _setup(supervisor, refresh)
+    with pytest.raises(errors.ReadonlyPartitionError):
+        await _send(correlator, "a", 0.01)
+    await asyncio.sleep(0.1)
+    with pytest.raises(errors.ReadonlyPartitionError):
+        await _send(correlator, "b", 0.01)
+    assert refresh.calls == 2
+
+
+async def test_failed_check_keeps_the_timeout_and_says_why(supervisor: TaskSupervisor) -> None:
+    cause = errors.NoBrokerAvailableError("FetchMetadata: no broker reachable among ['x:1']")
+    correlator, _ = _setup(supervisor, _Refresh(cause))
+    with pytest.raises(errors.AckTimeoutError, match="checking the partition's state failed") as e:
+        await _send(correlator, "a", 0.01)
+    assert e.value.__cause__ is cause
+
+
+async def test_grpc_publishes_are_not_checked(supervisor: TaskSupervisor) -> None:
+    refresh = _Refresh(_meta(paused=True))
+    correlator, _ = _setup(supervisor, refresh)
+    with pytest.raises(errors.AckTimeoutError) as e:
+        await _send(correlator, "a", 0.01, nats=False)
+    assert type(e.value) is errors.AckTimeoutError
+    assert refresh.calls == 0
+
+
+async def test_close_settles_the_waiting(supervisor: TaskSupervisor) -> None:
+    refresh = _Refresh(_meta(paused=True), delay=10.0)
+    correlator, check = _setup(supervisor, refresh)
+    fut = _send(correlator, "a", 0.01)
+    await asyncio.sleep(0.05)
+    assert not fut.done()  # waiting for the check
+    check.close()
+    with pytest.raises(errors.AckTimeoutError):
+        await fut
+    # After close a timeout is plain again.
+    with pytest.raises(errors.AckTimeoutError):
+        await _send(correlator, "b", 0.01)
+    assert refresh.calls == 1
+
+
+async def test_cancelled_while_checked(supervisor: TaskSupervisor) -> None:
+    correlator, _ = _setup(supervisor, _Refresh(_meta(paused=True), delay=0.1))
+    fut = _send(correlator, "a", 0.01)
+    await asyncio.sleep(0.03)
+    fut.cancel()  # the caller gave up while the check ran: nothing breaks
+    await asyncio.sleep(0.15)
+    assert fut.cancelled()
