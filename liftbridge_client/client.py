@@ -29,8 +29,9 @@ from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._publish.acks import PublishFuture
 from liftbridge_client._publish.args import PublishOptions, SubjectOptions
 from liftbridge_client._publish.publisher import Publisher
+from liftbridge_client._transport import probe as _probe
 from liftbridge_client._transport.grpc import BrokerPool
-from liftbridge_client._transport.nats_connect import nats_security_args
+from liftbridge_client._transport.nats_connect import connect_nats, nats_security_args
 from liftbridge_client._util import validate as _validate
 from liftbridge_client._util.tasks import TaskSupervisor
 from liftbridge_client.activity import ACTIVITY_STREAM, ActivityStream
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Client"]
 
+_NATS = _probe.Protocol.NATS
+_GRPC = _probe.Protocol.GRPC
 _NATS_CLOSE_WAIT = 0.5  # seconds nats-py's close() gets before its socket is aborted
 
 
@@ -172,20 +175,41 @@ class Client:
             raise errors.ConnectionClosedError("client is closed")
         if self._publisher is not None:
             return
+        timeout = self._options.connect_timeout
         try:
             await self._tasks.start()
-            async with asyncio.timeout(self._options.connect_timeout):
+            async with asyncio.timeout(timeout):
                 await self._metadata.refresh()
                 if self._nats_servers:
-                    self._nats = await nats.connect(**self._nats_connect_args())
+                    self._nats = await connect_nats(self._nats_connect_args(), timeout)
         except TimeoutError as exc:
             await self._teardown(exc)
-            where = "NATS" if self._metadata.current.brokers else "the cluster"
+            # Name the cause the libraries do not: probe the addresses that failed.
+            nats_stage = bool(self._metadata.current.brokers)
+            findings = await (
+                _probe.explain([_probe.nats_address(s) for s in self._nats_servers], _NATS)
+                if nats_stage
+                else _probe.explain(self._seed_targets(), _GRPC)
+            )
+            where = "NATS" if nats_stage else "the cluster"
             seen = "; ".join(list(self._nats_errors)[-3:])
-            last = f" (NATS errors: {seen})" if seen else ""
+            why = f": {_probe.describe(findings)}" if findings else ""
+            last = f" (NATS errors: {seen})" if seen and not findings else ""
+            cause = findings[0].cause if findings and findings[0].cause else None
             raise errors.NoBrokerAvailableError(
-                f"could not connect to {where} within {self._options.connect_timeout}s{last}"
-            ) from (self._nats_error or exc)
+                f"could not connect to {where} within {timeout}s{why}{last}"
+            ) from (cause or self._nats_error or exc)
+        except errors.NoBrokerAvailableError as exc:
+            await self._teardown(exc)
+            if not isinstance(exc.__cause__, errors.ServerError):
+                raise  # connect_nats said why already
+            # Every seed failed at once; grpc-core's words rarely say why: look ourselves.
+            findings = await _probe.explain(self._seed_targets(), _GRPC)
+            if not findings:
+                raise
+            raise errors.NoBrokerAvailableError(f"{exc}: {_probe.describe(findings)}") from (
+                findings[0].cause or exc.__cause__
+            )
         except BaseException as exc:
             await self._teardown(exc)
             raise
@@ -198,6 +222,10 @@ class Client:
         )
         await self._publisher.start()
         self._metadata.start(self._tasks.spawn)
+
+    def _seed_targets(self) -> list[str]:
+        """The seed addresses as dialed (address overrides applied)."""
+        return [self._options.resolve(a) for a in self._metadata.seeds]
 
     def _nats_connect_args(self) -> dict[str, Any]:
         args: dict[str, Any] = {

@@ -54,6 +54,11 @@ class MetadataCache:
     def current(self) -> Metadata:
         return self._metadata
 
+    @property
+    def seeds(self) -> list[str]:
+        """The seed addresses the client was given (advertised form, overrides not applied)."""
+        return list(self._seeds)
+
     # ------------------------------------------------------------ fetching
 
     def addresses(self) -> list[str]:

@@ -3,18 +3,24 @@
 Secrets stay in files (nkey seeds, credentials files, TLS keys) or in the `NatsAuth` object;
 nothing here logs them. Problems found before dialing (a missing file, a key that does
 not load, the nkeys package missing) raise `InvalidInputError` naming the option.
+`connect_nats` dials, and says why when no server can be NATS.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib.util
 import ssl
 from typing import Any
 
-from liftbridge_client.errors import InvalidInputError
+import nats.aio.client
+
+from liftbridge_client._transport.probe import Protocol, describe, explain, nats_address
+from liftbridge_client.errors import InvalidInputError, NoBrokerAvailableError
 from liftbridge_client.options import ClientOptions, NatsAuth, TLSConfig
 
-__all__ = ["nats_security_args", "ssl_context"]
+__all__ = ["connect_nats", "nats_security_args", "ssl_context"]
 
 
 def ssl_context(tls: TLSConfig, name: str = "nats_tls") -> ssl.SSLContext:
@@ -68,3 +74,37 @@ def nats_security_args(options: ClientOptions) -> dict[str, Any]:
         if tls.server_name:
             args["tls_hostname"] = tls.server_name
     return args
+
+
+async def connect_nats(args: dict[str, Any], timeout: float) -> nats.aio.client.Client:
+    """``nats.connect(**args)``, failing at once when no server in ``args["servers"]`` can be
+    NATS (a host that does not resolve, another protocol on the port: `probe.explain`).
+
+    nats-py alone retries such an address until ``timeout`` runs out and then says
+    nothing about why. The probe runs beside the connect and costs nothing when NATS
+    answers first. `NoBrokerAvailableError` chained to the probe's cause.
+    """
+    servers: list[str] = list(args["servers"])
+    addresses = [nats_address(s) for s in servers]
+    nc = nats.aio.client.Client()
+    connecting = asyncio.ensure_future(nc.connect(**args))
+    probing = asyncio.ensure_future(explain(addresses, Protocol.NATS, timeout))
+    try:
+        await asyncio.wait({connecting, probing}, return_when=asyncio.FIRST_COMPLETED)
+        if not connecting.done():
+            findings = probing.result()
+            if len(findings) == len(addresses) and all(f.certain for f in findings):
+                connecting.cancel()
+                with contextlib.suppress(BaseException):
+                    await connecting
+                with contextlib.suppress(Exception):
+                    await nc.close()
+                raise NoBrokerAvailableError(
+                    f"could not connect to NATS at {servers}: {describe(findings)}"
+                ) from findings[0].cause
+        await connecting
+        return nc
+    finally:
+        for task in (connecting, probing):
+            if not task.done():
+                task.cancel()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -167,6 +168,25 @@ async def test_no_reachable_seed_fails_with_typed_error() -> None:
         await client.connect()
     with pytest.raises(errors.ConnectionClosedError):
         await client.fetch_metadata()
+
+
+async def test_connect_errors_name_the_wrong_port(liftbridge_server: Any) -> None:
+    # The node's NATS port given as a broker, its gRPC port given as a NATS server: each
+    # error says which port it looks like, at once (not after connect_timeout).
+    nats_address = liftbridge_server.nats_url.split("://", 1)[-1]
+    grpc_address = liftbridge_server.addresses[0]
+    opts = ClientOptions(connect_timeout=5.0, rpc_timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(errors.NoBrokerAvailableError, match="this looks like the NATS port"):
+        await Client([nats_address], options=opts).connect()
+    with pytest.raises(
+        errors.NoBrokerAvailableError, match="this looks like a Liftbridge gRPC port"
+    ) as info:
+        await Client(
+            liftbridge_server.addresses, nats_servers=[f"nats://{grpc_address}"], options=opts
+        ).connect()
+    assert isinstance(info.value.__cause__, errors.ProtocolError)
+    assert time.monotonic() - started < 3
 
 
 async def test_address_overrides_redirect_advertised_addresses(liftbridge_server: Any) -> None:
