@@ -105,6 +105,13 @@ def _check_brokers(brokers: object) -> list[str]:
     return addresses
 
 
+def _connection_loss(exc: BaseException) -> bool:
+    """nats-py's words for a lost connection (reported just before its disconnect)."""
+    return isinstance(
+        exc, nats.errors.UnexpectedEOF | nats.errors.StaleConnectionError | ConnectionError
+    )
+
+
 class Client:
     """An asyncio Liftbridge client.
 
@@ -245,19 +252,26 @@ class Client:
     # keep the last error so a failed connect can say why (auth, TLS, refused).
     async def _on_nats_error(self, exc: Exception) -> None:
         self._nats_error = exc
-        if self._publisher is None:  # still connecting: remember why, for the error
+        if self._publisher is None:
+            # Still connecting: the error connect() raises says why; a WARNING per attempt
+            # would only repeat it ahead of it.
             self._nats_errors[str(exc) or repr(exc)] = None
-        if self._closing or self._nats_down:
-            # Closing, or each failed reconnect attempt of an outage already warned about.
+            log.debug("NATS (connecting): %s", exc)
+        elif self._closing or self._nats_down or _connection_loss(exc):
+            # Closing; each failed reconnect attempt of an outage already warned about; or
+            # the loss itself, which nats-py reports here just before the disconnect: the
+            # one WARNING of the outage (below) names it.
             log.debug("NATS: %s", exc)
         else:
             log.warning("NATS: %s", exc)
 
     async def _on_nats_disconnected(self) -> None:
         # One line per outage (nats-py calls this once per lost connection); none when
-        # we close the connection ourselves.
-        if not self._closing and not self._nats_down:
-            log.warning("NATS connection lost; reconnecting (publishes are buffered)")
+        # we close the connection ourselves, or while still connecting.
+        if not self._closing and not self._nats_down and self._publisher is not None:
+            cause = self._nats_error
+            why = f" ({cause})" if cause is not None and _connection_loss(cause) else ""
+            log.warning("NATS connection lost%s; reconnecting (publishes are buffered)", why)
         self._nats_down = True
 
     async def _on_nats_reconnected(self) -> None:

@@ -4,6 +4,7 @@ The tree::
 
     LiftbridgeError
     ├── InvalidInputError (also ValueError)  rejected client-side, nothing was sent
+    ├── PartitionerError                     the user's partitioner raised; nothing was sent
     ├── ProtocolError                        bytes that do not decode
     │   ├── EnvelopeError
     │   │   ├── EnvelopeTooShortError
@@ -72,6 +73,14 @@ class LiftbridgeError(Exception):
 
 class InvalidInputError(LiftbridgeError, ValueError):
     """An argument was rejected before anything was sent to the server."""
+
+
+class PartitionerError(LiftbridgeError):
+    """The partitioner given to the client (or to the call) raised; nothing was sent.
+
+    Its exception is the ``__cause__``. (A partitioner that returns a partition the
+    stream does not have is an `InvalidInputError`.)
+    """
 
 
 # ---------------------------------------------------------------- wire

@@ -536,14 +536,22 @@ class Publisher:
         ):
             partition = 0  # what choose_partition gives: skip the call (the common case)
         else:
-            partition = choose_partition(
-                item.stream,
-                item.key,
-                item.value,
-                len(info.partitions),
-                partition=item.partition,
-                partitioner=item.partitioner,
-            )
+            try:
+                partition = choose_partition(
+                    item.stream,
+                    item.key,
+                    item.value,
+                    len(info.partitions),
+                    partition=item.partition,
+                    partitioner=item.partitioner,
+                )
+            except errors.LiftbridgeError:
+                raise
+            except Exception as exc:  # the user's code: say whose, keep its error as cause
+                raise errors.PartitionerError(
+                    f"partitioner {item.partitioner!r} raised {type(exc).__name__} for a "
+                    f"message to stream {item.stream!r}: {exc}"
+                ) from exc
         item.partition = partition
         if item.use_nats:
             assert self._nats_pub is not None

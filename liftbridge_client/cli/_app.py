@@ -151,11 +151,26 @@ def cli(ctx: click.Context, /, **kw: Any) -> None:
     kw["brokers"] = split_list(kw["brokers"])
     kw["nats_servers"] = split_list(kw["nats_servers"])
     ctx.obj = ConnectionSettings(**kw)
-    logging.basicConfig(
-        level=logging.DEBUG if kw["debug"] else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    if kw["debug"]:
+        logging.basicConfig(
+            level=logging.DEBUG,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+    else:
+        quiet_logging()
+
+
+def quiet_logging() -> None:
+    """No log records on stderr: a failure reaches the user as the one ``error:`` line.
+
+    Without a handler anywhere, Python prints WARNINGs through its last-resort handler
+    (nats-py's retries while connecting came out that way, ahead of the error they
+    caused). A NullHandler on the root logger stops that; ``--debug`` shows them all.
+    """
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(logging.NullHandler())
 
 
 def settings_of(ctx: click.Context) -> ConnectionSettings:

@@ -222,6 +222,15 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(liftbridge_server: De
     debug = run_cli(liftbridge_server, "--debug", "streams", "list", env=env)
     assert debug.returncode == 3
     assert "Traceback (most recent call last)" in debug.stderr
+    # NATS refusing: its reconnect attempts are log records, shown only with --debug; the
+    # error names the cause.
+    nats_env = {"LIFTBRIDGE_NATS_URL": f"nats://127.0.0.1:{dead}", "LIFTBRIDGE_TIMEOUT": "1"}
+    nats_down = run_cli(liftbridge_server, "publish", "s", "v", env=nats_env)
+    assert nats_down.returncode == 3, nats_down.stderr
+    assert nats_down.stderr.strip().splitlines() == [nats_down.stderr.strip()], nats_down.stderr
+    assert "connection refused" in nats_down.stderr
+    noisy = run_cli(liftbridge_server, "--debug", "publish", "s", "v", env=nats_env)
+    assert "Errno 111" in noisy.stderr
     unknown = run_cli(liftbridge_server, "server", "--server-version", "v0.1", "--port", "0")
     assert unknown.returncode == 1
     assert unknown.stderr.splitlines()[-1].startswith("error: unknown Liftbridge server version")

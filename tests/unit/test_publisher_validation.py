@@ -107,6 +107,22 @@ async def test_bad_input_is_rejected_before_sending(
     rig.assert_nothing_happened()
 
 
+@pytest.mark.parametrize("transport", [Transport.NATS, Transport.GRPC])
+async def test_a_partitioner_that_raises_gives_a_typed_error(
+    rig: Rig, transport: Transport
+) -> None:
+    def broken(stream: str, key: bytes | None, value: bytes, partitions: int) -> int:
+        raise RuntimeError("partitioner bug")
+
+    for call in the_three_ways(rig.publisher):
+        with pytest.raises(errors.PartitionerError, match="raised RuntimeError") as info:
+            await call("s", b"v", key=b"k", partitioner=broken, transport=transport)
+        assert isinstance(info.value.__cause__, RuntimeError)
+        assert "stream 's'" in str(info.value)
+    await asyncio.sleep(0)
+    rig.assert_nothing_happened()
+
+
 async def test_nats_requested_without_a_nats_connection() -> None:
     rig = await make_rig(with_nats=False, transport=Transport.NATS)
     try:
