@@ -1,9 +1,9 @@
 """mkdocs hooks for the docs site (mkdocs.yml ``hooks``).
 
-Pages link to files of the repository outside docs/ (``../examples/x.py``), which mkdocs
-reports as "not found" though they exist. mkdocs.yml lowers that report to info, and
-this hook warns instead for every relative link whose target does not exist on disk, so
-``--strict`` still fails on a broken link.
+Warns for every relative link of a page whose target does not exist on disk, so
+``--strict`` fails on it. mkdocs reports a link to a file outside docs/ as well (it
+exists in the clone but not on the site); tests/unit/test_docs_site.py also crawls the
+built site for links that 404.
 """
 
 from __future__ import annotations
