@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from liftbridge_client.testing._config import Setting
+from liftbridge_client.testing._config import Setting, StrPath
 from liftbridge_client.testing._probe import PROBE_STREAM_PREFIX
 from liftbridge_client.testing._tls import CLIENT_CN
 
@@ -57,8 +57,9 @@ class AuthzPolicy:
         ]
         return [f"p, {sub}, {obj}, {act}" for sub, obj, act in (*own, *self.rules)]
 
-    def settings(self, directory: Path) -> dict[str, Setting]:
+    def settings(self, directory: StrPath) -> dict[str, Setting]:
         """Write the model and policy files into ``directory``; the config keys to use."""
+        directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         model = directory / "authz_model.conf"
         policy = directory / "authz_policy.csv"

@@ -22,6 +22,10 @@ from types import MappingProxyType
 
 from liftbridge_client.testing._errors import ConfigError
 
+# A file or directory the harness is given: a str or any os.PathLike, as open() takes
+# (a plain str used to fail deep inside with AttributeError: no .mkdir).
+StrPath = str | os.PathLike[str]
+
 __all__ = [
     "ACTIVITY_STREAM_SETTINGS",
     "CLUSTER_SETTINGS",

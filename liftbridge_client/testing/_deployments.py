@@ -24,6 +24,7 @@ from liftbridge_client.testing._config import (
     NatsServerTLS,
     NodeConfig,
     Setting,
+    StrPath,
     default_log_level,
     nats_embedded_config,
     nats_url,
@@ -89,11 +90,12 @@ def _shutdown(groups: Sequence[Sequence[ServerProcess]], owned_dir: Path | None)
 class _LocalDeployment:
     """Shared lifecycle of deployments whose servers run here."""
 
-    def _setup_dir(self, base_dir: Path | None, prefix: str) -> Path:
+    def _setup_dir(self, base_dir: StrPath | None, prefix: str) -> Path:
         if base_dir is not None:
-            base_dir.mkdir(parents=True, exist_ok=True)
+            root = Path(base_dir)
+            root.mkdir(parents=True, exist_ok=True)
             self._owned_dir: Path | None = None
-            return base_dir
+            return root
         self._owned_dir = Path(tempfile.mkdtemp(prefix=prefix))
         return self._owned_dir
 
@@ -147,9 +149,9 @@ class SingleNode(SingleNodeTopology[LiftbridgeNode], _LocalDeployment):
     def __init__(
         self,
         *,
-        base_dir: Path | None = None,
+        base_dir: StrPath | None = None,
         settings: Mapping[str, Setting] | None = None,
-        binary: Path | None = None,
+        binary: StrPath | None = None,
         server_id: str = "n1",
         tls: ServerTLS | None = None,
         nats_credentials: tuple[str, str] | None = None,
@@ -263,9 +265,9 @@ class Cluster(ClusterTopology[LiftbridgeNode, NatsServer], _LocalDeployment):
         self,
         size: int = 3,
         *,
-        base_dir: Path | None = None,
+        base_dir: StrPath | None = None,
         settings: Mapping[str, Setting] | None = None,
-        binary: Path | None = None,
+        binary: StrPath | None = None,
         versions: str | Sequence[str] = LIFTBRIDGE_VERSION,
         log_level: str | None = None,
     ) -> None:
@@ -283,7 +285,10 @@ class Cluster(ClusterTopology[LiftbridgeNode, NatsServer], _LocalDeployment):
         if binary is not None and len(set(self.versions)) > 1:
             raise ConfigError("binary= runs one binary everywhere; it cannot mix versions")
         root = self._setup_dir(base_dir, "liftbridge-cluster-")
-        binaries = {v: binary or liftbridge_binary(v) for v in dict.fromkeys(self.versions)}
+        binaries = {
+            v: Path(binary) if binary is not None else liftbridge_binary(v)
+            for v in dict.fromkeys(self.versions)
+        }
         self.namespace = _namespace()
         # All ports at once: picked separately, NATS and a node could get the same one.
         nats_port, *ports = free_ports(size + 1)

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from liftbridge_client.testing._config import StrPath
 from liftbridge_client.testing._errors import HarnessError
 
 __all__ = ["NkeyUser", "OperatorSetup", "make_nkey_user", "make_operator_setup"]
@@ -22,7 +23,7 @@ class NkeyUser:
     public_key: str
 
 
-def make_nkey_user(directory: Path, name: str = "user") -> NkeyUser:
+def make_nkey_user(directory: StrPath, name: str = "user") -> NkeyUser:
     """Write a fresh user seed to ``directory/<name>.nk`` (mode 0600) and return the pair."""
     try:
         import nkeys  # type: ignore[import-untyped]
@@ -30,6 +31,7 @@ def make_nkey_user(directory: Path, name: str = "user") -> NkeyUser:
         raise HarnessError("nkey users need the nkeys package (pip install nkeys)") from exc
     seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
     public = nkeys.from_seed(bytearray(seed)).public_key.decode()
+    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.nk"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -87,7 +89,7 @@ def _keypair(prefix: int) -> object:
     return nkeys.from_seed(bytearray(nkeys.encode_seed(os.urandom(32), prefix)))
 
 
-def make_operator_setup(directory: Path, name: str = "user") -> OperatorSetup:
+def make_operator_setup(directory: StrPath, name: str = "user") -> OperatorSetup:
     """Make an operator, an account and a user; write the user's creds file."""
     try:
         import nkeys
@@ -134,6 +136,7 @@ def make_operator_setup(directory: Path, name: str = "user") -> OperatorSetup:
         account,
     )
     seed = user.seed.decode()  # type: ignore[attr-defined]
+    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     creds = directory / f"{name}.creds"
     fd = os.open(creds, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -21,6 +21,7 @@ import grpc
 from liftbridge_client.testing._config import (
     LOOPBACK,
     NodeConfig,
+    StrPath,
     check_loopback,
     nats_server_argv,
     nats_url,
@@ -120,10 +121,10 @@ class NatsServer(_Server):
 
     def __init__(
         self,
-        workdir: Path,
+        workdir: StrPath,
         *,
         port: int | None = None,
-        binary: Path | None = None,
+        binary: StrPath | None = None,
         config: str | None = None,
         host: str = LOOPBACK,
     ):
@@ -134,10 +135,12 @@ class NatsServer(_Server):
         so ``config`` may not set ``listen``, ``host``, ``net`` or ``port``. ``host`` is
         the loopback address to bind (127.0.0.0/8 only).
         """
-        self.workdir = workdir
+        self.workdir = workdir = Path(workdir)
         self.host = check_loopback(host)
         self.port = port if port is not None else free_ports(1)[0]
-        argv = nats_server_argv(binary or nats_server_binary(), self.port, self.host)
+        argv = nats_server_argv(
+            Path(binary) if binary is not None else nats_server_binary(), self.port, self.host
+        )
         if config is not None:
             for line in config.splitlines():
                 key = line.strip().split(":", 1)[0].split("=", 1)[0].strip().lower()
@@ -202,9 +205,9 @@ class LiftbridgeNode(_Server):
     def __init__(
         self,
         config: NodeConfig,
-        workdir: Path,
+        workdir: StrPath,
         *,
-        binary: Path | None = None,
+        binary: StrPath | None = None,
         probe_credentials: grpc.ChannelCredentials | None = None,
         version: str = LIFTBRIDGE_VERSION,
     ):
@@ -219,11 +222,11 @@ class LiftbridgeNode(_Server):
             config = dataclasses.replace(config, telemetry_off=True)
         self.config = config
         self.probe_credentials = probe_credentials
-        self.workdir = workdir
+        self.workdir = workdir = Path(workdir)
         self.config_path = workdir / "config.yaml"
         workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(config.render())
-        self.binary = binary or liftbridge_binary(self.version)
+        self.binary = Path(binary) if binary is not None else liftbridge_binary(self.version)
         argv = [str(self.binary), "-c", str(self.config_path)]
         self.process = ServerProcess(f"liftbridge:{config.server_id}", argv, workdir / "server.log")
 
@@ -270,7 +273,7 @@ class LiftbridgeNode(_Server):
         self.stop()
         return self.start(wait=wait, timeout=timeout)
 
-    def switch_version(self, version: str, *, binary: Path | None = None) -> None:
+    def switch_version(self, version: str, *, binary: StrPath | None = None) -> None:
         """Run ``version`` from the next start on, with the same id, ports and data (an
         upgrade or downgrade in place). The node must be stopped; its config is rewritten
         (telemetry off for builds that need it, the key dropped for releases)."""
@@ -281,7 +284,7 @@ class LiftbridgeNode(_Server):
             self.config, telemetry_off=needs_telemetry_off(self.version)
         )
         self.config_path.write_text(self.config.render())
-        self.binary = binary or liftbridge_binary(self.version)
+        self.binary = Path(binary) if binary is not None else liftbridge_binary(self.version)
         self.process.argv = [str(self.binary), "-c", str(self.config_path)]
 
     def wait_ready(self, timeout: float = _NODE_START_TIMEOUT) -> None:

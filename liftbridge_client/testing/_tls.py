@@ -15,6 +15,7 @@ from pathlib import Path
 
 import grpc
 
+from liftbridge_client.testing._config import StrPath
 from liftbridge_client.testing._errors import HarnessError
 
 __all__ = ["ServerTLS", "TestPKI", "make_pki"]
@@ -74,8 +75,9 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise HarnessError(f"openssl {args[0]} failed: {result.stderr.strip()}")
 
 
-def make_pki(directory: Path, *, days: int = 2) -> TestPKI:
+def make_pki(directory: StrPath, *, days: int = 2) -> TestPKI:
     """Write a CA, a server (127.0.0.1, localhost) and a client certificate into ``directory``."""
+    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     d = directory
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
