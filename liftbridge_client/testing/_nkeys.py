@@ -28,7 +28,9 @@ def make_nkey_user(directory: StrPath, name: str = "user") -> NkeyUser:
     try:
         import nkeys  # type: ignore[import-untyped]
     except ImportError as exc:  # pragma: no cover - a dev dependency
-        raise HarnessError("nkey users need the nkeys package (pip install nkeys)") from exc
+        raise HarnessError(
+            "nkey users need the nkeys package: pip install 'liftbridge-client[testing]'"
+        ) from exc
     seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
     public = nkeys.from_seed(bytearray(seed)).public_key.decode()
     directory = Path(directory)
@@ -94,7 +96,9 @@ def make_operator_setup(directory: StrPath, name: str = "user") -> OperatorSetup
     try:
         import nkeys
     except ImportError as exc:  # pragma: no cover - a dev dependency
-        raise HarnessError("operator mode needs the nkeys package (pip install nkeys)") from exc
+        raise HarnessError(
+            "operator mode needs the nkeys package: pip install 'liftbridge-client[testing]'"
+        ) from exc
     operator = _keypair(nkeys.PREFIX_BYTE_OPERATOR)
     account = _keypair(nkeys.PREFIX_BYTE_ACCOUNT)
     user = _keypair(nkeys.PREFIX_BYTE_USER)

