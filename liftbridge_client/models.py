@@ -230,7 +230,14 @@ class PublishStats:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """A message read from a stream partition."""
+    """A message read from a stream partition.
+
+    ``headers`` are the headers the publisher set. The server adds two of its own to
+    every message it stores, ``subject`` (the NATS subject it came in on, also in
+    ``subject``) and ``reply`` (its NATS reply subject, also in ``reply_subject``);
+    ``headers`` leaves them out, `raw_headers` keeps them. The server overwrites headers
+    a publisher named ``subject`` or ``reply``: do not use those names.
+    """
 
     stream: str
     partition: int
@@ -246,6 +253,13 @@ class Message:
     def timestamp(self) -> datetime:
         return _ns_to_datetime(self.timestamp_ns)
 
+    @property
+    def raw_headers(self) -> Mapping[str, bytes]:
+        """Every header as the server stored it: ``headers`` plus the server's
+        ``subject`` and ``reply`` (read-only)."""
+        headers = self.headers
+        return headers.raw() if type(headers) is _LazyHeaders else headers
+
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return reduce_read_only(self)
 
@@ -255,7 +269,7 @@ def reduce_read_only(obj: Any) -> tuple[Any, tuple[Any, ...]]:
     and deep copies: a read-only view (``MappingProxyType``, a received message's lazy
     headers) cannot be pickled, so it travels as a dict and comes back read-only."""
     values = tuple(
-        dict(v) if isinstance(v, MappingProxyType | _LazyHeaders) else v
+        dict(v) if isinstance(v, MappingProxyType) else v  # _LazyHeaders pickle themselves
         for v in (getattr(obj, f.name) for f in fields(obj))
     )
     return _restore_read_only, (type(obj), values)
@@ -401,8 +415,7 @@ _ACK_POLICIES: dict[int, AckPolicy] = {p.value: p for p in AckPolicy}
 
 def message_from_proto(pb: api_pb2.Message) -> Message:
     # On the subscribe hot path: positional arguments (in field order) cost less than
-    # keywords, and the read-only headers view is built only when there are headers.
-    headers = pb.headers
+    # keywords, and the headers are filtered only when there are headers.
     return Message(
         pb.stream,
         pb.partition,
@@ -412,31 +425,80 @@ def message_from_proto(pb: api_pb2.Message) -> Message:
         pb.timestamp,
         pb.subject,
         pb.replySubject,
-        MappingProxyType(dict(headers)) if headers else _EMPTY,
+        _LazyHeaders.copied(pb) if pb.headers else _EMPTY,
     )
 
 
 class _LazyHeaders(Mapping[str, bytes]):
-    """A message's headers, copied out of its protobuf on first use.
+    """A message's headers without the server's own, copied out of its protobuf on first use.
 
     The server adds ``subject`` and ``reply`` headers to every stored message, so a
     subscriber would otherwise copy a map per message that most readers never look at.
-    Only for a protobuf nobody changes afterwards (`owned_message_from_proto`).
+    The first read copies the map and takes out ``subject`` and ``reply`` where they
+    hold the message's subject and reply subject (kept aside for `raw`): the server's
+    (it overwrites a publisher's headers of those names). Holding the protobuf until
+    then, not its fields, keeps the subscribe hot path at one object per message. Only
+    for a protobuf nobody changes afterwards (`owned_message_from_proto`).
     """
 
-    __slots__ = ("_dict", "_pb")
+    __slots__ = ("_dict", "_pb", "_server")
 
-    def __init__(self, pb: Mapping[str, bytes]) -> None:
-        self._pb: Mapping[str, bytes] | None = pb
+    def __init__(self, pb: api_pb2.Message) -> None:
+        self._pb: api_pb2.Message | None = pb
         self._dict: dict[str, bytes] | None = None
+        # The server's subject and reply headers once filtered out (None: there was none).
+        self._server: tuple[bytes | None, bytes | None] = (None, None)
+
+    @classmethod
+    def copied(cls, pb: api_pb2.Message) -> _LazyHeaders:
+        """Filtered now, from a protobuf the caller may change afterwards."""
+        headers = cls(pb)
+        headers._get()
+        return headers
+
+    @classmethod
+    def _restore(
+        cls, filtered: dict[str, bytes], server: tuple[bytes | None, bytes | None]
+    ) -> _LazyHeaders:
+        headers = cls.__new__(cls)
+        headers._pb = None
+        headers._dict = filtered
+        headers._server = server
+        return headers
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _LazyHeaders._restore, (self._get(), self._server)
 
     def _get(self) -> dict[str, bytes]:
         d = self._dict
         if d is None:
-            assert self._pb is not None
-            d = self._dict = dict(self._pb)
+            pb = self._pb
+            assert pb is not None
+            d = dict(pb.headers)
+            # Take both out (two pops cost less than a copy), put back what is not the
+            # server's; raw() puts them together again, when someone asks.
+            subject = d.pop("subject", None)
+            reply = d.pop("reply", None)
+            if subject is not None and subject != pb.subject.encode():
+                d["subject"] = subject
+                subject = None
+            if reply is not None and reply != pb.replySubject.encode():
+                d["reply"] = reply
+                reply = None
+            self._server = (subject, reply)
+            self._dict = d
             self._pb = None
         return d
+
+    def raw(self) -> Mapping[str, bytes]:
+        """Every header, the server's included (read-only)."""
+        raw = dict(self._get())
+        subject, reply = self._server
+        if subject is not None:
+            raw["subject"] = subject
+        if reply is not None:
+            raw["reply"] = reply
+        return MappingProxyType(raw)
 
     def __getitem__(self, key: str) -> bytes:
         return self._get()[key]
@@ -471,7 +533,7 @@ def owned_message_from_proto(pb: api_pb2.Message) -> Message:
     _set_timestamp_ns(msg, pb.timestamp)
     _set_subject(msg, pb.subject)
     _set_reply_subject(msg, pb.replySubject)
-    _set_headers(msg, _LazyHeaders(headers) if headers else _EMPTY)
+    _set_headers(msg, _LazyHeaders(pb) if headers else _EMPTY)
     return msg
 
 

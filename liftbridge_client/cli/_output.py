@@ -84,6 +84,9 @@ def message_dict(msg: Message) -> dict[str, Any]:
         "subject": msg.subject,
         **_bytes_fields("key", msg.key),
         **_bytes_fields("value", msg.value),
+        # The NATS reply subject, only when the message has one (a plain NATS publish with
+        # a reply); the server's "reply" header said the same and is left out of headers.
+        **({"reply_subject": msg.reply_subject} if msg.reply_subject else {}),
         "headers": headers,
     }
 

@@ -16,7 +16,7 @@ import nats.aio.client
 import nats.aio.msg
 import pytest
 
-from liftbridge_client import Client, StartPosition, StopPosition, envelope, errors
+from liftbridge_client import Client, StartPosition, StopPosition, Transport, envelope, errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import Message
 from liftbridge_client.testing import StreamNames
@@ -118,6 +118,28 @@ async def test_plain_nats_message_is_stored_with_its_raw_bytes(
     (message,) = await read_all(client, name)
     assert message.value == b"not an envelope"
     assert message.key == b""
-    # The server records the NATS subject and reply as headers of a plain message.
-    assert message.headers.get("subject") == subject.encode()
-    assert message.headers.get("reply") == b"some.reply"
+    # The server records the NATS subject and reply as headers too: kept in raw_headers,
+    # not repeated in headers beside the fields.
+    assert message.subject == subject
+    assert message.reply_subject == "some.reply"
+    assert message.headers == {}
+    assert message.raw_headers == {"subject": subject.encode(), "reply": b"some.reply"}
+
+
+async def test_server_headers_are_not_repeated_and_overwrite_the_publishers(
+    liftbridge_server: Any, stream_names: StreamNames
+) -> None:
+    name, subject = stream_names("headers")
+    async with Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url]
+    ) as client:
+        await client.create_stream(subject, name)
+        mine = {"subject": b"mine", "reply": b"also mine", "x": b"1"}
+        for transport in (Transport.NATS, Transport.GRPC):
+            await client.publish(name, b"v", headers=mine, transport=transport)
+        messages = await read_all(client, name)
+    assert len(messages) == 2
+    for message in messages:
+        # The server replaced the publisher's subject and reply headers with its own.
+        assert message.headers == {"x": b"1"}
+        assert message.raw_headers == {"x": b"1", "subject": subject.encode(), "reply": b""}

@@ -47,3 +47,9 @@ def test_example_runs(script: Path, liftbridge_server: Any) -> None:
     )
     assert result.returncode == 0, f"{script.name} failed:\n{result.stdout}\n{result.stderr}"
     assert result.stdout.strip(), f"{script.name} printed nothing"
+    if script.stem == "quickstart":
+        # The first output a user sees (docs/quickstart.md shows it): the publisher's
+        # headers only, not the server's subject and reply repeated.
+        lines = result.stdout.splitlines()
+        assert "  offset 0: b'hello over NATS' headers={}" in lines, result.stdout
+        assert "  offset 1: b'hello over gRPC' headers={'via': b'grpc'}" in lines, result.stdout

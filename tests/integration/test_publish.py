@@ -220,6 +220,7 @@ async def test_headers_and_key_round_trip(
         assert msg.headers[name] == value
     # The server adds "subject" (and "reply") on every message it stores.
     assert msg.headers["subject"] == stream.subject.encode()
+    assert msg.headers["reply"] == b""
 
 
 @STREAMS

@@ -163,12 +163,19 @@ def test_ack_partition_from_its_subjects(base: str, msg: str, partition: int) ->
 
 
 def test_owned_conversion_reads_headers_lazily_and_equals_the_copying_one() -> None:
-    pb = api_pb2.Message(stream="s", offset=3, value=b"v", headers={"subject": b"a", "reply": b""})
+    pb = api_pb2.Message(
+        stream="s", offset=3, value=b"v", subject="a", headers={"subject": b"a", "reply": b""}
+    )
     owned = owned_message_from_proto(pb)
     assert owned == message_from_proto(pb)
-    assert dict(owned.headers) == {"subject": b"a", "reply": b""}
-    assert "subject" in owned.headers
-    assert len(owned.headers) == 2
+    assert dict(owned.headers) == {}  # both the server's: fields of the message
+    assert owned.raw_headers == {"subject": b"a", "reply": b""}
+    assert message_from_proto(pb).raw_headers == {"subject": b"a", "reply": b""}
+    pb = api_pb2.Message(stream="s", value=b"v", subject="a", headers={"subject": b"a", "h": b"1"})
+    owned = owned_message_from_proto(pb)
+    assert dict(owned.headers) == {"h": b"1"}
+    assert "subject" not in owned.headers
+    assert len(owned.headers) == 1
     assert repr(owned.headers) == repr(dict(owned.headers))
     with pytest.raises(TypeError):
         owned.headers["x"] = b"y"  # type: ignore[index]
@@ -294,7 +301,37 @@ def test_models_pickle_and_copy_and_stay_read_only() -> None:
     with pytest.raises(TypeError):
         again_md.streams["s"].partitions[5] = md.streams["s"].partitions[0]
     again_msg = pickle.loads(pickle.dumps(owned_message_from_proto(pb)))
-    assert dict(again_msg.headers) == {"subject": b"a"}
+    assert dict(again_msg.headers) == {"subject": b"a"}  # not the message's subject: kept
+    server = api_pb2.Message(stream="s", subject="a", headers={"subject": b"a", "h": b"1"})
+    again_msg = pickle.loads(pickle.dumps(owned_message_from_proto(server)))
+    assert again_msg.headers == {"h": b"1"}
+    assert again_msg.raw_headers == {"subject": b"a", "h": b"1"}
     with pytest.raises(TypeError):
         again_msg.headers["x"] = b"y"
     assert pickle.loads(pickle.dumps(features)).enabled == features.enabled
+
+
+@pytest.mark.parametrize("owned", [True, False], ids=["owned", "copied"])
+def test_only_the_servers_subject_and_reply_headers_are_left_out(owned: bool) -> None:
+    convert = owned_message_from_proto if owned else message_from_proto
+    cases = [
+        # (subject, reply subject, stored headers) -> headers
+        (("a", "", {"subject": b"a", "reply": b""}), {}),
+        (("a", "r", {"subject": b"a", "reply": b"r", "k": b"v"}), {"k": b"v"}),
+        # Not the message's subject or reply: a publisher's, kept (an older server, say).
+        (("a", "", {"subject": b"b", "reply": b"x"}), {"subject": b"b", "reply": b"x"}),
+        (("a", "", {"k": b"v"}), {"k": b"v"}),
+        (("a", "", {}), {}),
+    ]
+    for (subject, reply, stored), headers in cases:
+        pb = api_pb2.Message(stream="s", subject=subject, replySubject=reply, headers=stored)
+        msg = convert(pb)
+        assert dict(msg.headers) == headers
+        assert dict(msg.raw_headers) == stored
+        with pytest.raises(TypeError):
+            msg.raw_headers["x"] = b"y"  # type: ignore[index]
+
+
+def test_raw_headers_of_a_message_made_by_hand() -> None:
+    msg = Message("s", 0, 1, b"v", headers={"subject": b"x"})
+    assert msg.raw_headers is msg.headers
