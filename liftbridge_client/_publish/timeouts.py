@@ -43,9 +43,10 @@ CHECK_TIMEOUT = 2.0  # bound on the metadata check (the caller waits for it)
 
 # What an ack timeout over NATS may still mean once the partition looks healthy.
 _REMAINING = (
-    "partition {pid} of stream {stream!r} exists, is writable, not paused and kept its "
-    "leader {leader}, so the message or its ack was lost on the way (NATS permissions, a "
-    "NATS outage, the leader overloaded), or ack_wait is too short for the load"
+    "partition {pid} of stream {stream!r} exists, is writable, not paused, and its leader "
+    "{leader} is the one the client knew, so the message or its ack was lost on the way "
+    "(NATS permissions, a NATS outage, the leader overloaded), or ack_wait is too short for "
+    "the load"
 )
 
 

@@ -44,7 +44,7 @@ TIMEOUT = errors.AckTimeoutError("no ack for correlation id 'c' within 0.5s")
         (_meta(subject="other"), errors.NotFoundError, "now on subject 'other'"),
         (_meta(leader=""), errors.NotLeaderError, "has no leader"),
         (_meta(leader="n2"), errors.NotLeaderError, "moved from n1 to n2"),
-        (_meta(), errors.AckTimeoutError, "kept its leader n1"),
+        (_meta(), errors.AckTimeoutError, "its leader n1 is the one the client knew"),
     ],
     ids=["readonly", "paused", "gone", "resubjected", "leaderless", "moved", "healthy"],
 )
