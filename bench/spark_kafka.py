@@ -119,6 +119,18 @@ ROWS: tuple[Row, ...] = (
     Row("idempotent write, NATS", "write", "write_idempotent", "vs Kafka's plain sink"),
     Row("exactlyOnce write, NATS", "write", "write_exactly_once", "vs Kafka's plain sink"),
     Row(
+        "plain write, NATS, `packRows=1000`",
+        "write",
+        "write_packed",
+        "vs Kafka's plain sink; readers must unpack",
+    ),
+    Row(
+        "exactlyOnce write, NATS, `packRows=1000`",
+        "write",
+        "write_exactly_once_packed",
+        "vs Kafka's plain sink; readers must unpack",
+    ),
+    Row(
         "client `send()` pipelined, NATS (no Spark)",
         None,
         "client_publish",
@@ -134,8 +146,12 @@ LIFTBRIDGE_WRITES = (
     "write_nats",
     "write_idempotent",
     "write_exactly_once",
+    "write_packed",
+    "write_exactly_once_packed",
     "client_publish",
 )
+PACK_ROWS = 1000  # rows per Liftbridge message on the packed paths
+
 # The goal of issue 23: the sink against this client's own pipelined publish.
 OWN_PUBLISH = "client_publish"
 OWN_PUBLISH_ROWS = ("write_grpc", "write_nats", "write_idempotent", "write_exactly_once")
@@ -760,21 +776,26 @@ class Run:
             options = {"idempotent": "true", "writeId": f"bench-{uuid.uuid4().hex}"}
         elif path == "write_exactly_once":
             options = {"exactlyOnce": "true"}
+        elif path == "write_packed":
+            options = {"packRows": str(PACK_ROWS)}
+        elif path == "write_exactly_once_packed":
+            options = {"exactlyOnce": "true", "packRows": str(PACK_ROWS)}
+        committed = path in ("write_exactly_once", "write_exactly_once_packed")
 
         def write() -> Callable[[], str | None]:
             self.liftbridge_sink(self.data, stream, nats=path != "write_grpc", **options)
-            if path == "write_exactly_once":
+            if committed or path == "write_packed":  # rows, as the source unpacks them
                 return lambda: _expect(
                     int(
                         self.spark.read.format("liftbridge")
                         .option("brokers", self.address)
                         .option("stream", stream)
-                        .option("isolation", "read_committed")
+                        .option("isolation", "read_committed" if committed else "read_uncommitted")
                         .load()
                         .count()
                     ),
                     rows,
-                    "rows read committed",
+                    "rows read back",
                 )
             return lambda: _expect(self.stored(stream, partitions), rows, "messages stored")
 

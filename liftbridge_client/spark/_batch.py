@@ -173,7 +173,9 @@ def write_task(
         assert stream is not None  # the idempotent mode needs the option (checked with it)
 
         context = TaskContext.get()
-        attempt = context.attemptNumber() if context is not None else 0
+        # Not attemptNumber(): it starts at 0 again in a new stage attempt (a failed
+        # shuffle read re-runs the stage), whose tasks must still wait for the old ones.
+        attempt = context.taskAttemptId() if context is not None else 0
 
         def guard_for(client: Client) -> SinkGuard:
             return WriteGuard(

@@ -18,11 +18,15 @@ must be >= 1 on the servers):
 - ``from`` (per Spark partition, on every target partition): where the partition ended
   when the task's first attempt began, written before ``started``.
 - ``started`` (per Spark partition, on partition 0): the batch whose first attempt began.
-- ``ended<n>`` (per Spark partition and attempt number, on partition 0): -1 while attempt
-  ``n`` runs, the batch id once it can publish nothing more. An attempt that failed
-  upstream of the writer keeps publishing its (truncated) input after Spark has started
-  the retry; the retry waits for it to end (up to ``deliveryTimeoutMs``) before it scans,
-  or the scan misses rows that land after it and the retry publishes them again.
+- ``owner``, ``beat`` and ``ended`` (per Spark partition, on partition 0): the task
+  attempt (Spark's ``taskAttemptId``, unique in the application) that started last, a
+  heartbeat it bumps after each chunk, and the last attempt that ended. An attempt that
+  failed upstream of the writer keeps publishing its (cut-short) input after Spark has
+  started the retry, possibly in a new stage attempt; the retry waits for the previous
+  owner to end before it scans (or the scan misses rows that land after it, and the retry
+  publishes them again). A previous owner whose heartbeat stops for ``ackTimeoutMs`` plus
+  a margin is taken as dead (its executor was lost); the wait never exceeds
+  ``deliveryTimeoutMs``.
 
 A task whose batch was started but is not done (an earlier attempt failed, or the driver
 died mid-batch) reads each partition from ``from`` to its end, collects the ``lbspark-id``
@@ -138,10 +142,11 @@ class WriteGuard:
         self._client = client
         self._stream = stream
         self._identity = identity
-        self._attempt = attempt
+        self._attempt = attempt  # Spark's taskAttemptId: unique within the application
         self._timeout = timeout
         self._wait_for_earlier = wait_for_earlier
-        self._running = False  # this attempt's ``ended`` cursor says it runs
+        self._owner = False  # this attempt set the ``owner`` cursor
+        self._beats = 0
         self._published: set[str] = set()  # ids earlier attempts published
         self._seen: dict[bytes, int] = {}  # row digests met so far, for occurrence numbers
 
@@ -160,8 +165,9 @@ class WriteGuard:
     async def prepare(self) -> bool:
         """True when an earlier attempt published everything; else find what it did."""
         ident = self._identity
-        await self._set(ident.cursor(f"ended{self._attempt}"), -1)
-        self._running = True
+        previous = await self._fetch(ident.cursor("owner"))
+        await self._set(ident.cursor("owner"), self._attempt)
+        self._owner = True
         if await self._fetch(ident.done_cursor) >= ident.batch_id:
             log.info("%s: the batch was committed before; skipping", ident.tag)
             return True
@@ -171,7 +177,8 @@ class WriteGuard:
             raise errors.NotFoundError(f"option 'stream': no stream named {self._stream}")
         partitions = sorted(info.partitions)
         if await self._fetch(ident.cursor("started")) == ident.batch_id:
-            await self._wait_for_earlier_attempts()
+            if previous not in (-1, self._attempt):
+                await self._wait_for_end_of(previous)
             self._published = await self._find_published(partitions)
             return False
         for p in partitions:
@@ -180,29 +187,38 @@ class WriteGuard:
         await self._set(ident.cursor("started"), ident.batch_id)
         return False
 
-    async def _wait_for_earlier_attempts(self) -> None:
-        """Until every earlier attempt of this run has ended (bounded: an attempt whose
-        process was killed never says so, and publishes nothing more either)."""
+    async def _wait_for_end_of(self, previous: int) -> None:
+        """Until the previous attempt has ended, its heartbeat has stopped (its process is
+        gone), or ``deliveryTimeoutMs`` passed."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._wait_for_earlier
-        for attempt in range(self._attempt):
-            cursor = self._identity.cursor(f"ended{attempt}")
-            while await self._fetch(cursor) == -1:
-                if loop.time() >= deadline:
-                    log.warning(
-                        "%s: attempt %d did not say it ended within %.0f s: scanning anyway",
-                        self._identity.tag,
-                        attempt,
-                        self._wait_for_earlier,
-                    )
-                    return
-                await asyncio.sleep(0.2)
+        start = loop.time()
+        idle_limit = self._timeout + 5.0  # it may wait up to ackTimeoutMs between beats
+        beat, beat_at = await self._fetch(self._identity.cursor("beat")), start
+        while await self._fetch(self._identity.cursor("ended")) != previous:
+            now = loop.time()
+            latest = await self._fetch(self._identity.cursor("beat"))
+            if latest != beat:
+                beat, beat_at = latest, now
+            if now - beat_at >= idle_limit or now - start >= self._wait_for_earlier:
+                log.warning(
+                    "%s: the previous attempt (%d) did not end within %.0f s: scanning anyway",
+                    self._identity.tag,
+                    previous,
+                    now - start,
+                )
+                return
+            await asyncio.sleep(0.2)
+
+    async def beat(self) -> None:
+        """After a chunk: this attempt is alive (a retry waiting for it keeps waiting)."""
+        self._beats += 1
+        await self._set(self._identity.cursor("beat"), self._attempt * 1_000_000 + self._beats)
 
     async def close(self) -> None:
         """This attempt publishes nothing more (its publishes are acked or abandoned)."""
-        if self._running:
-            self._running = False
-            await self._set(self._identity.cursor(f"ended{self._attempt}"), self._identity.batch_id)
+        if self._owner:
+            self._owner = False
+            await self._set(self._identity.cursor("ended"), self._attempt)
 
     def mark(self, chunk: list[PublishedRow]) -> list[PublishedRow]:
         """The rows not published before, each with its ``lbspark-id`` header."""

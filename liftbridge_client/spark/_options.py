@@ -234,6 +234,7 @@ SINK_OPTIONS = (
     "idempotent",
     "writeId",
     "exactlyOnce",
+    "packRows",
 )
 
 
@@ -374,6 +375,8 @@ class SinkOptions:
     # Bound on any step of a write that makes no progress (publishing a chunk, waiting for
     # acks, retrying through an outage, the driver's commit), as Kafka's delivery.timeout.ms.
     delivery_timeout: float = 120.0
+    # Rows per Liftbridge message (liftbridge_client.packing); 1 = one message per row.
+    pack_rows: int = 1
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> SinkOptions:
@@ -408,6 +411,11 @@ class SinkOptions:
                 )
             if ack == "none":
                 raise InvalidInputError("option 'exactlyOnce' needs ackPolicy leader or all")
+        pack_rows = _int_option("packRows", get_option(options, "packRows"), 1, 100_000) or 1
+        if pack_rows > 1 and idempotent:
+            raise InvalidInputError(
+                "option 'packRows' works with exactlyOnce and plain writes, not 'idempotent'"
+            )
         if idempotent:
             if raw_stream is None:
                 raise InvalidInputError("option 'idempotent' needs the option 'stream'")
@@ -435,6 +443,7 @@ class SinkOptions:
             idempotent=idempotent,
             write_id=write_id.strip() if write_id is not None else None,
             exactly_once=exactly_once,
+            pack_rows=pack_rows,
             delivery_timeout=_float_option(
                 "deliveryTimeoutMs", get_option(options, "deliveryTimeoutMs"), 120_000.0
             )

@@ -19,6 +19,7 @@ from liftbridge_client import errors
 from liftbridge_client.exactly_once.sequencer import ProducerState
 from liftbridge_client.models import Message
 from liftbridge_client.options import ClientOptions
+from liftbridge_client.packing import MAGIC, PackedRow, is_packed, unpack
 from liftbridge_client.spark._offsets import PartitionRange
 from liftbridge_client.spark._options import SourceOptions
 from liftbridge_client.spark._runtime import TaskRuntime
@@ -76,7 +77,22 @@ async def _take(sub: Subscription, count: int, end: int, timeout: float) -> list
     return out
 
 
+def _rows_of(m: Message) -> list[PackedRow] | None:
+    """The rows of a packed message (`liftbridge_client.packing`); None for a plain one."""
+    # The magic first: it is cheap, where reading the headers copies them.
+    if m.value[:4] != MAGIC or not is_packed(m.headers):
+        return None
+    try:
+        return unpack(m.value)
+    except errors.FramingError as exc:
+        raise errors.FramingError(f"{m.stream}/{m.partition} offset {m.offset}: {exc}") from exc
+
+
 def _to_batch(messages: list[Message], include_headers: bool) -> pa.RecordBatch:
+    """One Arrow batch of the messages' rows: a packed message gives each of its rows, with
+    the message's stream, subject, partition, offset and timestamp."""
+    if any(m.value[:4] == MAGIC for m in messages):
+        return _packed_batch(messages, include_headers)
     columns: list[pa.Array] = [
         pa.array([m.key or None for m in messages], pa.binary()),
         pa.array([m.value for m in messages], pa.binary()),
@@ -90,6 +106,50 @@ def _to_batch(messages: list[Message], include_headers: bool) -> pa.RecordBatch:
     ]
     if include_headers:
         headers = [[{"key": k, "value": v} for k, v in m.headers.items()] for m in messages]
+        columns.append(pa.array(headers, HEADER_TYPE))
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+
+
+def _packed_batch(messages: list[Message], include_headers: bool) -> pa.RecordBatch:
+    keys: list[bytes | None] = []
+    values: list[bytes] = []
+    headers: list[list[dict[str, object]]] = []
+    streams: list[str] = []
+    subjects: list[str] = []
+    partitions: list[int] = []
+    offsets: list[int] = []
+    micros: list[int] = []
+    for m in messages:
+        rows = _rows_of(m)
+        if rows is None:
+            keys.append(m.key or None)
+            values.append(m.value)
+            if include_headers:
+                headers.append([{"key": k, "value": v} for k, v in m.headers.items()])
+            n = 1
+        else:
+            keys.extend(r.key for r in rows)
+            values.extend(r.value for r in rows)
+            if include_headers:
+                headers.extend(
+                    [{"key": k, "value": v} for k, v in (r.headers or {}).items()] for r in rows
+                )
+            n = len(rows)
+        streams += [m.stream] * n
+        subjects += [m.subject] * n
+        partitions += [m.partition] * n
+        offsets += [m.offset] * n
+        micros += [m.timestamp_ns // 1000] * n
+    columns: list[pa.Array] = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array(streams, pa.string()),
+        pa.array(subjects, pa.string()),
+        pa.array(partitions, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+    ]
+    if include_headers:
         columns.append(pa.array(headers, HEADER_TYPE))
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
 

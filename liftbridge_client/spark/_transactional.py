@@ -41,6 +41,7 @@ from liftbridge_client.exactly_once.publisher import (
     intents_to_json,
 )
 from liftbridge_client.exactly_once.uuids import Clock, unix_ns_to_clock
+from liftbridge_client.packing import PackedRow, Packer, pack, packed_headers
 from liftbridge_client.spark._idempotent import TaskIdentity
 from liftbridge_client.spark._options import SinkOptions
 from liftbridge_client.spark._rows import PublishedRow
@@ -89,11 +90,26 @@ class _Producers:
         # Only for partition lists (metadata, cached): it publishes nothing.
         self._metadata = ExactlyOncePublisher(client, ack_policy=options.ack_policy)
         self.publishers: dict[tuple[str, int], ExactlyOncePublisher] = {}
+        self.pack_rows = options.pack_rows
+        self.packers: dict[tuple[str, int], Packer] = {}
+
+    def packer(self, stream: str, partition: int) -> Packer:
+        found = self.packers.get((stream, partition))
+        if found is None:
+            found = self.packers[(stream, partition)] = Packer(self.pack_rows)
+        return found
 
     async def partition_of(self, row: PublishedRow) -> int:
-        if row.partition is not None:
-            return row.partition
         partitions = await self._metadata.partitions(row.stream)
+        if row.partition is not None:
+            # Checked here, not when the publish fails: a packed row waits for its pack,
+            # and the task must fail at the bad row, before it publishes anything after it.
+            if row.partition not in partitions:
+                raise errors.InvalidInputError(
+                    f"partition {row.partition} of a row to write: stream {row.stream!r} has "
+                    f"partitions {partitions}"
+                )
+            return row.partition
         if row.key is None:  # keyless rows: spread by task, the same on every attempt
             return partitions[self._identity.task % len(partitions)]
         return self._mapping.choose(row.stream, row.key, partitions)
@@ -111,32 +127,62 @@ class _Producers:
         return found
 
 
+# One publish: a row as it is, or a pack of rows.
+_Publish = PublishedRow | list[PackedRow]
+
+
 async def _publish_in_order(
     publisher: ExactlyOncePublisher,
     stream: str,
     partition: int,
-    rows: Sequence[PublishedRow],
+    publishes: Sequence[_Publish],
     stats: WriteStats,
 ) -> None:
-    for row in rows:
-        ack = await publisher.publish_uncommitted(
-            stream, row.value, key=row.key, headers=row.headers, partition=partition
-        )
-        stats.add(ack)
+    for item in publishes:
+        if isinstance(item, PublishedRow):
+            ack = await publisher.publish_uncommitted(
+                stream, item.value, key=item.key, headers=item.headers, partition=partition
+            )
+            stats.add(ack)
+        else:
+            ack = await publisher.publish_uncommitted(
+                stream, pack(item), headers=packed_headers(len(item)), partition=partition
+            )
+            stats.add(ack, len(item))
 
 
 async def _publish_chunk(
     producers: _Producers, chunk: Sequence[PublishedRow], stats: WriteStats
 ) -> None:
-    by_partition: dict[tuple[str, int], list[PublishedRow]] = {}
+    by_partition: dict[tuple[str, int], list[_Publish]] = {}
     for row in chunk:
         target = (row.stream, await producers.partition_of(row))
-        by_partition.setdefault(target, []).append(row)
+        publishes = by_partition.setdefault(target, [])
+        if producers.pack_rows > 1:
+            packed = PackedRow(row.value, row.key, row.headers)
+            publishes.extend(producers.packer(*target).add(packed))
+        else:
+            publishes.append(row)
+    await _publish_all(producers, by_partition, stats)
+
+
+async def _flush_packs(producers: _Producers, stats: WriteStats) -> None:
+    """The last, partial pack of every partition (after the task's last row)."""
+    by_partition: dict[tuple[str, int], list[_Publish]] = {
+        target: list(packer.flush()) for target, packer in producers.packers.items()
+    }
+    await _publish_all(producers, by_partition, stats)
+
+
+async def _publish_all(
+    producers: _Producers, by_partition: dict[tuple[str, int], list[_Publish]], stats: WriteStats
+) -> None:
     # One sequence per partition, all at once: the first failure stops the others and
     # fails the task with its typed error.
     tasks = [
-        asyncio.ensure_future(_publish_in_order(producers.publisher(s, p), s, p, rows, stats))
-        for (s, p), rows in by_partition.items()
+        asyncio.ensure_future(_publish_in_order(producers.publisher(s, p), s, p, items, stats))
+        for (s, p), items in by_partition.items()
+        if items
     ]
     try:
         await asyncio.gather(*tasks)
@@ -160,6 +206,7 @@ def publish_transactional(
         iterator = iter(publishes)
         while chunk := list(islice(iterator, CHUNK_ROWS)):
             runtime.run(bounded(_publish_chunk(producers, chunk, result.stats), options))
+        runtime.run(bounded(_flush_packs(producers, result.stats), options))
         intents = [i for p in producers.publishers.values() for i in p.build_ack_intents()]
         result.intents = intents_to_json(intents)
         failed = False

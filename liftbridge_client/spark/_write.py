@@ -22,6 +22,8 @@ from liftbridge_client._publish.acks import PublishFuture
 from liftbridge_client.client import Client
 from liftbridge_client.models import Ack, AckPolicy
 from liftbridge_client.options import ClientOptions
+from liftbridge_client.packing import PACKED_HEADER, PackedRow, Packer, pack, packed_headers
+from liftbridge_client.partitioning import key_partition
 from liftbridge_client.spark._options import SinkOptions
 from liftbridge_client.spark._rows import PublishedRow
 from liftbridge_client.spark._runtime import TaskRuntime
@@ -51,11 +53,12 @@ class WriteStats:
     per_partition: dict[str, int] = field(default_factory=dict)
     skipped: int = 0  # idempotent mode: rows an earlier attempt had published
 
-    def add(self, ack: Ack | None) -> None:
-        self.rows += 1
+    def add(self, ack: Ack | None, rows: int = 1) -> None:
+        """Count an acked publish of ``rows`` rows (more than one when packed)."""
+        self.rows += rows
         if ack is not None:
             key = f"{ack.stream}/{ack.partition}"
-            self.per_partition[key] = self.per_partition.get(key, 0) + 1
+            self.per_partition[key] = self.per_partition.get(key, 0) + rows
 
     def merge(self, other: WriteStats) -> None:
         self.rows += other.rows
@@ -116,29 +119,29 @@ class InFlight:
 
     def __init__(self, stats: WriteStats) -> None:
         self._stats = stats
-        self._pending: list[PublishFuture[Ack | None]] = []
+        self._pending: list[tuple[PublishFuture[Ack | None], int]] = []
 
-    def add(self, future: PublishFuture[Ack | None]) -> None:
-        self._pending.append(future)
+    def add(self, future: PublishFuture[Ack | None], rows: int = 1) -> None:
+        self._pending.append((future, rows))
 
     def collect(self) -> None:
         """Count the acks that arrived; raise the error of a failed publish."""
         waiting = []
-        for future in self._pending:
+        for future, rows in self._pending:
             if future.done():
-                self._stats.add(future.result())
+                self._stats.add(future.result(), rows)
             else:
-                waiting.append(future)
+                waiting.append((future, rows))
         self._pending = waiting
 
     async def wait_all(self) -> None:
         if self._pending:
-            await asyncio.wait(self._pending)
+            await asyncio.wait([future for future, _ in self._pending])
         self.collect()
 
     def cancel_all(self) -> None:
         """The task fails: withdraw what was not sent, and retrieve every outcome."""
-        for future in self._pending:
+        for future, _ in self._pending:
             if future.done():
                 if not future.cancelled():
                     future.exception()
@@ -151,6 +154,7 @@ async def _publish_chunk(
     client: Client, chunk: list[PublishedRow], options: SinkOptions, inflight: InFlight
 ) -> None:
     for row in chunk:
+        packed = row.headers.get(PACKED_HEADER) if row.headers is not None else None
         inflight.add(
             await client.send(
                 row.stream,
@@ -160,9 +164,45 @@ async def _publish_chunk(
                 partition=row.partition,
                 ack_policy=options.ack_policy,
                 ack_wait=options.ack_timeout,
-            )
+            ),
+            1 if packed is None else int(packed),
         )
     inflight.collect()
+
+
+def packed_publishes(
+    rows: Iterable[PublishedRow], pack_rows: int, partitions_of: Callable[[str], int]
+) -> Iterator[PublishedRow]:
+    """Rows as packs of up to ``pack_rows`` rows (option ``packRows``), one per target
+    partition at a time: a row's partition is its ``partition`` column, else the one its
+    key picks as the unpacked sink's default partitioner would (`key_partition`; keyless
+    rows to 0)."""
+    packers: dict[tuple[str, int], Packer] = {}
+
+    def as_publish(stream: str, partition: int, packed: list[PackedRow]) -> PublishedRow:
+        return PublishedRow(stream, pack(packed), None, partition, packed_headers(len(packed)))
+
+    for row in rows:
+        count = partitions_of(row.stream)
+        if row.partition is not None:
+            # Checked here: a packed row waits for its pack, so the publish would fail late.
+            if not 0 <= row.partition < count:
+                raise errors.InvalidInputError(
+                    f"partition {row.partition} of a row to write: stream {row.stream!r} has "
+                    f"partitions 0..{count - 1}"
+                )
+            partition = row.partition
+        else:
+            partition = key_partition(row.key, count)
+        target = (row.stream, partition)
+        packer = packers.get(target)
+        if packer is None:
+            packer = packers[target] = Packer(pack_rows)
+        for packed in packer.add(PackedRow(row.value, row.key, row.headers)):
+            yield as_publish(row.stream, partition, packed)
+    for (stream, partition), packer in packers.items():
+        for packed in packer.flush():
+            yield as_publish(stream, partition, packed)
 
 
 async def bounded(
@@ -180,6 +220,13 @@ async def bounded(
             f"{what} made no progress within deliveryTimeoutMs="
             f"{options.delivery_timeout * 1000:.0f} (is the Liftbridge cluster reachable?)"
         ) from exc
+
+
+async def _partition_count(client: Client, stream: str) -> int:
+    info = (await client.fetch_metadata(stream)).streams.get(stream)
+    if info is None:
+        raise errors.NotFoundError(f"no stream named {stream!r} to write to")
+    return len(info.partitions)
 
 
 def client_options(options: SinkOptions) -> ClientOptions:
@@ -206,6 +253,10 @@ class SinkGuard(Protocol):
 
     def mark(self, chunk: list[PublishedRow]) -> list[PublishedRow]:
         """The rows of ``chunk`` to publish, as they must be published (e.g. with ids)."""
+        ...
+
+    async def beat(self) -> None:
+        """After each chunk: the attempt is alive and publishing."""
         ...
 
     async def close(self) -> None:
@@ -240,6 +291,15 @@ def publish_rows(
             failed = False
             return stats
         inflight = InFlight(stats)
+        if options.pack_rows > 1:
+            counts: dict[str, int] = {}
+
+            def partitions_of(stream: str) -> int:
+                if stream not in counts:
+                    counts[stream] = runtime.run(bounded(_partition_count(client, stream), options))
+                return counts[stream]
+
+            publishes = packed_publishes(publishes, options.pack_rows, partitions_of)
         iterator = iter(publishes)
         while chunk := list(islice(iterator, CHUNK_ROWS)):
             if guard is not None:
@@ -248,6 +308,8 @@ def publish_rows(
                 stats.skipped += before - len(chunk)
             try:
                 runtime.run(bounded(_publish_chunk(client, chunk, options, inflight), options))
+                if guard is not None:
+                    runtime.run(bounded(guard.beat(), options))
             except BaseException:
                 inflight.cancel_all()
                 raise

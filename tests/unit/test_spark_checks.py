@@ -119,3 +119,42 @@ def test_offsets_naming_what_exists_pass() -> None:
     options = source(stream="orders", startingOffsets='{"orders": {"1": 5}}')
     check_named({"orders": [0, 1]}, options)  # no error
     check_named({"orders": [0]}, source(stream="orders"))  # nothing named
+
+
+def test_pack_rows_option() -> None:
+    assert SinkOptions.parse(BASE).pack_rows == 1
+    assert SinkOptions.parse({**BASE, "packRows": "500", "exactlyOnce": "true"}).pack_rows == 500
+    with pytest.raises(errors.InvalidInputError, match="packRows"):
+        SinkOptions.parse({**BASE, "packRows": "0"})
+    with pytest.raises(errors.InvalidInputError, match=r"packRows.*idempotent"):
+        SinkOptions.parse({**BASE, "packRows": "10", "idempotent": "true", "writeId": "w"})
+
+
+def test_plain_packing_keeps_the_partition_a_row_would_get_unpacked() -> None:
+    from liftbridge_client.packing import PACKED_HEADER, unpack
+    from liftbridge_client.partitioning import key_partition
+    from liftbridge_client.spark._rows import PublishedRow
+    from liftbridge_client.spark._write import packed_publishes
+
+    rows = [PublishedRow("s", b"v%d" % i, b"k%d" % i if i % 3 else None) for i in range(100)]
+    rows.append(PublishedRow("s", b"pinned", b"k1", partition=2))
+    packs = list(packed_publishes(rows, 7, lambda stream: 4))
+    for p in packs:
+        assert p.key is None
+        assert p.headers is not None
+        unpacked = unpack(p.value)
+        assert int(p.headers[PACKED_HEADER]) == len(unpacked) <= 7
+        for r in unpacked:
+            want = 2 if r.value == b"pinned" else key_partition(r.key, 4)
+            assert p.partition == want, r
+    assert sorted(r.value for p in packs for r in unpack(p.value)) == sorted(r.value for r in rows)
+
+
+def test_plain_packing_refuses_a_partition_the_stream_lacks_at_that_row() -> None:
+    from liftbridge_client.spark._rows import PublishedRow
+    from liftbridge_client.spark._write import packed_publishes
+
+    rows = [PublishedRow("s", b"a", partition=0), PublishedRow("s", b"b", partition=9)]
+    publishes = packed_publishes(rows, 100, lambda stream: 2)
+    with pytest.raises(errors.InvalidInputError, match=r"partition 9.*0\.\.1"):
+        next(publishes)  # the first pack is not full: the bad row fails before anything

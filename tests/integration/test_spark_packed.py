@@ -1,0 +1,163 @@
+"""Packed exactly-once writes (option ``packRows``): many rows per Liftbridge message, one
+UUID per pack. Every guarantee of the exactly-once sink must hold as without packing: a
+task retry, a failure upstream of the writer, a rerun with the same writeId, and a leader
+kill mid-write on a 3-node cluster; the Spark source unpacks the rows, read committed or
+not. Real SparkSession, real Liftbridge v1.9.0."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from replication_support import wait_for_full_isr
+from spark_support import OPTIONS, create_stream, read_all, start_spark
+from test_spark_write import flaky_rows
+
+from liftbridge_client import Client
+from liftbridge_client.packing import PACKED_HEADER, unpack
+from liftbridge_client.testing import Cluster, Deployment, StreamNames
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    yield from start_spark(tmp_path_factory.mktemp("spark"))
+
+
+def spark_rows(
+    spark: SparkSession, addresses: Sequence[str], stream: str, isolation: str
+) -> Counter[str]:
+    df = (
+        spark.read.format("liftbridge")
+        .option("brokers", addresses[0])
+        .option("stream", stream)
+        .option("isolation", isolation)
+        .load()
+    )
+    return Counter(row.v for row in df.selectExpr("cast(value AS string) AS v").collect())
+
+
+def eo_write(df: Any, addresses: Sequence[str], stream: str, **options: str) -> None:
+    (
+        df.write.format("liftbridge")
+        .option("brokers", addresses[0])
+        .option("stream", stream)
+        .option("exactlyOnce", "true")
+        .options(**options)
+        .mode("append")
+        .save()
+    )
+
+
+def test_packed_write_with_a_task_retry_commits_each_row_once(
+    spark: SparkSession, liftbridge_server: Deployment, stream_names: StreamNames, tmp_path: Path
+) -> None:
+    name, subject = stream_names()
+    addresses = liftbridge_server.addresses
+    create_stream(addresses, subject, name, partitions=2)
+    flag = tmp_path / "fail"
+    flag.touch()
+    # Task 0 (rows 0-2999, all to partition 0) fails at row 2500 on its first attempt (its
+    # partition 99 does not exist), after 8 packs of 300 rows were published.
+    df = flaky_rows(spark, 6000, fail_at=2500, flag=flag)
+    eo_write(df, addresses, name, writeId=name, packRows="300")
+
+    stored = read_all(addresses, name, 2)
+    packed = [m for m in stored if PACKED_HEADER in m.headers]
+    assert packed, "nothing was packed"
+    assert all(len(unpack(m.value)) <= 300 for m in packed)
+    assert len(stored) < 6000 // 100  # far fewer messages than rows
+    expected = Counter(f"row-{i}" for i in range(6000))
+    assert spark_rows(spark, addresses, name, "read_committed") == expected
+    # Read uncommitted: the retry re-sent the failed attempt's packs (same UUIDs), and the
+    # ACK intents (empty values, one per partition) are rows too.
+    uncommitted = spark_rows(spark, addresses, name, "read_uncommitted")
+    assert uncommitted.pop("") == 2
+    assert set(uncommitted) == set(expected)
+    assert uncommitted.total() > 6000
+
+    flag.unlink()  # the job again, same writeId: its packs are copies, dropped
+    eo_write(flaky_rows(spark, 6000, 2500, flag), addresses, name, writeId=name, packRows="300")
+    assert spark_rows(spark, addresses, name, "read_committed") == expected
+
+
+def test_packed_rows_keep_keys_headers_and_their_message_s_offset(
+    spark: SparkSession, liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    name, subject = stream_names()
+    addresses = liftbridge_server.addresses
+    create_stream(addresses, subject, name)
+    df = spark.range(50, numPartitions=1).selectExpr(
+        "cast(id AS string) AS value",
+        "CASE WHEN id % 2 = 0 THEN cast(concat('k', id) AS binary) END AS key",
+        "array(named_struct('key', 'n', 'value', cast(cast(id AS string) AS binary))) AS headers",
+    )
+    eo_write(df, addresses, name, packRows="20")
+    rows = (
+        spark.read.format("liftbridge")
+        .option("brokers", addresses[0])
+        .option("stream", name)
+        .option("isolation", "read_committed")
+        .option("includeHeaders", "true")
+        .load()
+        .collect()
+    )
+    assert sorted(int(r.value) for r in rows) == list(range(50))
+    for r in rows:
+        i = int(r.value)
+        assert r.key == (b"k%d" % i if i % 2 == 0 else None)
+        assert [(h.key, bytes(h.value)) for h in r.headers] == [("n", b"%d" % i)]
+    # 50 rows in packs of 20: three messages (offsets 0-2), then the ACK intent.
+    assert Counter(r.offset for r in rows) == {0: 20, 1: 20, 2: 10}
+
+
+@pytest.fixture
+def cluster_stream(liftbridge_cluster: Cluster, stream_names: StreamNames) -> tuple[str, str]:
+    return stream_names()
+
+
+def test_packed_write_survives_a_leader_kill(
+    spark: SparkSession, liftbridge_cluster: Cluster, cluster_stream: tuple[str, str]
+) -> None:
+    """A leader SIGKILLed mid-write on the 3-node cluster: the publishers retry through
+    the failover (the same UUIDs), and read committed yields each row once."""
+    name, subject = cluster_stream
+    addresses = liftbridge_cluster.addresses
+    create_stream(addresses, subject, name, partitions=2, replication_factor=3)
+
+    async def leader_of_0() -> str:
+        async with Client(addresses, options=OPTIONS) as client:
+            return (await wait_for_full_isr(client, name, 0, timeout=60)).leader
+
+    leader = asyncio.run(leader_of_0())
+    killed = threading.Event()
+
+    def kill() -> None:
+        liftbridge_cluster.node(leader).kill()
+        killed.set()
+
+    timer = threading.Timer(4.0, kill)  # while the tasks publish
+    timer.start()
+    try:
+        rows = 400_000
+        df = spark.range(rows, numPartitions=2).selectExpr(
+            "concat('row-', id) AS value", "cast(id % 2 AS int) AS partition"
+        )
+        eo_write(df, addresses, name, writeId=name, packRows="500", ackPolicy="all")
+    finally:
+        timer.cancel()
+        timer.join()
+    assert killed.is_set(), "the write ended before the kill: make it longer"
+    liftbridge_cluster.ensure_all_running()
+    got = spark_rows(spark, addresses, name, "read_committed")
+    assert got.total() == rows
+    assert set(got) == {f"row-{i}" for i in range(rows)}
