@@ -17,3 +17,4 @@ class PublishedRow:
     key: bytes | None = None
     partition: int | None = None
     headers: Mapping[str, bytes] | None = None
+    rows: int = 1  # the rows it carries: more than one for a pack (option ``packRows``)

@@ -22,7 +22,7 @@ from liftbridge_client._publish.acks import PublishFuture
 from liftbridge_client.client import Client
 from liftbridge_client.models import Ack, AckPolicy
 from liftbridge_client.options import ClientOptions
-from liftbridge_client.packing import PACKED_HEADER, PackedRow, Packer, pack, packed_headers
+from liftbridge_client.packing import PackedRow, Packer, pack, packed_headers
 from liftbridge_client.partitioning import key_partition
 from liftbridge_client.spark._options import SinkOptions
 from liftbridge_client.spark._rows import PublishedRow
@@ -154,7 +154,6 @@ async def _publish_chunk(
     client: Client, chunk: list[PublishedRow], options: SinkOptions, inflight: InFlight
 ) -> None:
     for row in chunk:
-        packed = row.headers.get(PACKED_HEADER) if row.headers is not None else None
         inflight.add(
             await client.send(
                 row.stream,
@@ -165,7 +164,7 @@ async def _publish_chunk(
                 ack_policy=options.ack_policy,
                 ack_wait=options.ack_timeout,
             ),
-            1 if packed is None else int(packed),
+            row.rows,
         )
     inflight.collect()
 
@@ -180,7 +179,8 @@ def packed_publishes(
     packers: dict[tuple[str, int], Packer] = {}
 
     def as_publish(stream: str, partition: int, packed: list[PackedRow]) -> PublishedRow:
-        return PublishedRow(stream, pack(packed), None, partition, packed_headers(len(packed)))
+        n = len(packed)
+        return PublishedRow(stream, pack(packed), None, partition, packed_headers(n), rows=n)
 
     for row in rows:
         count = partitions_of(row.stream)
@@ -301,7 +301,9 @@ def publish_rows(
 
             publishes = packed_publishes(publishes, options.pack_rows, partitions_of)
         iterator = iter(publishes)
-        while chunk := list(islice(iterator, CHUNK_ROWS)):
+        # A chunk of packs holds about CHUNK_ROWS rows too (not CHUNK_ROWS packs in memory).
+        per_chunk = max(1, CHUNK_ROWS // options.pack_rows)
+        while chunk := list(islice(iterator, per_chunk)):
             if guard is not None:
                 before = len(chunk)
                 chunk = guard.mark(chunk)

@@ -143,7 +143,7 @@ def test_plain_packing_keeps_the_partition_a_row_would_get_unpacked() -> None:
         assert p.key is None
         assert p.headers is not None
         unpacked = unpack(p.value)
-        assert int(p.headers[PACKED_HEADER]) == len(unpacked) <= 7
+        assert int(p.headers[PACKED_HEADER]) == p.rows == len(unpacked) <= 7
         for r in unpacked:
             want = 2 if r.value == b"pinned" else key_partition(r.key, 4)
             assert p.partition == want, r
