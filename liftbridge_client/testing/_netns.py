@@ -212,6 +212,11 @@ class Firewall:
                 )
         self.shaped = True
 
+    def counters(self) -> str:
+        """Packet counters of the fault rules and the shaping (for a run's history)."""
+        text = _sh("iptables -L OUTPUT -v -n -x") if self.rules else ""
+        return text + (_sh("tc -s qdisc show dev lo") if self.shaped else "")
+
     def heal(self) -> None:
         """Remove every fault rule and the shaping (the NATS aliases stay)."""
         for rule in reversed(self.rules):

@@ -11,7 +11,8 @@ What is checked, after the run healed and recovered:
 - replicas: at each offset that two replicas (or a replica and the leader) both hold,
   they hold the same value;
 - live subscribers: offsets without gaps or rewinds, and each message seen is still in
-  the final log at its offset (else a committed read was lost);
+  the final log at its offset (else a committed read was lost); the live read_committed
+  reader yields no value twice and nothing the final read_committed lacks;
 - time to recover: from each heal to the next acked publish; client errors by type.
 """
 
@@ -69,6 +70,7 @@ class Verdict:
     lagging_replicas: int = 0  # replica reads that ended short of the leader's log
     unchecked: int = 0  # acked values whose partition has no final read
     sub_messages: int = 0
+    live_committed: int = 0  # messages the live read_committed reader yielded
     sub_gaps: int = 0
     read_lost: int = 0
     recover_s: float | None = None  # worst heal -> next acked publish
@@ -216,7 +218,7 @@ def check_subscribers(events: Sequence[Event], verdict: Verdict) -> None:
     for e in events:
         if e.type == "note" and e.f == "subscribe" and e.stream is not None:
             last[(e.process, e.stream, e.partition or 0)] = int(e.data.get("start", 0)) - 1
-        if e.type != "sub" or e.offset is None or e.stream is None:
+        if e.type != "sub" or e.offset is None or e.stream is None or e.f == "committed":
             continue
         verdict.sub_messages += 1
         key = (e.process, e.stream, e.partition or 0)
@@ -256,6 +258,48 @@ def check_subscribers(events: Sequence[Event], verdict: Verdict) -> None:
             )
 
 
+def check_committed_follower(events: Sequence[Event], verdict: Verdict) -> None:
+    """The live read_committed reader (``sub`` events with ``f`` = ``committed``): no value
+    twice, even across resumes from its checkpoint, and every value it yielded is in the
+    final read_committed (which is read after healing)."""
+    final = {
+        v
+        for e in events
+        if e.type == "read" and e.f == "committed"
+        for _s, _p, _o, v in _entries(e)
+    }
+    have_final = any(e.type == "read" and e.f == "committed" for e in events)
+    seen: Counter[str] = Counter()
+    for e in events:
+        if e.type == "sub" and e.f == "committed" and e.value is not None:
+            seen[e.value] += 1
+            verdict.live_committed += 1
+            if have_final and e.value not in final:
+                verdict.read_lost += 1
+                verdict.anomalies.append(
+                    Anomaly(
+                        "read-lost",
+                        e.stream,
+                        e.partition,
+                        f"read_committed yielded {e.value!r} live (t={e.t:.2f}); the final "
+                        "read_committed has not",
+                        [e.value],
+                    )
+                )
+    twice = sorted(v for v, n in seen.items() if n > 1)
+    if twice:
+        verdict.eo_duplicates += sum(seen[v] - 1 for v in twice)
+        verdict.anomalies.append(
+            Anomaly(
+                "eo-duplicate",
+                None,
+                None,
+                f"the live read_committed yielded {len(twice)} values twice",
+                twice,
+            )
+        )
+
+
 def check_availability(events: Sequence[Event], verdict: Verdict) -> None:
     """Time to recover after each heal, the longest outage, and client errors by type."""
     publishes = [e for e in events if e.type == "ok" and e.f in ("publish", "publish_eo")]
@@ -293,6 +337,7 @@ def check(events: Sequence[Event]) -> Verdict:
     check_exactly_once(events, verdict)
     check_replicas(events, verdict)
     check_subscribers(events, verdict)
+    check_committed_follower(events, verdict)
     check_availability(events, verdict)
     return verdict
 

@@ -14,7 +14,7 @@ most partitions of the plain stream):
 - ``leader-out`` / ``leader-in``: one direction only (the leader cannot send / cannot
   receive on its NATS connections; TCP turns that into a stall both ways after a window);
 - ``lossy``: every node's NATS traffic loses 15 % of its packets, both directions;
-- ``slow-leader``: the leader's traffic through a 200 kbit/s link with a 400 ms queue
+- ``slow-leader``: the leader's traffic through a 100 kbit/s link with a 1 s queue
   (delay from queueing, then drops; this kernel has no netem);
 - ``client-cut-leader``: clients cannot reach the leader's gRPC port (NATS untouched);
 - ``pause-leader``: SIGSTOP for the fault's duration (longer than the leader timeout);
@@ -194,7 +194,7 @@ class Nemesis:
                 self._cut(node, p=0.15)
             active.targets += self.cluster.server_ids
         elif kind == "slow-leader":
-            self.firewall.shape([self.cluster.host_of(leader)], rate="200kbit", delay_ms=400)
+            self.firewall.shape([self.cluster.host_of(leader)], rate="100kbit", delay_ms=1000)
             active.targets.append(leader)
         elif kind == "client-cut-leader":
             host = self.cluster.host_of(leader)
@@ -217,12 +217,19 @@ class Nemesis:
             raise ValueError(f"unknown fault kind {kind!r}")
 
     def heal(self, active: Active) -> None:
-        """Undo ``active`` (and every network rule); record the heal."""
+        """Undo ``active`` (and every network rule); record the heal, with how many
+        packets each rule dropped or delayed."""
+        counters = self.firewall.counters()
         self.firewall.heal()
         for undo in active.undo:
             undo()
         active.undo.clear()
-        self.history.emit("nemesis", f="stop", value=active.kind, data={"targets": active.targets})
+        self.history.emit(
+            "nemesis",
+            f="stop",
+            value=active.kind,
+            data={"targets": active.targets, "counters": counters.splitlines()},
+        )
 
     def heal_all(self) -> None:
         """Safety net: no rule, no paused process left (killed nodes are the runner's)."""

@@ -36,6 +36,7 @@ from faults.fault_nemesis import KINDS, Nemesis
 from faults.fault_workloads import (
     OPTIONS,
     Streams,
+    committed_follower,
     eo_publisher,
     final_reads,
     plain_publisher,
@@ -138,7 +139,10 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
             eo_publisher(client, history, streams, 0, stop, pace=pace),
             eo_publisher(client, history, streams, 1, stop, pace=pace),
         ]
-        followers = [subscriber(client, history, streams.plain, p, stop) for p in range(3)]
+        followers = [
+            *(subscriber(client, history, streams.plain, p, stop) for p in range(3)),
+            committed_follower(client, history, streams, stop),
+        ]
         running = asyncio.ensure_future(run_workers(publishers, followers, stop, grace=45))
         nemesis = Nemesis(cluster, client, history, streams.plain, rng)
         try:

@@ -6,7 +6,8 @@
   a publish that still fails is recorded ``info`` and never re-sent under a new UUID;
 - live subscribers, one per partition of the plain stream, from offset 0, across
   failovers (the client resubscribes by itself; one that ends is resumed at the next
-  offset, and says so in the history);
+  offset, and says so in the history), and a live read_committed reader of the
+  exactly-once stream (resumed from its checkpoint when cut short);
 - the final reads once everything is healed: each partition's log from its leader, from
   every replica (ISR-replica reads pinned to one node), and read_committed.
 """
@@ -30,7 +31,7 @@ from liftbridge_client import (
     Transport,
     errors,
 )
-from liftbridge_client.exactly_once import CommittedReader, ExactlyOncePublisher
+from liftbridge_client.exactly_once import Checkpoint, CommittedReader, ExactlyOncePublisher
 from liftbridge_client.models import Message
 
 OPTIONS = ClientOptions(
@@ -220,6 +221,41 @@ async def subscriber(
                 partition=partition,
                 offset=next_offset,
             )
+
+
+async def committed_follower(
+    client: Client, history: Recorder, streams: Streams, stop: asyncio.Event
+) -> None:
+    """A read_committed reader following the exactly-once stream until ``stop``; one cut
+    short by a failover resumes from its last checkpoint (what it already yielded must
+    not come again)."""
+    process = "committed-live"
+    parts = [(streams.eo, p) for p in range(streams.eo_partitions)]
+    checkpoint: Checkpoint | None = None
+    while not stop.is_set():
+        try:
+            async with CommittedReader(client, parts, checkpoint=checkpoint) as reader:
+                async for message in reader:
+                    history.emit(
+                        "sub",
+                        process=process,
+                        f="committed",
+                        stream=message.stream,
+                        partition=message.partition,
+                        offset=message.offset,
+                        value=_text(message),
+                    )
+                    checkpoint = reader.checkpoint()
+        except errors.LiftbridgeError as exc:
+            history.emit(
+                "info",
+                process=process,
+                f="read_committed",
+                stream=streams.eo,
+                error=error_name(exc),
+            )
+            await asyncio.sleep(0.5)
+            history.emit("note", process=process, f="resume", stream=streams.eo)
 
 
 def _text(message: Message) -> str:

@@ -180,3 +180,50 @@ def test_fault_check_explains_an_anomaly_from_the_file(
     assert "read leader  plain: none of them" in out
     path.write_text("".join(e.to_json() + "\n" for e in clean_history()))
     assert fault_check.main([str(path), "--json"]) == 0
+
+
+def test_the_live_read_committed_reader_is_checked() -> None:
+    history = clean_history()
+    live = ev(
+        4.0,
+        "sub",
+        process="committed-live",
+        f="committed",
+        stream=E,
+        partition=0,
+        offset=0,
+        value="x",
+    )
+    history.insert(13, live)
+    verdict = check(history)
+    assert verdict.anomalies == []  # offsets of committed reads may skip: no gap check
+    assert verdict.live_committed == 1
+    history.insert(
+        14,
+        ev(
+            4.1,
+            "sub",
+            process="committed-live",
+            f="committed",
+            stream=E,
+            partition=0,
+            offset=2,
+            value="x",
+        ),
+    )
+    history.insert(
+        15,
+        ev(
+            4.2,
+            "sub",
+            process="committed-live",
+            f="committed",
+            stream=E,
+            partition=0,
+            offset=3,
+            value="q",
+        ),
+    )
+    verdict = check(history)
+    assert verdict.kinds() == {"eo-duplicate", "read-lost"}
+    assert [a.kind for a in unexpected(verdict, strict=False)] == ["eo-duplicate"]
