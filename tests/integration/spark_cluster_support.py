@@ -112,7 +112,7 @@ class StandaloneCluster:
         return base_env(self.root / "scratch")
 
     def run_driver(
-        self, scenario: str, args: Mapping[str, Any], timeout: float = 150.0
+        self, scenario: str, args: Mapping[str, Any], timeout: float = 200.0
     ) -> dict[str, Any]:
         """Run ``scenario`` of spark_cluster_driver.py with ``args`` against this cluster in
         a new Python process and return the JSON it prints. Its output and the cluster's
@@ -193,6 +193,9 @@ def start_standalone_cluster(root: Path) -> Iterator[StandaloneCluster]:
     master_port, master_ui, *worker_ports = free_ports(6)
     cluster = StandaloneCluster(f"spark://127.0.0.1:{master_port}", root)
     env = cluster.env()
+    # The Master's REST submission server would listen on a fixed port (6066): two runs on
+    # one machine would collide, and nothing here submits through it.
+    env["SPARK_MASTER_OPTS"] = "-Dspark.master.rest.enabled=false"
     launcher = str(spark_class())
     try:
         master = _start(
