@@ -95,6 +95,14 @@ bench-full: servers $(BENCH_STAMP)
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.ratios --full --docs
 
+# The Spark connector on a real Spark standalone cluster (a Master and two one-core Workers on
+# 127.0.0.1 from the pyspark wheel; needs Java 17+): batch read, streaming restart from a
+# checkpoint, an exactlyOnce write with an executor killed. 3-7 min, so not in `make test`;
+# .ci/run runs it after (docs/testing.md).
+.PHONY: test-spark-cluster
+test-spark-cluster: servers
+	$(BIN)/pytest tests/integration/test_spark_cluster.py $(PYTEST_ARGS)
+
 # The Spark connector side by side with Spark's Kafka connector on a Kafka broker from Maven
 # Central (needs Java 17+ and Maven; some minutes; never part of `make test`).
 # BENCH_SPARK_ARGS: --quick (20,000 rows, one repetition), --docs (docs/spark-benchmarks.md).
