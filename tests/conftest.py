@@ -1,3 +1,37 @@
-"""The project's own tests use its pytest plugin, opted in here as users do."""
+"""The project's own tests use its pytest plugin, opted in here as users do.
+
+The Spark standalone-cluster tests (marker ``spark_cluster``,
+tests/integration/test_spark_cluster.py) are not part of ``make test``: four Spark
+applications with executors in JVMs of their own take 3-7 minutes on a shared 2-core
+machine. ``make test-spark-cluster`` runs them (and .ci/run after ``make test``), as does
+naming the file or setting ``LIFTBRIDGE_SPARK_CLUSTER_TESTS=1``. Once selected they never
+skip: no Java is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
 
 pytest_plugins = ["liftbridge_client.testing.plugin"]
+
+SPARK_CLUSTER_ENV = "LIFTBRIDGE_SPARK_CLUSTER_TESTS"
+SPARK_CLUSTER_MODULE = Path(__file__).resolve().parent / "integration" / "test_spark_cluster.py"
+
+
+def _spark_cluster_selected(config: pytest.Config) -> bool:
+    if os.environ.get(SPARK_CLUSTER_ENV) == "1":
+        return True
+    return any(Path(arg.split("::", 1)[0]).resolve() == SPARK_CLUSTER_MODULE for arg in config.args)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the ``spark_cluster`` tests unless asked for (see the module docstring)."""
+    if _spark_cluster_selected(config):
+        return
+    left_out = [item for item in items if item.get_closest_marker("spark_cluster")]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not item.get_closest_marker("spark_cluster")]

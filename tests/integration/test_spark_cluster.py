@@ -22,7 +22,7 @@ from test_spark_exactly_once import read_committed
 
 from liftbridge_client.testing import Deployment, StreamNames
 
-# Not in `make test` (tests/integration/conftest.py): `make test-spark-cluster`. Each test
+# Not in `make test` (tests/conftest.py): `make test-spark-cluster`. Each test
 # starts one or two Spark applications (30-50 s each on a shared 2-core machine, twice that
 # under load).
 pytestmark = [pytest.mark.integration, pytest.mark.spark_cluster, pytest.mark.timeout(420)]
