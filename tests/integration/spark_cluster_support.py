@@ -108,6 +108,12 @@ class StandaloneCluster:
             parts.append(f"----- executor {name} -----\n{tail}")
         return "\n".join(parts)
 
+    def launched_executors(self, app_id: str) -> int:
+        """How many executors the Workers were asked to launch for ``app_id`` (a Worker
+        launches a replacement when one of them exits)."""
+        needle = f"Asked to launch executor {app_id}/"
+        return sum(d.text().count(needle) for d in self.daemons if d.name.startswith("worker"))
+
     def env(self) -> dict[str, str]:
         return base_env(self.root / "scratch")
 

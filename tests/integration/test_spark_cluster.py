@@ -124,6 +124,8 @@ def test_exactly_once_write_survives_a_killed_executor(
     retried = [(int(a), int(pid)) for task, a, pid in attempts if task == "0" and a != "0"]
     assert retried, attempts
     assert all(pid != killed["pid"] for _, pid in retried)
+    # The standalone Worker replaced the killed executor: two at the start, then one more.
+    assert cluster.launched_executors(result["app_id"]) >= 3
     assert wait_for_no_executors(result["app_id"]) == []  # the application's executors ended
 
     stored = Counter(m.value for m in read_all(liftbridge_server.addresses, name, 2))
