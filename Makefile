@@ -97,7 +97,7 @@ bench-full: servers $(BENCH_STAMP)
 
 # The Spark connector on a real Spark standalone cluster (a Master and two one-core Workers on
 # 127.0.0.1 from the pyspark wheel; needs Java 17+): batch read, streaming restart from a
-# checkpoint, an exactlyOnce write with an executor killed. 3-7 min, so not in `make test`;
+# checkpoint, an exactlyOnce write with an executor killed. 2-4 min, so not in `make test`;
 # .ci/run runs it after (docs/testing.md).
 .PHONY: test-spark-cluster
 test-spark-cluster: servers

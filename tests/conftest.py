@@ -2,7 +2,7 @@
 
 The Spark standalone-cluster tests (marker ``spark_cluster``,
 tests/integration/test_spark_cluster.py) are not part of ``make test``: four Spark
-applications with executors in JVMs of their own take 3-7 minutes on a shared 2-core
+applications with executors in JVMs of their own take 2-4 minutes on a shared 2-core
 machine. ``make test-spark-cluster`` runs them (and .ci/run after ``make test``), as does
 naming the file or setting ``LIFTBRIDGE_SPARK_CLUSTER_TESTS=1``. Once selected they never
 skip: no Java is a failure.
