@@ -1,6 +1,7 @@
 """Re-check a fault run from its history file, and explain what it found.
 
     PYTHONPATH=tests .venv/bin/python -m faults.fault_check .faults/<session>/<round>/history.jsonl
+    PYTHONPATH=tests .venv/bin/python -m faults.fault_check --table .faults/<session>
 
 Prints the verdict (the same the run computed: checkers are pure), then for each anomaly
 the timeline around it: the faults in effect, the operations on the values concerned and
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from faults.fault_checkers import Anomaly, check
 from faults.fault_history import Event, load
+from faults.fault_suite import table
 
 
 def explain(events: Sequence[Event], anomaly: Anomaly, limit: int = 12) -> list[str]:
@@ -47,9 +49,22 @@ def explain(events: Sequence[Event], anomaly: Anomaly, limit: int = 12) -> list[
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("history", type=Path)
+    parser.add_argument("history", type=Path, help="a history.jsonl, or with --table a session")
+    parser.add_argument(
+        "--table",
+        action="store_true",
+        help="re-check every round of a session directory "
+        "(.faults/<session>) and print the results table",
+    )
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON only")
     args = parser.parse_args(argv)
+    if args.table:
+        summaries = []
+        for path in sorted(args.history.glob("*/history.jsonl")):
+            summary = json.loads((path.parent / "summary.json").read_text())
+            summaries.append({**summary, "verdict": check(load(path)).to_dict()})
+        print("\n".join(table(summaries)))
+        return 0
     events = load(args.history)
     verdict = check(events)
     if args.json:

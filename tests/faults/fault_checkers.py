@@ -314,11 +314,16 @@ def check_availability(events: Sequence[Event], verdict: Verdict) -> None:
             delta = (after[0] - healed) if after else float("inf")
             worst = delta if worst is None else max(worst, delta)
     verdict.recover_s = None if worst is None else round(worst, 2)
-    # The worst stall one publisher saw (each cycles over every partition of its stream).
+    # The worst stall one publisher saw (each cycles over every partition of its stream),
+    # counted from its first attempt and up to its last one: a publisher that waited from
+    # the start, or until the end, stalled too.
     stalls = [0.0]
     for process in processes:
+        attempts = [e.t for e in events if e.type == "invoke" and e.process == process]
         times = [e.t for e in publishes if e.process == process]
-        stalls += [b - a for a, b in itertools.pairwise(times)]
+        first, last = min(attempts, default=times[0]), max(attempts, default=times[-1])
+        bounds = [min(first, times[0]), *times, max(last, times[-1])]
+        stalls += [b - a for a, b in itertools.pairwise(bounds)]
     verdict.unavailable_s = round(max(stalls), 2)
     errors: Counter[str] = Counter()
     for e in events:

@@ -48,6 +48,7 @@ def test_a_clean_history_has_no_anomaly() -> None:
     assert verdict.anomalies == []
     assert (verdict.acked, verdict.eo_acked, verdict.sub_messages) == (2, 1, 2)
     assert verdict.recover_s == 0.8  # heal at 3.0; p-0 acked at 3.5, e-0 at 3.8
+    assert verdict.unavailable_s == 3.3  # p-0: acked at 0.2, then only at 3.5
     assert verdict.errors == {"publish:AckTimeoutError": 1}
 
 
@@ -227,3 +228,8 @@ def test_the_live_read_committed_reader_is_checked() -> None:
     verdict = check(history)
     assert verdict.kinds() == {"eo-duplicate", "read-lost"}
     assert [a.kind for a in unexpected(verdict, strict=False)] == ["eo-duplicate"]
+
+
+def test_a_publisher_stalled_from_its_start_counts() -> None:
+    history = [e for e in clean_history() if not (e.type == "ok" and e.t < 1.0)]
+    assert check(history).unavailable_s == 3.4  # first attempt at 0.1, first ack at 3.5
