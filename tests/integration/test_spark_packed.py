@@ -38,7 +38,7 @@ def spark_rows(
 ) -> Counter[str]:
     df = (
         spark.read.format("liftbridge")
-        .option("brokers", addresses[0])
+        .option("brokers", ",".join(addresses))
         .option("stream", stream)
         .option("isolation", isolation)
         .load()
@@ -49,7 +49,8 @@ def spark_rows(
 def eo_write(df: Any, addresses: Sequence[str], stream: str, **options: str) -> None:
     (
         df.write.format("liftbridge")
-        .option("brokers", addresses[0])
+        # Every node as a seed: the driver's commit must connect whichever node was killed.
+        .option("brokers", ",".join(addresses))
         .option("stream", stream)
         .option("exactlyOnce", "true")
         .options(**options)
