@@ -345,17 +345,19 @@ async def test_publishing_goes_on_through_a_restart_that_answers_not_found(
         pub, txn = ExactlyOncePublisher(client), ExactlyOncePublisher(client)
         await pub.publish_committed(stream, b"before")
         await txn.publish_uncommitted(stream, b"txn")
+        window = False
         for _ in range(3):
             await asyncio.to_thread(own_node.node.stop)
             await asyncio.to_thread(own_node.node.start, wait=False)
             if not await lists_at_first_answer(client, stream):
+                window = True
                 break
-        else:
-            pytest.skip("the restarted node listed the stream at once, three times")
         # The restarted node has not reloaded the stream yet: for a few tenths of a second
         # it answers publishes with NOT_FOUND ("no such stream") and metadata without it.
+        # (Not skipped when three restarts missed that window: the rest still must hold.)
         await pub.publish_committed(stream, b"after")
-        assert pub.retries > 0
+        if window:
+            assert pub.retries > 0
         await txn.write_ack_intents(txn.build_ack_intents())
         assert Counter(values(await committed(client, stream))) == Counter(
             [b"before", b"txn", b"after"]
