@@ -141,23 +141,32 @@ def test_packed_write_survives_a_leader_kill(
 
     leader = asyncio.run(leader_of_0())
     killed = threading.Event()
+    done = threading.Event()
 
-    def kill() -> None:
-        liftbridge_cluster.node(leader).kill()
-        killed.set()
+    async def kill_once_writing() -> None:
+        """Kill the leader of partition 0 as soon as 20 packs are stored there."""
+        async with Client(addresses, options=OPTIONS) as client:
+            while not done.is_set():
+                info = await client.fetch_partition_metadata(name, 0)
+                if info.high_watermark >= 20:
+                    await asyncio.to_thread(liftbridge_cluster.node(leader).kill)
+                    killed.set()
+                    return
+                await asyncio.sleep(0.02)
 
-    timer = threading.Timer(4.0, kill)  # while the tasks publish
-    timer.start()
+    watcher = threading.Thread(target=lambda: asyncio.run(kill_once_writing()))
+    watcher.start()
     try:
         rows = 400_000
         df = spark.range(rows, numPartitions=2).selectExpr(
             "concat('row-', id) AS value", "cast(id % 2 AS int) AS partition"
         )
-        eo_write(df, addresses, name, writeId=name, packRows="500", ackPolicy="all")
+        eo_write(df, addresses, name, writeId=name, packRows="200", ackPolicy="all")
+        killed_mid_write = killed.is_set()
     finally:
-        timer.cancel()
-        timer.join()
-    assert killed.is_set(), "the write ended before the kill: make it longer"
+        done.set()
+        watcher.join()
+    assert killed_mid_write, "the write ended before the kill: make it longer"
     liftbridge_cluster.ensure_all_running()
     got = spark_rows(spark, addresses, name, "read_committed")
     assert got.total() == rows
