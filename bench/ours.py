@@ -41,7 +41,7 @@ def client_for(
     transport: Transport,
     *,
     window: int = DEFAULT_WINDOW,
-    stream_transport: StreamTransport = "grpc",
+    stream_transport: StreamTransport = StreamTransport.GRPC,
 ) -> Client:
     """A client for one measurement; no keepalive pings (the server throttles them)."""
     options = ClientOptions(
@@ -70,7 +70,7 @@ async def publish_pipelined(
     ack: str,
     *,
     window: int = DEFAULT_WINDOW,
-    stream_transport: StreamTransport = "grpc",
+    stream_transport: StreamTransport = StreamTransport.GRPC,
 ) -> dict[str, Any]:
     """``send()`` n messages with at most ``window`` in flight, then wait for every ack.
 
@@ -123,7 +123,7 @@ async def publish_one(
     size: int,
     ack: str,
     *,
-    stream_transport: StreamTransport = "grpc",
+    stream_transport: StreamTransport = StreamTransport.GRPC,
 ) -> dict[str, Any]:
     """``await publish()`` n times: one message in flight; latency of each."""
     value = value_of(size)
@@ -195,7 +195,7 @@ async def publish_rate(
 
 
 async def subscribe(
-    target: Target, counts: list[int], *, stream_transport: StreamTransport = "grpc"
+    target: Target, counts: list[int], *, stream_transport: StreamTransport = StreamTransport.GRPC
 ) -> dict[str, Any]:
     """Read offsets 0..count-1 of every partition from EARLIEST, partitions concurrently."""
     async with client_for(target, Transport.GRPC, stream_transport=stream_transport) as client:

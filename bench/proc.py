@@ -24,7 +24,7 @@ from liftbridge_client.options import StreamTransport, Transport
 async def run(task: dict[str, Any]) -> dict[str, Any]:
     target = ours.Target(task["address"], task["nats_url"], task["stream"], 1)
     transport = Transport(task.get("transport", "grpc"))
-    stream_transport: StreamTransport = task.get("stream_transport", "grpc")
+    stream_transport = StreamTransport(task.get("stream_transport", "grpc"))
     n, size = int(task["n"]), int(task.get("size", 256))
     if task["op"] == "pub":
         return await ours.publish_pipelined(

@@ -16,7 +16,7 @@ import statistics
 from typing import Any
 
 from bench.ours import Target, publish_one, publish_pipelined
-from liftbridge_client import Client
+from liftbridge_client import Client, StreamConfig
 from liftbridge_client.options import ClientOptions, Transport
 from liftbridge_client.testing import SingleNode
 
@@ -25,7 +25,7 @@ _names = itertools.count(1)
 
 async def _stream(admin: Client) -> str:
     name = f"focus-{next(_names)}"
-    await admin.create_stream(name, name, partitions=1)
+    await admin.create_stream(name, name, StreamConfig(partitions=1))
     return name
 
 

@@ -25,7 +25,7 @@ from bench import ours, report
 from bench.external import GUFO_VERSION, ROOT, GoBench, Gufo
 from bench.machine import machine_details
 from bench.stats import mb_per_s, per_second, summarize_latencies
-from liftbridge_client import Client
+from liftbridge_client import Client, StreamConfig
 from liftbridge_client.options import ClientOptions, StreamTransport, Transport
 from liftbridge_client.testing import LIFTBRIDGE_VERSION, SingleNode
 
@@ -93,7 +93,7 @@ class Run:
 
     async def new_stream(self, partitions: int) -> str:
         name = f"bench-{next(self._names)}"
-        await self.admin.create_stream(name, name, partitions=partitions)
+        await self.admin.create_stream(name, name, StreamConfig(partitions=partitions))
         return name
 
     async def stored(self, stream: str, partitions: int, expect: int, wait: float = 0.0) -> int:
@@ -191,9 +191,9 @@ class Run:
             await self.go_publish(cfg, "go-async", plan.n_pipelined)  # the pipelined anchor
             await self.go_publish(cfg, "batch-100", plan.n_pipelined)
             rows: tuple[tuple[Transport, StreamTransport, str], ...] = (
-                (Transport.NATS, "grpc", "nats"),
-                (Transport.GRPC, "grpc", "grpc"),
-                (Transport.GRPC, "h2", "grpc-h2"),
+                (Transport.NATS, StreamTransport.GRPC, "nats"),
+                (Transport.GRPC, StreamTransport.GRPC, "grpc"),
+                (Transport.GRPC, StreamTransport.H2, "grpc-h2"),
             )
             for transport, stream_transport, label in rows:
                 await self.ours_publish(
@@ -229,7 +229,7 @@ class Run:
         mode: str,
         transport: Transport,
         n: int,
-        stream_transport: StreamTransport = "grpc",
+        stream_transport: StreamTransport = StreamTransport.GRPC,
     ) -> None:
         stream = await self.new_stream(cfg["partitions"])
         target = self.target(stream, cfg["partitions"])

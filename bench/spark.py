@@ -24,7 +24,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from liftbridge_client import AckPolicy, Client, ClientOptions, StopPosition, Transport
+from liftbridge_client import (
+    AckPolicy,
+    Client,
+    ClientOptions,
+    StopPosition,
+    StreamConfig,
+    Transport,
+)
 from liftbridge_client.spark._offsets import PartitionRange
 from liftbridge_client.spark._options import SinkOptions, SourceOptions
 from liftbridge_client.spark._read import RangePartition, read_range
@@ -84,7 +91,7 @@ async def stored(address: str, stream: str, partitions: int) -> int:
 
 async def create(address: str, name: str, partitions: int) -> None:
     async with Client([address], options=OPTIONS) as client:
-        await client.create_stream(f"bench.spark.{name}", name, partitions=partitions)
+        await client.create_stream(f"bench.spark.{name}", name, StreamConfig(partitions=partitions))
 
 
 def timed(fn: Callable[[], Any]) -> float:

@@ -41,6 +41,7 @@ from typing import Any
 
 from bench.kafka_broker import KAFKA_VERSION, KafkaBroker
 from bench.proctree import TreeCpuSampler, pid_cpu
+from liftbridge_client import StreamConfig
 
 __all__ = [
     "DOC",
@@ -558,7 +559,9 @@ class Run:
 
         async def create() -> None:
             async with self._client() as client:
-                await client.create_stream(f"bench.sk.{name}", name, partitions=partitions)
+                await client.create_stream(
+                    f"bench.sk.{name}", name, StreamConfig(partitions=partitions)
+                )
 
         asyncio.run(create())
         return name

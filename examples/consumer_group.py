@@ -16,7 +16,7 @@ import os
 import uuid
 from dataclasses import replace
 
-from liftbridge_client import Client, Consumer, ConsumerOptions
+from liftbridge_client import Client, Consumer, ConsumerOptions, StreamConfig
 
 PARTITIONS = 4
 
@@ -52,7 +52,7 @@ async def main() -> None:
     stream, group = f"orders-{suffix}", f"billing-{suffix}"
 
     async with Client(brokers) as client:
-        await client.create_stream(f"{stream}.events", stream, partitions=PARTITIONS)
+        await client.create_stream(f"{stream}.events", stream, StreamConfig(partitions=PARTITIONS))
 
         alice = client.consumer(group, [stream], options=replace(OPTIONS, consumer_id="alice"))
         bob = client.consumer(group, [stream], options=replace(OPTIONS, consumer_id="bob"))

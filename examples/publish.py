@@ -10,7 +10,7 @@ import asyncio
 import os
 import uuid
 
-from liftbridge_client import AckPolicy, Client, Transport, errors
+from liftbridge_client import AckPolicy, Client, StreamConfig, Transport, errors
 from liftbridge_client.partitioning import RoundRobinPartitioner
 
 
@@ -20,7 +20,7 @@ async def main() -> None:
     name = f"publish-example-{uuid.uuid4().hex[:8]}"
 
     async with Client(brokers, nats_servers=[nats_url]) as client:
-        await client.create_stream(f"{name}.orders", name, partitions=3)
+        await client.create_stream(f"{name}.orders", name, StreamConfig(partitions=3))
 
         # A key picks the partition (CRC-32 of the key, as go-liftbridge does); with a NATS
         # connection the message goes straight on the partition's NATS subject.
@@ -43,7 +43,9 @@ async def main() -> None:
 
         # Optimistic concurrency: the write only lands at the offset you expect.
         occ = f"{name}-occ"
-        await client.create_stream(f"{name}.ledger", occ, optimistic_concurrency_control=True)
+        await client.create_stream(
+            f"{name}.ledger", occ, StreamConfig(optimistic_concurrency_control=True)
+        )
         await client.publish(occ, b"entry 0", expected_offset=0)
         try:
             await client.publish(occ, b"stale entry", expected_offset=0)

@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from liftbridge_client import AckPolicy, Client
+from liftbridge_client import AckPolicy, Client, StreamConfig
 from liftbridge_client.exactly_once import UUID_HEADER, Clock, CommittedReader, Flags
 from liftbridge_client.exactly_once.uuids import build_uuid_bytes, new_producer_id
 
@@ -41,8 +41,8 @@ RETRIED = 0.1  # the share of events the service publishes twice (a retry after 
 
 async def create_streams(brokers: list[str], orders: str, totals: str) -> None:
     async with Client(brokers) as client:
-        await client.create_stream(f"{orders}.events", orders, partitions=3)
-        await client.create_stream(f"{totals}.events", totals, partitions=2)
+        await client.create_stream(f"{orders}.events", orders, StreamConfig(partitions=3))
+        await client.create_stream(f"{totals}.events", totals, StreamConfig(partitions=2))
 
 
 async def publish_wave(brokers: list[str], stream: str, rng: random.Random) -> dict[str, int]:

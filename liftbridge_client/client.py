@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self, Unpack, overload
+from typing import TYPE_CHECKING, Any, Literal, Self, overload
 
 import anyio
 import nats
@@ -27,7 +27,6 @@ from liftbridge_client._cluster import cursors as _cursors
 from liftbridge_client._cluster.feature_probe import FeatureDetector
 from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._publish.acks import PublishFuture
-from liftbridge_client._publish.args import PublishOptions, SubjectOptions
 from liftbridge_client._publish.publisher import Publisher
 from liftbridge_client._transport import probe as _probe
 from liftbridge_client._transport.grpc import BrokerPool
@@ -35,6 +34,7 @@ from liftbridge_client._transport.nats_connect import connect_nats, nats_securit
 from liftbridge_client._util import validate as _validate
 from liftbridge_client._util.tasks import TaskSupervisor
 from liftbridge_client.activity import ACTIVITY_STREAM, ActivityStream
+from liftbridge_client.features import ServerFeatures
 from liftbridge_client.groups import Consumer, ConsumerOptions
 from liftbridge_client.models import (
     Ack,
@@ -42,9 +42,11 @@ from liftbridge_client.models import (
     Metadata,
     PartitionInfo,
     PublishStats,
+    StartPosition,
     StopPosition,
 )
-from liftbridge_client.options import ClientOptions, StreamConfig, StreamSettings
+from liftbridge_client.options import ClientOptions, StreamConfig, Transport
+from liftbridge_client.partitioning import Partitioner
 from liftbridge_client.subscription import SubscribeArgs, Subscription
 
 if TYPE_CHECKING:
@@ -105,6 +107,83 @@ def _check_brokers(brokers: object) -> list[str]:
     return addresses
 
 
+def _publish_kw(
+    key: bytes | None,
+    headers: Mapping[str, bytes] | None,
+    partition: int | None,
+    partitioner: Partitioner | None,
+    ack_policy: AckPolicy,
+    expected_offset: int | None,
+    correlation_id: str | None,
+    transport: Transport | None,
+    ack_wait: float | datetime.timedelta | None,
+) -> dict[str, Any]:
+    """The publisher's keywords for what the call set (an absent key means its default)."""
+    kw: dict[str, Any] = {}
+    if key is not None:
+        kw["key"] = key
+    if headers is not None:
+        kw["headers"] = headers
+    if partition is not None:
+        kw["partition"] = partition
+    if partitioner is not None:
+        kw["partitioner"] = partitioner
+    if ack_policy is not AckPolicy.LEADER:
+        kw["ack_policy"] = ack_policy
+    if expected_offset is not None:
+        kw["expected_offset"] = expected_offset
+    if correlation_id is not None:
+        kw["correlation_id"] = correlation_id
+    if transport is not None:
+        kw["transport"] = transport
+    if ack_wait is not None:
+        kw["ack_wait"] = ack_wait
+    return kw
+
+
+def _subscribe_kw(
+    start: StartPosition | None,
+    start_offset: int | None,
+    start_timestamp_ns: int | None,
+    start_time: datetime.datetime | None,
+    start_time_delta: float | datetime.timedelta | None,
+    stop: StopPosition | None,
+    stop_offset: int | None,
+    stop_timestamp_ns: int | None,
+    stop_time: datetime.datetime | None,
+    read_isr_replica: bool,
+    resume: bool,
+    reverse: bool,
+) -> SubscribeArgs:
+    """The subscription's keywords for what the call set (presence implies positions)."""
+    kw: SubscribeArgs = {}
+    if start is not None:
+        kw["start"] = start
+    if start_offset is not None:
+        kw["start_offset"] = start_offset
+    if start_timestamp_ns is not None:
+        kw["start_timestamp_ns"] = start_timestamp_ns
+    if start_time is not None:
+        kw["start_time"] = start_time
+    if start_time_delta is not None:
+        kw["start_time_delta"] = start_time_delta
+    if stop is not None:
+        kw["stop"] = stop
+    if stop_offset is not None:
+        kw["stop_offset"] = stop_offset
+    if stop_timestamp_ns is not None:
+        kw["stop_timestamp_ns"] = stop_timestamp_ns
+    if stop_time is not None:
+        kw["stop_time"] = stop_time
+    if read_isr_replica is not False:
+        kw["read_isr_replica"] = read_isr_replica
+    if resume is not False:
+        kw["resume"] = resume
+    if reverse is not False:
+        kw["reverse"] = reverse
+    return kw
+
+
 def _connection_loss(exc: BaseException) -> bool:
     """nats-py's words for a lost connection (reported just before its disconnect)."""
     return isinstance(
@@ -120,7 +199,7 @@ class Client:
     straight over NATS (the default transport when given)::
 
         async with Client(["127.0.0.1:9292"], nats_servers=["nats://127.0.0.1:4222"]) as c:
-            await c.create_stream("orders.events", "orders", partitions=3)
+            await c.create_stream("orders.events", "orders", StreamConfig(partitions=3))
             ack = await c.publish("orders", b"payload", key=b"customer-7")
     """
 
@@ -168,7 +247,7 @@ class Client:
         return self._options
 
     @property
-    def features(self) -> FeatureDetector:
+    def features(self) -> ServerFeatures:
         """What the brokers support (docs/compatibility.md): probed once per broker, on
         first need. ``await client.features.require("consumer_groups")`` raises
         `FeatureNotSupportedError` naming the feature and the broker that lacks it."""
@@ -396,27 +475,37 @@ class Client:
         self,
         subject: str,
         name: str,
-        *,
         config: StreamConfig | None = None,
+        *,
         exist_ok: bool = False,
-        **settings: Unpack[StreamSettings],
     ) -> None:
-        """Create a stream on ``subject``; settings are `StreamConfig` fields.
+        """Create a stream named ``name`` that stores the messages of NATS ``subject``.
 
-        Raises `AlreadyExistsError` if the name is taken, unless ``exist_ok`` and the
-        existing stream has the same subject and partition count (other settings are
-        not compared: the server does not report them). While the cluster has no
-        metadata leader, retries until ``create_stream_timeout``. Returns once the
-        stream and its partition leaders are visible in metadata.
+        Returns once the stream and its partition leaders are visible in metadata. While
+        the cluster has no metadata leader, it retries until
+        `ClientOptions.create_stream_timeout`.
+
+        Args:
+            subject: The NATS subject the stream listens to (partition N > 0 listens
+                to ``subject.N``).
+            name: The stream's name, unique in the cluster.
+            config: Partitions, replication, retention and the rest; None: the
+                server's defaults for all of them.
+            exist_ok: Succeed when a stream of that name exists with the same subject
+                and partition count (other settings are not compared: the server does
+                not report them).
+
+        Raises:
+            InvalidInputError: a name, subject or setting the server cannot take.
+            AlreadyExistsError: the name is taken (and not ``exist_ok``).
+            FeatureNotSupportedError: a setting the server lacks (optimistic
+                concurrency before v1.6).
         """
         self._require_open()
-        occ = settings.get("optimistic_concurrency_control") or (
-            config is not None and config.optimistic_concurrency_control
-        )
-        if occ:
+        if isinstance(config, StreamConfig) and config.optimistic_concurrency_control:
             self._features.check("optimistic_concurrency")
         await _admin.create_stream(
-            self._metadata, self._options, subject, name, config, settings, exist_ok=exist_ok
+            self._metadata, self._options, subject, name, config, exist_ok=exist_ok
         )
 
     async def delete_stream(self, name: str) -> None:
@@ -460,7 +549,8 @@ class Client:
     # send_and_wait, nats-py JetStream's publish); ``send`` waits only for room in the
     # in-flight window and returns the ack's future (aiokafka's send); ``publish_nowait``
     # never waits (InflightLimitError when the window is full), for callbacks and loops
-    # that must not block. With ack_policy=AckPolicy.NONE the result is None.
+    # that must not block. The overloads only narrow the result: None with
+    # ack_policy=AckPolicy.NONE, an Ack otherwise.
 
     @overload
     async def publish(
@@ -468,17 +558,15 @@ class Client:
         stream: str,
         value: bytes,
         *,
-        ack_policy: Literal[AckPolicy.NONE],
-        **kw: Unpack[PublishOptions],
-    ) -> None: ...
-    @overload
-    async def publish(
-        self,
-        stream: str,
-        value: bytes,
-        *,
+        key: bytes | None = ...,
+        headers: Mapping[str, bytes] | None = ...,
+        partition: int | None = ...,
+        partitioner: Partitioner | None = ...,
         ack_policy: Literal[AckPolicy.LEADER, AckPolicy.ALL] = ...,
-        **kw: Unpack[PublishOptions],
+        expected_offset: int | None = ...,
+        correlation_id: str | None = ...,
+        transport: Transport | None = ...,
+        ack_wait: float | datetime.timedelta | None = ...,
     ) -> Ack: ...
     @overload
     async def publish(
@@ -486,19 +574,87 @@ class Client:
         stream: str,
         value: bytes,
         *,
+        key: bytes | None = ...,
+        headers: Mapping[str, bytes] | None = ...,
+        partition: int | None = ...,
+        partitioner: Partitioner | None = ...,
         ack_policy: AckPolicy,
-        **kw: Unpack[PublishOptions],
+        expected_offset: int | None = ...,
+        correlation_id: str | None = ...,
+        transport: Transport | None = ...,
+        ack_wait: float | datetime.timedelta | None = ...,
     ) -> Ack | None: ...
-    async def publish(self, stream: str, value: bytes, **kw: Any) -> Ack | None:
-        """Publish one message and wait for its ack.
+    async def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        transport: Transport | None = None,
+        ack_wait: float | datetime.timedelta | None = None,
+    ) -> Ack | None:
+        """Publish one message to a stream and wait for its ack.
 
-        Options (keyword-only, `PublishArgs`): ``key``, ``headers``, ``partition`` (wins
-        over the partitioner), ``partitioner``, ``ack_policy`` (LEADER by default; NONE
-        returns None once written), ``expected_offset`` (optimistic concurrency),
-        ``correlation_id``, ``transport``, ``ack_wait``. Cancelling the call withdraws
-        the publish if it was not written yet.
+        Cancelling the call withdraws the publish if it was not written yet.
+
+        Args:
+            stream: The stream's name.
+            value: The message body.
+            key: The message key; the default partitioner hashes it.
+            headers: Message headers (names are str, values bytes).
+            partition: The partition; wins over the partitioner.
+            partitioner: Chooses the partition when ``partition`` is None.
+                None: `ClientOptions.partitioner` (the key's CRC-32 by default).
+            ack_policy: LEADER (the default) acks once the leader stored it, ALL once
+                every in-sync replica did; NONE returns None once it is written.
+            expected_offset: Optimistic concurrency: store it only if it gets this
+                offset (the stream needs ``optimistic_concurrency_control``).
+            correlation_id: Names the publish in its ack; default: a fresh unique id.
+            transport: NATS or gRPC; default: `ClientOptions.transport`.
+            ack_wait: Seconds to wait for the ack; default: `ClientOptions.ack_wait`.
+
+        Returns:
+            The server's `Ack`, or None with ``AckPolicy.NONE``.
+
+        Raises:
+            InvalidInputError: an argument is not valid; nothing was sent.
+            PartitionerError: the partitioner raised or gave a partition out of range.
+            NotFoundError: the stream or partition does not exist.
+            ReadonlyPartitionError: the partition is read-only.
+            IncorrectOffsetError: ``expected_offset`` did not match.
+            AckTimeoutError: no ack came within ``ack_wait``.
+            ConnectionClosedError: the client is closed or closing.
         """
         publisher = self._require_open()
+        if (
+            key is None
+            and headers is None
+            and partitioner is None
+            and expected_offset is None
+            and correlation_id is None
+            and ack_wait is None
+            and self._tracer is None
+            and (fut := publisher.send_plain(stream, value, partition, ack_policy, transport))
+            is not None
+        ):
+            return await fut  # the common case, in one step
+        kw = _publish_kw(
+            key,
+            headers,
+            partition,
+            partitioner,
+            ack_policy,
+            expected_offset,
+            correlation_id,
+            transport,
+            ack_wait,
+        )
         if self._tracer is not None:
             traced: Ack | None = await self._tracer.publish(publisher.publish, stream, value, kw)
             return traced
@@ -510,17 +666,15 @@ class Client:
         stream: str,
         value: bytes,
         *,
-        ack_policy: Literal[AckPolicy.NONE],
-        **kw: Unpack[PublishOptions],
-    ) -> PublishFuture[None]: ...
-    @overload
-    async def send(
-        self,
-        stream: str,
-        value: bytes,
-        *,
+        key: bytes | None = ...,
+        headers: Mapping[str, bytes] | None = ...,
+        partition: int | None = ...,
+        partitioner: Partitioner | None = ...,
         ack_policy: Literal[AckPolicy.LEADER, AckPolicy.ALL] = ...,
-        **kw: Unpack[PublishOptions],
+        expected_offset: int | None = ...,
+        correlation_id: str | None = ...,
+        transport: Transport | None = ...,
+        ack_wait: float | datetime.timedelta | None = ...,
     ) -> PublishFuture[Ack]: ...
     @overload
     async def send(
@@ -528,18 +682,88 @@ class Client:
         stream: str,
         value: bytes,
         *,
+        key: bytes | None = ...,
+        headers: Mapping[str, bytes] | None = ...,
+        partition: int | None = ...,
+        partitioner: Partitioner | None = ...,
         ack_policy: AckPolicy,
-        **kw: Unpack[PublishOptions],
+        expected_offset: int | None = ...,
+        correlation_id: str | None = ...,
+        transport: Transport | None = ...,
+        ack_wait: float | datetime.timedelta | None = ...,
     ) -> PublishFuture[Ack | None]: ...
-    async def send(self, stream: str, value: bytes, **kw: Any) -> PublishFuture[Any]:
-        """Wait for room in the in-flight window, queue the message, return its future."""
+    async def send(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        transport: Transport | None = None,
+        ack_wait: float | datetime.timedelta | None = None,
+    ) -> PublishFuture[Any]:
+        """Queue one message once the in-flight window has room; return its ack's future.
+
+        For pipelining: keep sending, await the futures later (or ``client.flush()``).
+        The window is `ClientOptions.max_inflight` publishes.
+
+        Args:
+            stream: The stream's name.
+            value: The message body.
+            key: The message key; the default partitioner hashes it.
+            headers: Message headers (names are str, values bytes).
+            partition: The partition; wins over the partitioner.
+            partitioner: Chooses the partition when ``partition`` is None.
+                None: `ClientOptions.partitioner`.
+            ack_policy: LEADER (default), ALL, or NONE (the future resolves to None
+                once the message is written).
+            expected_offset: Optimistic concurrency: store it only at this offset.
+            correlation_id: Names the publish in its ack; default: a fresh unique id.
+            transport: NATS or gRPC; default: `ClientOptions.transport`.
+            ack_wait: Seconds to wait for the ack; default: `ClientOptions.ack_wait`.
+
+        Returns:
+            A `PublishFuture` that resolves to the `Ack` (None with NONE), or fails with
+            the errors `publish` raises.
+
+        Raises:
+            InvalidInputError: an argument is not valid; nothing was queued.
+            PartitionerError: the partitioner raised or gave a partition out of range.
+            ConnectionClosedError: the client is closed or closing.
+        """
         publisher = self._publisher
         if publisher is None or self._closed:
             publisher = self._require_open()
+        if (
+            key is None
+            and headers is None
+            and partitioner is None
+            and expected_offset is None
+            and correlation_id is None
+            and ack_wait is None
+            and self._tracer is None
+            and (fut := publisher.send_plain(stream, value, partition, ack_policy, transport))
+            is not None
+        ):
+            return fut  # the common case, without one more coroutine
+        kw = _publish_kw(
+            key,
+            headers,
+            partition,
+            partitioner,
+            ack_policy,
+            expected_offset,
+            correlation_id,
+            transport,
+            ack_wait,
+        )
         if self._tracer is not None:
             return await self._tracer.send(publisher.send, stream, value, kw)
-        if (fut := publisher.send_direct(stream, value, kw)) is not None:
-            return fut  # the common case, without one more coroutine
         return await publisher.send(stream, value, **kw)
 
     @overload
@@ -548,17 +772,15 @@ class Client:
         stream: str,
         value: bytes,
         *,
-        ack_policy: Literal[AckPolicy.NONE],
-        **kw: Unpack[PublishOptions],
-    ) -> PublishFuture[None]: ...
-    @overload
-    def publish_nowait(
-        self,
-        stream: str,
-        value: bytes,
-        *,
+        key: bytes | None = ...,
+        headers: Mapping[str, bytes] | None = ...,
+        partition: int | None = ...,
+        partitioner: Partitioner | None = ...,
         ack_policy: Literal[AckPolicy.LEADER, AckPolicy.ALL] = ...,
-        **kw: Unpack[PublishOptions],
+        expected_offset: int | None = ...,
+        correlation_id: str | None = ...,
+        transport: Transport | None = ...,
+        ack_wait: float | datetime.timedelta | None = ...,
     ) -> PublishFuture[Ack]: ...
     @overload
     def publish_nowait(
@@ -566,15 +788,86 @@ class Client:
         stream: str,
         value: bytes,
         *,
+        key: bytes | None = ...,
+        headers: Mapping[str, bytes] | None = ...,
+        partition: int | None = ...,
+        partitioner: Partitioner | None = ...,
         ack_policy: AckPolicy,
-        **kw: Unpack[PublishOptions],
+        expected_offset: int | None = ...,
+        correlation_id: str | None = ...,
+        transport: Transport | None = ...,
+        ack_wait: float | datetime.timedelta | None = ...,
     ) -> PublishFuture[Ack | None]: ...
-    def publish_nowait(self, stream: str, value: bytes, **kw: Any) -> PublishFuture[Any]:
-        """Queue a publish without waiting; the future resolves with the ack.
+    def publish_nowait(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        transport: Transport | None = None,
+        ack_wait: float | datetime.timedelta | None = None,
+    ) -> PublishFuture[Any]:
+        """Queue one message now, without waiting; return its ack's future.
 
-        Raises `InflightLimitError` at once when ``max_inflight`` publishes are pending.
+        For callbacks and loops that must not block. When the stream's metadata is not
+        cached yet (the first publish to it), the lookup happens in the background and
+        its failures (no such stream, partition out of range) fail the future.
+
+        Args:
+            stream: The stream's name.
+            value: The message body.
+            key: The message key; the default partitioner hashes it.
+            headers: Message headers (names are str, values bytes).
+            partition: The partition; wins over the partitioner.
+            partitioner: Chooses the partition when ``partition`` is None.
+                None: `ClientOptions.partitioner`.
+            ack_policy: LEADER (default), ALL, or NONE (the future resolves to None
+                once the message is written).
+            expected_offset: Optimistic concurrency: store it only at this offset.
+            correlation_id: Names the publish in its ack; default: a fresh unique id.
+            transport: NATS or gRPC; default: `ClientOptions.transport`.
+            ack_wait: Seconds to wait for the ack; default: `ClientOptions.ack_wait`.
+
+        Returns:
+            A `PublishFuture` that resolves to the `Ack` (None with NONE), or fails with
+            the errors `publish` raises.
+
+        Raises:
+            InflightLimitError: `ClientOptions.max_inflight` publishes are pending.
+            InvalidInputError: an argument is not valid; nothing was queued.
+            PartitionerError: the partitioner raised or gave a partition out of range.
+            ConnectionClosedError: the client is closed or closing.
         """
         publisher = self._require_open()
+        if (
+            key is None
+            and headers is None
+            and partitioner is None
+            and expected_offset is None
+            and correlation_id is None
+            and ack_wait is None
+            and self._tracer is None
+            and (fut := publisher.send_plain(stream, value, partition, ack_policy, transport))
+            is not None
+        ):
+            return fut
+        kw = _publish_kw(
+            key,
+            headers,
+            partition,
+            partitioner,
+            ack_policy,
+            expected_offset,
+            correlation_id,
+            transport,
+            ack_wait,
+        )
         if self._tracer is not None:
             return self._tracer.publish_nowait(publisher.publish_nowait, stream, value, kw)
         return publisher.publish_nowait(stream, value, **kw)
@@ -585,17 +878,11 @@ class Client:
         subject: str,
         value: bytes,
         *,
-        ack_policy: Literal[AckPolicy.NONE],
-        **kw: Unpack[SubjectOptions],
-    ) -> None: ...
-    @overload
-    async def publish_to_subject(
-        self,
-        subject: str,
-        value: bytes,
-        *,
+        key: bytes | None = ...,
+        headers: Mapping[str, bytes] | None = ...,
         ack_policy: Literal[AckPolicy.LEADER, AckPolicy.ALL] = ...,
-        **kw: Unpack[SubjectOptions],
+        correlation_id: str | None = ...,
+        ack_wait: float | datetime.timedelta | None = ...,
     ) -> Ack: ...
     @overload
     async def publish_to_subject(
@@ -603,13 +890,58 @@ class Client:
         subject: str,
         value: bytes,
         *,
+        key: bytes | None = ...,
+        headers: Mapping[str, bytes] | None = ...,
         ack_policy: AckPolicy,
-        **kw: Unpack[SubjectOptions],
+        correlation_id: str | None = ...,
+        ack_wait: float | datetime.timedelta | None = ...,
     ) -> Ack | None: ...
-    async def publish_to_subject(self, subject: str, value: bytes, **kw: Any) -> Ack | None:
-        """Publish to a NATS subject through the server (every stream on it stores it)."""
+    async def publish_to_subject(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        correlation_id: str | None = None,
+        ack_wait: float | datetime.timedelta | None = None,
+    ) -> Ack | None:
+        """Publish to a NATS subject through the server (the PublishToSubject RPC, gRPC).
+
+        Every stream on ``subject`` stores the message; the ack is the first stream's.
+
+        Args:
+            subject: The NATS subject (no wildcards).
+            value: The message body.
+            key: The message key.
+            headers: Message headers (names are str, values bytes).
+            ack_policy: LEADER (default), ALL, or NONE (returns None once sent).
+            correlation_id: Names the publish in its ack; default: a fresh unique id.
+            ack_wait: Seconds to wait for the ack; default: `ClientOptions.ack_wait`.
+
+        Returns:
+            The server's `Ack`, or None with ``AckPolicy.NONE``.
+
+        Raises:
+            InvalidInputError: an argument is not valid; nothing was sent.
+            FeatureNotSupportedError: the server lacks PublishToSubject.
+            AckTimeoutError: no ack came within ``ack_wait``.
+            ConnectionClosedError: the client is closed or closing.
+        """
         publisher = self._require_open()
         self._features.check("publish_to_subject")
+        kw: dict[str, Any] = {}
+        if key is not None:
+            kw["key"] = key
+        if headers is not None:
+            kw["headers"] = headers
+        if ack_policy is not AckPolicy.LEADER:
+            kw["ack_policy"] = ack_policy
+        if correlation_id is not None:
+            kw["correlation_id"] = correlation_id
+        if ack_wait is not None:
+            kw["ack_wait"] = ack_wait
         return await publisher.publish_to_subject(subject, value, **kw)
 
     def stats(self) -> PublishStats:
@@ -623,22 +955,81 @@ class Client:
     # ------------------------------------------------------------ subscribe
 
     def subscribe(
-        self, stream: str, partition: int = 0, **kw: Unpack[SubscribeArgs]
+        self,
+        stream: str,
+        partition: int = 0,
+        *,
+        start: StartPosition | None = None,
+        start_offset: int | None = None,
+        start_timestamp_ns: int | None = None,
+        start_time: datetime.datetime | None = None,
+        start_time_delta: float | datetime.timedelta | None = None,
+        stop: StopPosition | None = None,
+        stop_offset: int | None = None,
+        stop_timestamp_ns: int | None = None,
+        stop_time: datetime.datetime | None = None,
+        read_isr_replica: bool = False,
+        resume: bool = False,
+        reverse: bool = False,
     ) -> Subscription:
         """A subscription to one partition: ``async with`` it and ``async for`` over it.
 
-        Options (`SubscribeArgs`, keyword-only): ``start`` / ``start_offset`` /
-        ``start_timestamp_ns`` / ``start_time_delta``, ``stop`` / ``stop_offset`` /
-        ``stop_timestamp_ns``, ``read_isr_replica``, ``resume``, ``reverse``. They are
-        validated here (`InvalidInputError`); see `Subscription` for how it ends and
-        how it survives a leader failover.
+        Where it starts and stops is either a position (``start``, ``stop``) or one
+        value that implies it (``start_offset`` implies ``StartPosition.OFFSET``, and so
+        on); two that disagree raise `InvalidInputError`. See `Subscription` for how it
+        ends and how it survives a leader failover.
+
+        Args:
+            stream: The stream's name.
+            partition: The partition (0 by default).
+            start: Where to start; default NEW_ONLY (only messages published from now).
+            start_offset: Start at this offset.
+            start_timestamp_ns: Start at the first message at or after this Unix time (ns).
+            start_time: The same as a datetime (naive: local time).
+            start_time_delta: Start this long ago (seconds or a timedelta).
+            stop: Where to stop; default ON_CANCEL (follow until closed).
+            stop_offset: Stop after this offset (inclusive).
+            stop_timestamp_ns: Stop after the last message at or before this Unix time.
+            stop_time: The same as a datetime (naive: local time).
+            read_isr_replica: Read from a random in-sync replica, not only the leader.
+            resume: Resume the partition if it is paused.
+            reverse: Newest first (emulated on servers that ignore it, e.g. v1.9.0).
+
+        Returns:
+            The `Subscription`; it opens on ``async with`` or the first read.
+
+        Raises:
+            InvalidInputError: an argument is not valid or two of them conflict.
+            FeatureNotSupportedError: the server is known to lack stop positions or
+                pausing (``resume``).
         """
         self._require_open()
-        stop = kw.get("stop", StopPosition.ON_CANCEL)
-        if stop is not StopPosition.ON_CANCEL or "stop_offset" in kw or "stop_timestamp_ns" in kw:
+        kw = _subscribe_kw(
+            start,
+            start_offset,
+            start_timestamp_ns,
+            start_time,
+            start_time_delta,
+            stop,
+            stop_offset,
+            stop_timestamp_ns,
+            stop_time,
+            read_isr_replica,
+            resume,
+            reverse,
+        )
+        if (
+            (stop is not None and stop is not StopPosition.ON_CANCEL)
+            or stop_offset is not None
+            or stop_timestamp_ns is not None
+            or stop_time is not None
+        ):
             self._features.check("stop_positions")
-        if kw.get("resume"):
+        if resume:
             self._features.check("pause_resume")
+        return self._subscription(stream, partition, kw)
+
+    def _subscription(self, stream: str, partition: int, kw: SubscribeArgs) -> Subscription:
         make = Subscription if self._tracer is None else self._tracer.subscription
         sub = make(
             self._metadata,
@@ -703,14 +1094,54 @@ class Client:
 
     # ------------------------------------------------------------ activity stream
 
-    def activity(self, **kw: Unpack[SubscribeArgs]) -> ActivityStream:
+    def activity(
+        self,
+        *,
+        start: StartPosition | None = None,
+        start_offset: int | None = None,
+        start_timestamp_ns: int | None = None,
+        start_time: datetime.datetime | None = None,
+        start_time_delta: float | datetime.timedelta | None = None,
+        stop: StopPosition | None = None,
+        stop_offset: int | None = None,
+        stop_timestamp_ns: int | None = None,
+        stop_time: datetime.datetime | None = None,
+    ) -> ActivityStream:
         """The server's activity stream as typed events (see `ActivityStream`).
 
-        Takes the `subscribe` options: the default starts with new events only;
-        ``start=StartPosition.EARLIEST`` reads from the first, and
-        ``start_offset=event.offset + 1`` resumes after an event already handled.
         The server must run with ``activity.stream.enabled: true``, else
-        `FeatureNotSupportedError`.
+        `FeatureNotSupportedError` when it is read.
+
+        Args:
+            start: Where to start; default NEW_ONLY (new events only);
+                ``StartPosition.EARLIEST`` reads from the first.
+            start_offset: Start at this offset: ``event.offset + 1`` resumes after an
+                event already handled.
+            start_timestamp_ns: Start at the first event at or after this Unix time (ns).
+            start_time: The same as a datetime (naive: local time).
+            start_time_delta: Start this long ago (seconds or a timedelta).
+            stop: Where to stop; default ON_CANCEL (follow until closed).
+            stop_offset: Stop after this offset (inclusive).
+            stop_timestamp_ns: Stop after the last event at or before this Unix time.
+            stop_time: The same as a datetime (naive: local time).
+
+        Returns:
+            The `ActivityStream`: ``async with`` it and ``async for`` over its events.
+
+        Raises:
+            InvalidInputError: an argument is not valid or two of them conflict.
         """
-        self._require_open()
-        return ActivityStream(self._metadata, self.subscribe(ACTIVITY_STREAM, 0, **kw))
+        sub = self.subscribe(
+            ACTIVITY_STREAM,
+            0,
+            start=start,
+            start_offset=start_offset,
+            start_timestamp_ns=start_timestamp_ns,
+            start_time=start_time,
+            start_time_delta=start_time_delta,
+            stop=stop,
+            stop_offset=stop_offset,
+            stop_timestamp_ns=stop_timestamp_ns,
+            stop_time=stop_time,
+        )
+        return ActivityStream(self._metadata, sub)

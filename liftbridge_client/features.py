@@ -25,10 +25,10 @@ from __future__ import annotations
 import enum
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.models import reduce_read_only
@@ -48,6 +48,7 @@ __all__ = [
     "FeatureSpec",
     "How",
     "Observation",
+    "ServerFeatures",
     "State",
     "Version",
     "compatibility_matrix",
@@ -391,6 +392,59 @@ class ClusterFeatures:
     def enabled(self) -> frozenset[str]:
         """Features every broker supports."""
         return frozenset(n for n in FEATURES if self.supported(n))
+
+
+class ServerFeatures(Protocol):
+    """What `Client.features` returns: the brokers' features, probed once per broker.
+
+    Feature names are those of `FEATURE_MAP` (docs/compatibility.md); an unknown name
+    raises `InvalidInputError`. Example::
+
+        if await client.features.supported("consumer_groups"):
+            ...
+        await client.features.require("cursors")  # or FeatureNotSupportedError
+    """
+
+    def cached(self) -> dict[str, BrokerFeatures]:
+        """What is known so far, by broker address (no IO)."""
+        ...
+
+    def invalidate(self, broker: str | None = None) -> None:
+        """Forget one broker (or all): its next use probes it again (after an upgrade)."""
+        ...
+
+    async def broker(self, address: str) -> BrokerFeatures:
+        """One broker's features, probing it the first time.
+
+        Raises:
+            LiftbridgeError: the broker could not be reached.
+        """
+        ...
+
+    async def cluster(self, brokers: Sequence[str] | None = None) -> ClusterFeatures:
+        """What every broker in ``brokers`` (default: every broker in the metadata) has.
+
+        By default a broker that cannot be reached is left out (it serves nothing now);
+        one named in ``brokers`` must answer.
+
+        Raises:
+            NoBrokerAvailableError: no broker of the metadata answered.
+        """
+        ...
+
+    async def supported(self, feature: str, *, brokers: Sequence[str] | None = None) -> bool:
+        """True when every broker in ``brokers`` (default: all) supports ``feature``."""
+        ...
+
+    async def require(self, feature: str, *, brokers: Sequence[str] | None = None) -> None:
+        """Return when every broker supports ``feature``.
+
+        Raises:
+            FeatureNotSupportedError: a broker lacks it (the error names the feature, the
+                first broker lacking it and why).
+            NoBrokerAvailableError: no broker answered.
+        """
+        ...
 
 
 def intersect(brokers: Iterable[BrokerFeatures]) -> ClusterFeatures:

@@ -7,13 +7,11 @@ where it was written, with an `InvalidInputError` naming the field.
 
 from __future__ import annotations
 
-import datetime
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Final, Literal, TypedDict
 
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._util import validate as _validate
@@ -27,7 +25,6 @@ __all__ = [
     "NatsAuth",
     "RetryPolicy",
     "StreamConfig",
-    "StreamSettings",
     "StreamTransport",
     "TLSConfig",
     "TracingOptions",
@@ -40,6 +37,13 @@ class Transport(enum.Enum):
 
     NATS = "nats"  # an enveloped Message on the partition's NATS subject
     GRPC = "grpc"  # the PublishAsync gRPC stream to the partition leader
+
+
+class StreamTransport(enum.Enum):
+    """How the streaming RPCs (Subscribe, PublishAsync) travel; unary RPCs use grpc.aio."""
+
+    H2 = "h2"  # asyncio and the h2 library: several times faster per message
+    GRPC = "grpc"  # grpc.aio
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,9 +176,6 @@ class TracingOptions:
 
 KEEPALIVE_DEFAULT = 330.0
 
-StreamTransport = Literal["grpc", "h2"]
-STREAM_TRANSPORTS: Final = ("grpc", "h2")
-
 
 @dataclass(frozen=True)
 class ClientOptions:
@@ -232,9 +233,8 @@ class ClientOptions:
     # OpenTelemetry trace propagation through message headers (the [otel] extra); None: off,
     # and then publishing and subscribing do no tracing work at all.
     tracing: TracingOptions | None = None
-    # How the streaming RPCs (Subscribe, PublishAsync) travel: "h2" (asyncio + the h2
-    # library, several times faster per message) or "grpc" (grpc.aio). Unary RPCs use grpc.aio.
-    stream_transport: StreamTransport = "h2"
+    # How Subscribe and PublishAsync travel (see StreamTransport); unary RPCs use grpc.aio.
+    stream_transport: StreamTransport = StreamTransport.H2
 
     def __post_init__(self) -> None:
         _validate.int_arg("max_inflight", self.max_inflight, 1, _validate.INT32_MAX)
@@ -258,9 +258,13 @@ class ClientOptions:
             raise InvalidInputError(f"tracing must be a TracingOptions, got {self.tracing!r}")
         if self.transport is not None and not isinstance(self.transport, Transport):
             raise InvalidInputError(f"transport must be a Transport, got {self.transport!r}")
-        if self.stream_transport not in STREAM_TRANSPORTS:
+        if not isinstance(self.stream_transport, StreamTransport):
+            # 0.2 took the strings "h2" and "grpc": name the member that replaces one.
+            hint = ""
+            if self.stream_transport in ("h2", "grpc"):
+                hint = f" (use StreamTransport.{str(self.stream_transport).upper()})"
             raise InvalidInputError(
-                f"stream_transport must be 'grpc' or 'h2', got {self.stream_transport!r}"
+                f"stream_transport must be a StreamTransport, got {self.stream_transport!r}{hint}"
             )
         if not isinstance(self.address_overrides, Mapping):
             raise InvalidInputError(
@@ -371,24 +375,3 @@ class StreamConfig:
             if (value := getattr(self, attr)) is not None:
                 getattr(req, pb_name).value = value
         return req
-
-
-class StreamSettings(TypedDict, total=False):
-    """`Client.create_stream` keyword settings: the fields of `StreamConfig`."""
-
-    group: str | None
-    replication_factor: int | None
-    partitions: int | None
-    retention_max_bytes: int | None
-    retention_max_messages: int | None
-    retention_max_age: float | datetime.timedelta | None
-    cleaner_interval: float | datetime.timedelta | None
-    segment_max_bytes: int | None
-    segment_max_age: float | datetime.timedelta | None
-    compact_enabled: bool | None
-    compact_max_goroutines: int | None
-    auto_pause_time: float | datetime.timedelta | None
-    auto_pause_disable_if_subscribers: bool | None
-    min_isr: int | None
-    optimistic_concurrency_control: bool | None
-    encryption: bool | None

@@ -39,7 +39,7 @@ from liftbridge_client._transport.grpc import BrokerPool
 from liftbridge_client._transport.h2 import ServerStreamCall
 from liftbridge_client._util import validate as _validate
 from liftbridge_client.models import Message, StartPosition, owned_message_from_proto
-from liftbridge_client.options import ClientOptions
+from liftbridge_client.options import ClientOptions, StreamTransport
 
 if TYPE_CHECKING:
     from liftbridge_client._cluster.feature_probe import FeatureDetector
@@ -585,7 +585,7 @@ class Subscription:
             self._pending = first
 
     def _open_call(self, address: str, request: api_pb2.SubscribeRequest) -> SubscribeCall:
-        if self._options.stream_transport == "h2":
+        if self._options.stream_transport is StreamTransport.H2:
             return self._pool.h2().server_stream(
                 address, _SUBSCRIBE_PATH, request.SerializeToString(), _decode_message
             )

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from typing import Any
+from collections.abc import Sequence
 
 import grpc
 
@@ -43,17 +41,14 @@ async def create_stream(
     subject: str,
     name: str,
     config: StreamConfig | None,
-    settings: Mapping[str, Any],
     *,
     exist_ok: bool = False,
 ) -> None:
-    if config is not None and not isinstance(config, StreamConfig):
+    if config is None:
+        config = StreamConfig()
+    elif not isinstance(config, StreamConfig):
         raise errors.InvalidInputError(f"config must be a StreamConfig, got {config!r}")
     _validate.flag("exist_ok", exist_ok)
-    try:
-        config = replace(config or StreamConfig(), **settings)
-    except TypeError as exc:  # an unknown keyword
-        raise errors.InvalidInputError(str(exc)) from exc
     # Names and subjects the server cannot handle make it panic (and crash-loop): refuse.
     _validate.stream_subject(subject, partitions=config.partitions or 1)
     _validate.stream_name(name)

@@ -1,4 +1,4 @@
-"""PublishAsync over the h2 stream transport (``ClientOptions.stream_transport="h2"``).
+"""PublishAsync over the h2 stream transport (``StreamTransport.H2``).
 
 The same `PublishStream` contract (correlation, breaking, taking back what was never
 written, closing); what differs:

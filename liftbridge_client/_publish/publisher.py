@@ -100,7 +100,7 @@ from liftbridge_client._transport.grpc import BrokerPool
 from liftbridge_client._util import validate as _validate
 from liftbridge_client._util.tasks import TaskHandle, TaskSupervisor
 from liftbridge_client.models import Ack, AckPolicy, Metadata, PublishStats, StreamInfo
-from liftbridge_client.options import ClientOptions, Transport
+from liftbridge_client.options import ClientOptions, StreamTransport, Transport
 from liftbridge_client.partitioning import KeyPartitioner, Partitioner, choose_partition
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class Publisher:
         self._cid_prefix = secrets.token_hex(8) + "-"
         self._cid_counter = itertools.count(1)
         self._window_was_full = False  # the last one-step publish found no free slot
-        self._h2_streams = options.stream_transport == "h2"
+        self._h2_streams = options.stream_transport is StreamTransport.H2
         self._requeue_bound = self._requeue  # one bound method, not one per publish
         self._queue: deque[Item] = deque()
         self._waker: asyncio.Future[None] | None = None
@@ -288,32 +288,46 @@ class Publisher:
         the hop through the sender (woken only to write a NATS batch out). The
         bytes on the wire and every check are those of the general path.
         """
+        if not kw:
+            return self.send_plain(stream, value, None, _LEADER, None, held)
+        known = ("partition" in kw) + ("ack_policy" in kw) + ("transport" in kw)
+        if len(kw) != known:
+            return None
+        return self.send_plain(
+            stream,
+            value,
+            kw.get("partition"),
+            kw.get("ack_policy", _LEADER),
+            kw.get("transport"),
+            held,
+        )
+
+    def send_plain(
+        self,
+        stream: str,
+        value: bytes,
+        partition: int | None,
+        ack_policy: AckPolicy,
+        transport: Transport | None,
+        held: bool = False,
+    ) -> AckFuture | None:
+        """`send_direct` for a publish whose only options are these three (None: defaults)."""
         if (
             self._queue
             or not self._sender_idle
             or not self._fast_ok
             or type(stream) is not str
             or type(value) is not bytes
+            or type(ack_policy) is not AckPolicy
         ):
+            return None
+        if transport is None:
+            transport = self._transport
+        elif type(transport) is not Transport:
             return None
         info = self._metadata.current.streams.get(stream)
         if info is None:
             return None
-        if kw:
-            partition = kw.get("partition")
-            ack_policy = kw.get("ack_policy", _LEADER)
-            transport = kw.get("transport", self._transport)
-            known = ("partition" in kw) + ("ack_policy" in kw) + ("transport" in kw)
-            if (
-                type(ack_policy) is not AckPolicy
-                or type(transport) is not Transport
-                or len(kw) != known
-            ):
-                return None
-        else:
-            partition = None
-            ack_policy = _LEADER
-            transport = self._transport
         if partition is None:
             partitioner = self._options.partitioner
             if partitioner is not None and type(partitioner) is not KeyPartitioner:
@@ -681,7 +695,7 @@ class Publisher:
                     await asyncio.sleep(0)
 
     def _new_stream(self, address: str) -> PublishStream:
-        if self._options.stream_transport == "h2":
+        if self._options.stream_transport is StreamTransport.H2:
             return H2PublishStream(
                 address,
                 self._pool,

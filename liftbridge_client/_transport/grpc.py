@@ -51,7 +51,7 @@ class BrokerPool:
         return stub
 
     def h2(self) -> H2Pool:
-        """The h2 connections for streaming calls (``stream_transport="h2"``)."""
+        """The h2 connections for streaming calls (``StreamTransport.H2``)."""
         if self._closed:
             raise errors.ConnectionClosedError("client is closed")
         if self._h2 is None:

@@ -32,6 +32,7 @@ from liftbridge_client import (
     RetryPolicy,
     StartPosition,
     StopPosition,
+    StreamConfig,
     Transport,
     errors,
 )
@@ -175,7 +176,7 @@ async def test_cluster_survives_docker_kill(
 
         name, subject = stream_names("failover")
         async with Client(addresses, nats_servers=[nats_url], options=OPTIONS) as client:
-            await client.create_stream(subject, name, replication_factor=3)
+            await client.create_stream(subject, name, StreamConfig(replication_factor=3))
             before = await publish_until_acked(client, name, b"before", AckPolicy.ALL)
             assert before.offset == 0
             leader = (await client.fetch_metadata(name)).streams[name].partitions[0].leader

@@ -11,7 +11,7 @@ import pytest
 
 from dockerized.compose_project import docker_inspect
 from dockerized.test_compose import listening_hosts
-from liftbridge_client import Client, StartPosition, StopPosition
+from liftbridge_client import Client, StartPosition, StopPosition, StreamConfig
 from liftbridge_client.testing import DockerCluster, DockerSingleNode, ImageReport, StreamNames
 from liftbridge_client.testing._containers import DEPLOYMENT_LABEL
 
@@ -105,7 +105,7 @@ async def test_cluster_nats_restart(images: ImageReport, stream_names: StreamNam
         assert cluster.ensure_all_running() == ["nats"]
         name, subject = stream_names("natsrestart")
         async with Client(cluster.addresses, nats_servers=[cluster.nats_url]) as client:
-            await client.create_stream(subject, name, replication_factor=3)
+            await client.create_stream(subject, name, StreamConfig(replication_factor=3))
             ack = await asyncio.wait_for(client.publish(name, b"x"), 30)
             assert ack is not None
     assert labelled(cluster.name) == []

@@ -43,7 +43,7 @@ from faults.fault_workloads import (
     run_workers,
     subscriber,
 )
-from liftbridge_client import Client, Transport, errors
+from liftbridge_client import Client, StreamConfig, Transport, errors
 from liftbridge_client.testing import AddressedCluster
 from liftbridge_client.testing._probe import broker_ids
 
@@ -114,7 +114,9 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
         streams = Streams(f"plain-{token}", 3, f"eo-{token}", 2)
         for name, partitions in ((streams.plain, 3), (streams.eo, 2)):
             await client.create_stream(
-                f"faults.{name}", name, partitions=partitions, replication_factor=3, min_isr=2
+                f"faults.{name}",
+                name,
+                StreamConfig(partitions=partitions, replication_factor=3, min_isr=2),
             )
         # ALL acks mean "on every replica" only once the ISR is full (replication_support).
         if late := await wait_full_isr(client, streams, 60):

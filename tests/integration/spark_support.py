@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from liftbridge_client import AckPolicy, Client, ClientOptions, Message, StopPosition, Transport
+from liftbridge_client import (
+    AckPolicy,
+    Client,
+    ClientOptions,
+    Message,
+    StopPosition,
+    StreamConfig,
+    Transport,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -121,7 +129,7 @@ def publish(
 def create_stream(addresses: Sequence[str], subject: str, name: str, **settings: Any) -> None:
     async def go() -> None:
         async with Client(addresses, options=OPTIONS) as client:
-            await client.create_stream(subject, name, **settings)
+            await client.create_stream(subject, name, StreamConfig(**settings))
 
     asyncio.run(go())
 

@@ -17,6 +17,7 @@ from liftbridge_client import (
     ConsumerOptions,
     RetryPolicy,
     StartPosition,
+    StreamConfig,
     errors,
 )
 from liftbridge_client.activity import (
@@ -79,7 +80,7 @@ async def test_stream_events_are_typed_in_order_and_resumable(
     stream = unique_stream.name
     async with client.activity(start=StartPosition.NEW_ONLY) as activity:
         # NEW_ONLY starts after the newest event: wait until the subscription is live.
-        await client.create_stream(unique_stream.subject, stream, partitions=3)
+        await client.create_stream(unique_stream.subject, stream, StreamConfig(partitions=3))
         await client.pause_stream(stream, partitions=[1, 2])
         await client.publish(stream, b"x", partition=1)  # publishing resumes partition 1
         await client.set_stream_readonly(stream, partitions=[0])

@@ -65,12 +65,17 @@ async def test_create_stream_with_every_option_and_read_it_back(client: Client) 
     assert not part.readonly
 
 
-async def test_settings_as_keywords_and_unknown_keyword(client: Client) -> None:
+async def test_settings_come_in_one_stream_config(client: Client) -> None:
     name, subject = unique()
-    await client.create_stream(subject, name, partitions=2)
+    await client.create_stream(subject, name, StreamConfig(partitions=2))
     assert len((await client.fetch_metadata(name)).streams[name].partitions) == 2
-    with pytest.raises(errors.InvalidInputError, match="partition_count"):
-        await client.create_stream(subject, name + "x", partition_count=2)  # type: ignore[call-arg]
+    # 0.2's keyword settings are gone (StreamConfig is their one home): Python names the
+    # keyword, and no stream is created.
+    with pytest.raises(TypeError, match="partitions"):
+        await client.create_stream(subject + "x", name + "x", partitions=2)  # type: ignore[call-arg]
+    with pytest.raises(errors.InvalidInputError, match="config must be a StreamConfig"):
+        await client.create_stream(subject + "x", name + "x", {"partitions": 2})  # type: ignore[arg-type]
+    assert name + "x" not in (await client.fetch_metadata()).streams
 
 
 async def test_duplicate_name_is_already_exists(client: Client) -> None:
@@ -84,13 +89,16 @@ async def test_exist_ok_accepts_the_same_stream_and_refuses_a_different_one(
     client: Client,
 ) -> None:
     name, subject = unique()
-    await client.create_stream(subject, name, partitions=2)
-    await client.create_stream(subject, name, partitions=2, exist_ok=True)  # the same: fine
+    await client.create_stream(subject, name, StreamConfig(partitions=2))
+    await client.create_stream(
+        subject, name, StreamConfig(partitions=2), exist_ok=True
+    )  # the same: fine
     with pytest.raises(errors.AlreadyExistsError, match="partition count"):
-        await client.create_stream(subject, name, partitions=3, exist_ok=True)
+        await client.create_stream(subject, name, StreamConfig(partitions=3), exist_ok=True)
     with pytest.raises(errors.AlreadyExistsError, match="another subject"):
-        await client.create_stream(subject + ".x", name, partitions=2, exist_ok=True)
-    await client.create_stream(*reversed(unique()), exist_ok=True)  # new: simply created
+        await client.create_stream(subject + ".x", name, StreamConfig(partitions=2), exist_ok=True)
+    subject, name = reversed(unique())
+    await client.create_stream(subject, name, exist_ok=True)  # new: simply created
 
 
 # v1.7.1 does not reserve these names: it creates the streams.
@@ -104,13 +112,13 @@ async def test_reserved_names_are_invalid_argument(client: Client, reserved: str
 async def test_replication_factor_beyond_cluster_is_invalid_argument(client: Client) -> None:
     name, subject = unique()
     with pytest.raises(errors.InvalidArgumentError):
-        await client.create_stream(subject, name, replication_factor=5)
+        await client.create_stream(subject, name, StreamConfig(replication_factor=5))
 
 
 async def test_inputs_that_crash_the_server_never_leave_the_client(client: Client) -> None:
     name, subject = unique()
     with pytest.raises(errors.InvalidInputError):
-        await client.create_stream(subject, name, partitions=-1)
+        await client.create_stream(subject, name, StreamConfig(partitions=-1))
     with pytest.raises(errors.InvalidInputError):
         await client.create_stream("", name)
     # The server is still up and answering.
@@ -120,7 +128,7 @@ async def test_inputs_that_crash_the_server_never_leave_the_client(client: Clien
 
 async def test_delete_pause_readonly_and_their_not_found(client: Client) -> None:
     name, subject = unique()
-    await client.create_stream(subject, name, partitions=2)
+    await client.create_stream(subject, name, StreamConfig(partitions=2))
 
     await client.pause_stream(name, partitions=[1])
     parts = (await client.fetch_metadata(name)).streams[name].partitions

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from liftbridge_client import Client, ClientOptions, StartPosition, Transport, errors
+from liftbridge_client import Client, ClientOptions, StartPosition, StreamConfig, Transport, errors
 from liftbridge_client._util.validate import stream_name, stream_subject
 from liftbridge_client.testing import SingleNode
 
@@ -101,9 +101,9 @@ async def test_crashing_stream_inputs_are_refused_without_reaching_the_server(
         assert rule in str(info.value), (subject, name, str(info.value))
     # A '>' subject cannot take more partitions (partition N listens on "<subject>.N").
     with pytest.raises(errors.InvalidInputError, match="single partition"):
-        await client.create_stream("bad.multi.>", "gt-partitions", partitions=2)
+        await client.create_stream("bad.multi.>", "gt-partitions", StreamConfig(partitions=2))
     with pytest.raises(errors.InvalidInputError, match="group"):
-        await client.create_stream("bad.group", "group-space", group="a b")
+        await client.create_stream("bad.group", "group-space", StreamConfig(group="a b"))
     assert spy.calls == []  # nothing left the client
     await still_serves(client, liftbridge_server)
 

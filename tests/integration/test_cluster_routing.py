@@ -18,6 +18,7 @@ from liftbridge_client import (
     RetryPolicy,
     StartPosition,
     StopPosition,
+    StreamConfig,
     Transport,
     errors,
 )
@@ -76,7 +77,11 @@ async def wait_for_partitions(client: Client, stream: str, count: int) -> None:
 
 @pytest.mark.parametrize(
     ("transport", "stream_transport"),
-    [(Transport.NATS, "grpc"), (Transport.GRPC, "grpc"), (Transport.GRPC, "h2")],
+    [
+        (Transport.NATS, StreamTransport.GRPC),
+        (Transport.GRPC, StreamTransport.GRPC),
+        (Transport.GRPC, StreamTransport.H2),
+    ],
     ids=["nats", "grpc", "h2"],
 )
 async def test_partitions_led_by_different_nodes(
@@ -95,7 +100,9 @@ async def test_partitions_led_by_different_nodes(
         streams = [stream_names(f"spread{i}") for i in range(3)]
         leaders: dict[tuple[str, int], str] = {}
         for name, subject in streams:
-            await client.create_stream(subject, name, partitions=2, replication_factor=1)
+            await client.create_stream(
+                subject, name, StreamConfig(partitions=2, replication_factor=1)
+            )
             await wait_for_partitions(client, name, 2)
             info = (await client.fetch_metadata(name)).streams[name]
             assert len({p.leader for p in info.partitions.values()}) == 1
@@ -121,7 +128,9 @@ async def test_partitions_led_by_different_nodes(
 
 
 @KILLS_A_LEADER
-@pytest.mark.parametrize("stream_transport", ["grpc", "h2"])
+@pytest.mark.parametrize(
+    "stream_transport", [StreamTransport.GRPC, StreamTransport.H2], ids=["grpc", "h2"]
+)
 async def test_publishing_continues_after_the_leader_dies(
     liftbridge_cluster: Cluster,
     stream_names: StreamNames,
@@ -132,7 +141,7 @@ async def test_publishing_continues_after_the_leader_dies(
     metadata_requests = MetadataRequests(monkeypatch)
     options = dataclasses.replace(OPTIONS, stream_transport=stream_transport)
     async with Client(liftbridge_cluster.addresses, options=options) as client:
-        await client.create_stream(subject, name, replication_factor=3)
+        await client.create_stream(subject, name, StreamConfig(replication_factor=3))
         await wait_for_partitions(client, name, 1)
         await wait_for_full_isr(client, name)  # an ALL ack means "on every replica" only then
         # ALL: a LEADER ack only says the leader appended it, and a leader killed before its

@@ -17,7 +17,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from liftbridge_client import Client, ClientOptions, RetryPolicy, errors
+from liftbridge_client import Client, ClientOptions, RetryPolicy, StreamConfig, errors
 from liftbridge_client._cluster.cursors import CURSORS_STREAM, cursor_key, cursors_partition
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
 from liftbridge_client.testing import (
@@ -80,7 +80,7 @@ async def client(liftbridge_server: Deployment) -> AsyncIterator[Client]:
 
 async def test_round_trip(client: Client, unique_stream: StreamName) -> None:
     stream = unique_stream.name
-    await client.create_stream(unique_stream.subject, stream, partitions=2)
+    await client.create_stream(unique_stream.subject, stream, StreamConfig(partitions=2))
     assert await client.fetch_cursor("reader", stream) == -1  # no cursor yet
     await client.set_cursor("reader", stream, 41)
     assert await client.fetch_cursor("reader", stream) == 41

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from liftbridge_client import Client, ClientOptions, RetryPolicy, errors
+from liftbridge_client import Client, ClientOptions, RetryPolicy, StreamConfig, errors
 from liftbridge_client.exactly_once import (
     UUID_HEADER,
     AckIntent,
@@ -46,7 +46,7 @@ async def client(liftbridge_server: Deployment) -> AsyncIterator[Client]:
 
 async def new_stream(client: Client, names: StreamNames, label: str, partitions: int = 1) -> str:
     name, subject = names(label)
-    await client.create_stream(subject, name, partitions=partitions)
+    await client.create_stream(subject, name, StreamConfig(partitions=partitions))
     return name
 
 

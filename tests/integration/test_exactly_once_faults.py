@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from replication_support import KILLS_A_LEADER, print_partition_history, wait_for_full_isr
 
-from liftbridge_client import Client, ClientOptions, RetryPolicy
+from liftbridge_client import Client, ClientOptions, RetryPolicy, StreamConfig
 from liftbridge_client.exactly_once import (
     UUID_HEADER,
     CommittedReader,
@@ -112,7 +112,9 @@ async def test_leader_kills_with_retries_read_committed_exactly_once(
         liftbridge_cluster.addresses, nats_servers=[liftbridge_cluster.nats_url], options=OPTIONS
     ) as client:
         name, subject = stream_names("eo-faults")
-        await client.create_stream(subject, name, partitions=PARTITIONS, replication_factor=3)
+        await client.create_stream(
+            subject, name, StreamConfig(partitions=PARTITIONS, replication_factor=3)
+        )
         publishers = [ExactlyOncePublisher(client) for _ in range(PUBLISHERS)]
         acked: list[bytes] = []
         progress = asyncio.Condition()
@@ -193,7 +195,7 @@ async def test_transaction_across_a_leader_kill_and_a_writer_crash_commits_once(
         streams = []
         for label in ("tx-a", "tx-b"):
             name, subject = stream_names(label)
-            await client.create_stream(subject, name, replication_factor=3)
+            await client.create_stream(subject, name, StreamConfig(replication_factor=3))
             await wait_for_full_isr(client, name)
             streams.append(name)
         a, b = streams
@@ -243,7 +245,7 @@ async def test_nats_outage_with_retries_read_committed_exactly_once(
     count = 1000
     async with Client(node.addresses, nats_servers=[node.nats_url], options=OPTIONS) as client:
         name, subject = stream_names("eo-nats")
-        await client.create_stream(subject, name, partitions=PARTITIONS)
+        await client.create_stream(subject, name, StreamConfig(partitions=PARTITIONS))
         publishers = [ExactlyOncePublisher(client) for _ in range(PUBLISHERS)]
         acked: list[bytes] = []
         third = asyncio.Event()

@@ -24,6 +24,7 @@ from liftbridge_client import (
     RetryPolicy,
     StartPosition,
     StopPosition,
+    StreamConfig,
     Transport,
     errors,
 )
@@ -99,7 +100,7 @@ async def new_replicated_stream(client: Client, names: StreamNames) -> str:
     # min ISR 2: with the default 1, ack ALL is sent once the leader alone has a message
     # whenever the lagging followers were dropped from the ISR (a 3 s lag here), and a
     # SIGKILL of that leader then loses acked messages by the server's own rules.
-    await client.create_stream(subject, name, replication_factor=3, min_isr=2)
+    await client.create_stream(subject, name, StreamConfig(replication_factor=3, min_isr=2))
     # The broker that answers FetchMetadata may apply the creation a moment later (seen with
     # a node just restarted in a container): wait until it names a leader.
     async with asyncio.timeout(15):
@@ -115,7 +116,11 @@ async def new_replicated_stream(client: Client, names: StreamNames) -> str:
 @KILLS_A_LEADER
 @pytest.mark.parametrize(
     ("transport", "stream_transport"),
-    [(Transport.NATS, "grpc"), (Transport.GRPC, "grpc"), (Transport.GRPC, "h2")],
+    [
+        (Transport.NATS, StreamTransport.GRPC),
+        (Transport.GRPC, StreamTransport.GRPC),
+        (Transport.GRPC, StreamTransport.H2),
+    ],
     ids=["nats", "grpc", "h2"],
 )
 async def test_leader_sigkill_under_load_loses_no_acked_message(

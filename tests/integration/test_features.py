@@ -16,7 +16,15 @@ import grpc
 import grpc.aio
 import pytest
 
-from liftbridge_client import AckPolicy, Client, ClientOptions, Message, StartPosition, errors
+from liftbridge_client import (
+    AckPolicy,
+    Client,
+    ClientOptions,
+    Message,
+    StartPosition,
+    StreamConfig,
+    errors,
+)
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
 from liftbridge_client._subscribe import reverse as _reverse
 from liftbridge_client.features import FEATURES, State
@@ -178,7 +186,7 @@ async def stream_led_by_each_broker(
     found: dict[str, str] = {}
     for _ in range(3 * len(brokers)):
         name = stream_names()
-        await client.create_stream(name.subject, name.name, replication_factor=1)
+        await client.create_stream(name.subject, name.name, StreamConfig(replication_factor=1))
         metadata = await client.fetch_metadata(name.name)
         addresses = {b.id: b.address for b in metadata.brokers}
         found.setdefault(addresses[metadata.streams[name.name].partitions[0].leader], name.name)

@@ -20,6 +20,7 @@ from liftbridge_client import (
     Consumer,
     ConsumerOptions,
     RetryPolicy,
+    StreamConfig,
     errors,
 )
 from liftbridge_client.groups import group_cursor_id
@@ -115,7 +116,7 @@ async def test_members_share_partitions_each_read_by_exactly_one(
     client: Client, unique_stream: StreamName, members: int
 ) -> None:
     stream = unique_stream.name
-    await client.create_stream(unique_stream.subject, stream, partitions=PARTITIONS)
+    await client.create_stream(unique_stream.subject, stream, StreamConfig(partitions=PARTITIONS))
     seen: Seen = defaultdict(list)
     group = f"g-{stream}"
     async with contextlib.AsyncExitStack() as stack:
@@ -142,7 +143,7 @@ async def test_a_member_that_crashes_loses_its_partitions_after_the_timeout(
     client: Client, unique_stream: StreamName
 ) -> None:
     stream = unique_stream.name
-    await client.create_stream(unique_stream.subject, stream, partitions=PARTITIONS)
+    await client.create_stream(unique_stream.subject, stream, StreamConfig(partitions=PARTITIONS))
     seen: Seen = defaultdict(list)
     group = f"g-{stream}"
     async with (
@@ -171,7 +172,7 @@ async def test_a_member_joining_mid_stream_rebalances_without_gaps(
     client: Client, unique_stream: StreamName
 ) -> None:
     stream = unique_stream.name
-    await client.create_stream(unique_stream.subject, stream, partitions=PARTITIONS)
+    await client.create_stream(unique_stream.subject, stream, StreamConfig(partitions=PARTITIONS))
     seen: Seen = defaultdict(list)
     group = f"g-{stream}"
     per_partition = 40
@@ -198,7 +199,7 @@ async def test_positions_are_committed_and_a_restart_resumes_after_them(
     client: Client, unique_stream: StreamName
 ) -> None:
     stream = unique_stream.name
-    await client.create_stream(unique_stream.subject, stream, partitions=2)
+    await client.create_stream(unique_stream.subject, stream, StreamConfig(partitions=2))
     group = f"g-{stream}"
     for i in range(10):
         await client.publish(stream, b"%d" % i, partition=i % 2)
@@ -224,7 +225,7 @@ async def test_a_restarted_member_with_the_same_id_takes_its_own_place(
     client: Client, unique_stream: StreamName
 ) -> None:
     stream = unique_stream.name
-    await client.create_stream(unique_stream.subject, stream, partitions=2)
+    await client.create_stream(unique_stream.subject, stream, StreamConfig(partitions=2))
     group = f"g-{stream}"
     options = ConsumerOptions(consumer_id="worker-1", fetch_interval=0.2)
     first = client.consumer(group, [stream], options=options)
@@ -246,7 +247,7 @@ async def test_joining_for_a_missing_stream_fails(client: Client) -> None:
 
 MEMBER_SCRIPT = """
 import asyncio, sys
-from liftbridge_client import Client, ConsumerOptions
+from liftbridge_client import StreamConfig, Client, ConsumerOptions
 
 async def main(address, group, stream):
     async with Client([address]) as client:
@@ -264,7 +265,7 @@ async def test_a_member_process_killed_loses_its_partitions_after_the_timeout(
     node: SingleNode, client: Client, unique_stream: StreamName
 ) -> None:
     stream = unique_stream.name
-    await client.create_stream(unique_stream.subject, stream, partitions=PARTITIONS)
+    await client.create_stream(unique_stream.subject, stream, StreamConfig(partitions=PARTITIONS))
     group = f"g-{stream}"
     seen: Seen = defaultdict(list)
     async with Member(client.consumer(group, [stream], options=FAST), seen) as survivor:

@@ -21,6 +21,7 @@ from liftbridge_client import (
     Consumer,
     ConsumerOptions,
     RetryPolicy,
+    StreamConfig,
     errors,
 )
 from liftbridge_client.testing import GROUP_SETTINGS, Cluster, StreamName, wait_until
@@ -82,7 +83,7 @@ async def test_coordinator_sigkill_recovers_with_nothing_lost(
 ) -> None:
     stream = unique_stream.name
     await client.create_stream(
-        unique_stream.subject, stream, partitions=PARTITIONS, replication_factor=3
+        unique_stream.subject, stream, StreamConfig(partitions=PARTITIONS, replication_factor=3)
     )
     group = f"g-{stream}"
     seen: set[bytes] = set()

@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from liftbridge_client import Client, ClientOptions, StartPosition, Transport
+from liftbridge_client import Client, ClientOptions, StartPosition, StreamTransport, Transport
 from liftbridge_client._transport.h2 import ServerStreamCall
 from liftbridge_client._transport.h2.connection import STREAM_WINDOW
 from liftbridge_client.testing import Deployment, StreamNames
@@ -28,7 +28,7 @@ async def test_a_slow_consumer_buffers_at_most_one_window(
     liftbridge_server: Deployment, stream_names: StreamNames
 ) -> None:
     name, subject = stream_names("slow")
-    options = ClientOptions(stream_transport="h2", transport=Transport.NATS)
+    options = ClientOptions(stream_transport=StreamTransport.H2, transport=Transport.NATS)
     async with Client(
         liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
     ) as client:

@@ -23,7 +23,9 @@ def test_default_keepalive_is_inside_the_servers_policy() -> None:
     assert KEEPALIVE_DEFAULT > 300
 
 
-@pytest.mark.parametrize("stream_transport", ["grpc", "h2"])
+@pytest.mark.parametrize(
+    "stream_transport", [StreamTransport.GRPC, StreamTransport.H2], ids=["grpc", "h2"]
+)
 async def test_too_frequent_pings_get_goaway_and_the_subscription_survives(
     liftbridge_server: Deployment, stream_names: StreamNames, stream_transport: StreamTransport
 ) -> None:

@@ -23,6 +23,7 @@ from liftbridge_client import (
     AckPolicy,
     Client,
     ClientOptions,
+    StreamConfig,
     Transport,
     errors,
 )
@@ -45,16 +46,22 @@ pytestmark = pytest.mark.integration
 # NATS, and gRPC on both stream transports (grpc.aio and h2).
 BOTH = pytest.mark.parametrize(
     ("transport", "stream_transport"),
-    [(Transport.NATS, "grpc"), (Transport.GRPC, "grpc"), (Transport.GRPC, "h2")],
+    [
+        (Transport.NATS, StreamTransport.GRPC),
+        (Transport.GRPC, StreamTransport.GRPC),
+        (Transport.GRPC, StreamTransport.H2),
+    ],
     ids=["nats", "grpc", "h2"],
 )
 # A test that publishes over gRPC: once per stream transport.
-STREAMS = pytest.mark.parametrize("stream_transport", ["grpc", "h2"])
+STREAMS = pytest.mark.parametrize(
+    "stream_transport", [StreamTransport.GRPC, StreamTransport.H2], ids=["grpc", "h2"]
+)
 
 
 @pytest.fixture
 def stream_transport() -> StreamTransport:
-    return "grpc"  # parametrised by BOTH and STREAMS
+    return StreamTransport.GRPC  # parametrised by BOTH and STREAMS
 
 
 @pytest.fixture
@@ -70,7 +77,7 @@ async def client(
 
 async def new_stream(client: Client, names: StreamNames, **settings: Any) -> StreamName:
     stream = names()
-    await client.create_stream(stream.subject, stream.name, **settings)
+    await client.create_stream(stream.subject, stream.name, StreamConfig(**settings))
     return stream
 
 
@@ -296,6 +303,12 @@ async def test_the_key_picks_the_partition_by_default(
         stream.name, b"v", key=b"foo", partitioner=lambda *a: 1, transport=transport
     )
     assert ack.msg_subject == f"{stream.subject}.1"
+    # partitioner=None is the keyword's default: the client's partitioner (0.3; 0.2 read it
+    # as "partition 0", which is now partition=0).
+    ack = await client.publish(stream.name, b"v", key=b"foo", partitioner=None, transport=transport)
+    assert ack.msg_subject == f"{stream.subject}.2"
+    ack = await client.publish(stream.name, b"v", key=b"foo", partition=0, transport=transport)
+    assert ack.msg_subject == stream.subject
 
 
 @STREAMS

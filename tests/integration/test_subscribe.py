@@ -25,6 +25,7 @@ from liftbridge_client import (
     RetryPolicy,
     StartPosition,
     StopPosition,
+    StreamConfig,
     Transport,
     errors,
 )
@@ -51,7 +52,7 @@ OPTIONS = ClientOptions(
 )
 
 
-@pytest.fixture(params=["grpc", "h2"])
+@pytest.fixture(params=[StreamTransport.GRPC, StreamTransport.H2], ids=["grpc", "h2"])
 def stream_transport(request: pytest.FixtureRequest) -> StreamTransport:
     """Every subscribe test runs on both stream transports."""
     transport: StreamTransport = request.param
@@ -385,7 +386,7 @@ async def _cluster_stream(client: Client, cluster: Cluster, names: StreamNames) 
     apply it a moment later, and a lookup answered by that node would not find it.
     """
     name, subject = names("rf3")
-    await client.create_stream(subject, name, replication_factor=3)
+    await client.create_stream(subject, name, StreamConfig(replication_factor=3))
     request = api_pb2.FetchMetadataRequest(streams=[name])
     async with asyncio.timeout(10):
         for address in cluster.addresses:

@@ -45,13 +45,17 @@ def mtls_node(pki: TestPKI, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield node
 
 
-def quick(tls: TLSConfig | None, stream_transport: StreamTransport = "grpc") -> ClientOptions:
+def quick(
+    tls: TLSConfig | None, stream_transport: StreamTransport = StreamTransport.GRPC
+) -> ClientOptions:
     return ClientOptions(
         tls=tls, connect_timeout=3.0, rpc_timeout=2.0, stream_transport=stream_transport
     )
 
 
-BOTH = pytest.mark.parametrize("stream_transport", ["grpc", "h2"])
+BOTH = pytest.mark.parametrize(
+    "stream_transport", [StreamTransport.GRPC, StreamTransport.H2], ids=["grpc", "h2"]
+)
 
 
 async def round_trip(client: Client, names: StreamNames) -> None:
@@ -97,7 +101,7 @@ async def test_mutual_tls_with_a_client_certificate(
 
 async def _h2_subscribe_missing(node: SingleNode, tls: TLSConfig) -> H2RpcError:
     """Subscribe over the h2 transport alone to a missing stream; the error it gets."""
-    pool = H2Pool(quick(tls, "h2"))
+    pool = H2Pool(quick(tls, StreamTransport.H2))
     request = api_pb2.SubscribeRequest(stream="no-such-stream").SerializeToString()
     try:
         call = pool.server_stream(

@@ -12,7 +12,14 @@ import asyncio
 import pytest
 import uvloop  # a dev dependency: the test fails, never skips, without it
 
-from liftbridge_client import AckPolicy, Client, ClientOptions, StartPosition, Transport
+from liftbridge_client import (
+    AckPolicy,
+    Client,
+    ClientOptions,
+    StartPosition,
+    StreamTransport,
+    Transport,
+)
 from liftbridge_client.testing import Deployment, StreamNames
 
 pytestmark = pytest.mark.integration
@@ -25,7 +32,7 @@ def test_publish_and_subscribe_on_uvloop(
 
     async def main() -> tuple[list[int], list[bytes], int]:
         assert "uvloop" in type(asyncio.get_running_loop()).__module__
-        options = ClientOptions(ack_wait=5.0, stream_transport="h2")
+        options = ClientOptions(ack_wait=5.0, stream_transport=StreamTransport.H2)
         async with Client(
             liftbridge_server.addresses,
             nats_servers=[liftbridge_server.nats_url],

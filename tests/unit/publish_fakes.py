@@ -18,7 +18,7 @@ from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.publisher import Publisher
 from liftbridge_client._util.tasks import TaskSupervisor
 from liftbridge_client.models import Metadata, PartitionInfo, StreamInfo
-from liftbridge_client.options import ClientOptions
+from liftbridge_client.options import ClientOptions, StreamTransport
 
 
 class FakeNats:
@@ -152,7 +152,7 @@ async def make_rig(*, with_nats: bool = True, auto_ack: bool = False, **options:
         server.responder = lambda req: None
     # These tests reach into the grpc.aio PublishAsync call; the h2 one is tested end to
     # end by the publish integration tests (on both stream transports).
-    options.setdefault("stream_transport", "grpc")
+    options.setdefault("stream_transport", StreamTransport.GRPC)
     opts = ClientOptions(**options)
     md = FakeMetadata(server.address("b1"))
     tasks = TaskSupervisor()

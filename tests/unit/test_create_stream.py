@@ -4,7 +4,6 @@ an ALREADY_EXISTS after an ambiguous attempt. Against the in-process fake API.""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 import pytest
@@ -43,9 +42,9 @@ def appears_after(cluster: FakeCluster, refreshes: int, *, subject: str = "s") -
     cluster.before_metadata = before_metadata  # type: ignore[method-assign]
 
 
-async def create(cluster: FakeCluster, **settings: Any) -> None:
+async def create(cluster: FakeCluster) -> None:
     cache = cluster.metadata_cache(OPTIONS, [cluster.address("a"), cluster.address("b")])
-    await _admin.create_stream(cache, OPTIONS, "s", "orders", None, settings)
+    await _admin.create_stream(cache, OPTIONS, "s", "orders", None)
 
 
 def creates(cluster: FakeCluster) -> list[str]:
@@ -80,9 +79,12 @@ async def test_waits_until_the_stream_and_its_leaders_are_visible(cluster: FakeC
     assert len(cluster.calls_of("FetchMetadata")) == 4
 
 
-async def test_unknown_setting_is_invalid_input(cluster: FakeCluster) -> None:
-    with pytest.raises(errors.InvalidInputError):
-        await create(cluster, partition_count=3)
+async def test_a_config_that_is_not_a_stream_config_is_invalid_input(
+    cluster: FakeCluster,
+) -> None:
+    cache = cluster.metadata_cache(OPTIONS, [cluster.address("a")])
+    with pytest.raises(errors.InvalidInputError, match="config must be a StreamConfig"):
+        await _admin.create_stream(cache, OPTIONS, "s", "orders", {"partitions": 3})  # type: ignore[arg-type]
     assert cluster.calls == []
 
 

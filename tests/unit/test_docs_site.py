@@ -67,7 +67,7 @@ def test_docs_site_builds_strict_with_the_api_reference(
     # Generated from the docstrings: the methods, with their documentation.
     for anchor in ("liftbridge_client.Client.publish", "liftbridge_client.Subscription.next"):
         assert f'id="{anchor}"' in client, anchor
-    assert "Publish one message and wait for its ack." in client
+    assert "Publish one message to a stream and wait for its ack." in client
     errors_ref = (site / "reference" / "errors" / "index.html").read_text()
     assert 'id="liftbridge_client.errors.CursorsDisabledError"' in errors_ref
     assert (site / "errors" / "index.html").exists()

@@ -10,7 +10,7 @@ import grpc
 import pytest
 from fake_liftbridge import Fail, FakeBroker, FakeCluster, Hang
 
-from liftbridge_client import Client, ClientOptions, StartPosition, errors
+from liftbridge_client import Client, ClientOptions, StartPosition, StreamConfig, errors
 from liftbridge_client._cluster.feature_probe import FeatureDetector
 from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
@@ -152,7 +152,7 @@ async def test_client_refuses_a_call_the_assumed_version_lacks_before_sending(
         with pytest.raises(errors.FeatureNotSupportedError, match="stop_positions"):
             client.subscribe("s", stop_offset=3)
         with pytest.raises(errors.FeatureNotSupportedError, match="optimistic_concurrency"):
-            await client.create_stream("x", "x", optimistic_concurrency_control=True)
+            await client.create_stream("x", "x", StreamConfig(optimistic_concurrency_control=True))
     assert not fake.calls_of("SetCursor")
     assert not fake.calls_of("CreateStream")
 

@@ -15,6 +15,7 @@ from liftbridge_client.options import (
     NatsAuth,
     RetryPolicy,
     StreamConfig,
+    StreamTransport,
     TLSConfig,
 )
 
@@ -171,8 +172,16 @@ def test_stream_config_rejects_bad_values(field: str, value: object) -> None:
         StreamConfig(**{field: value})  # type: ignore[arg-type]
 
 
-def test_stream_transport_is_grpc_or_h2() -> None:
-    assert ClientOptions().stream_transport == "h2"
-    assert ClientOptions(stream_transport="h2").stream_transport == "h2"
-    with pytest.raises(InvalidInputError, match="stream_transport"):
+def test_stream_transport_is_an_enum_defaulting_to_h2() -> None:
+    assert ClientOptions().stream_transport is StreamTransport.H2
+    grpc = ClientOptions(stream_transport=StreamTransport.GRPC)
+    assert grpc.stream_transport is StreamTransport.GRPC
+    with pytest.raises(InvalidInputError, match=r"must be a StreamTransport, got 'http3'$"):
         ClientOptions(stream_transport="http3")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("text", "member"), [("h2", "H2"), ("grpc", "GRPC")])
+def test_a_0_2_stream_transport_string_is_refused_naming_its_member(text: str, member: str) -> None:
+    with pytest.raises(InvalidInputError) as exc:
+        ClientOptions(stream_transport=text)  # type: ignore[arg-type]
+    assert f"(use StreamTransport.{member})" in str(exc.value)

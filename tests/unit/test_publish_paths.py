@@ -26,7 +26,7 @@ from liftbridge_client._transport.errors_map import publish_status_error as unar
 from liftbridge_client._transport.h2.status import H2RpcError
 from liftbridge_client._util.tasks import TaskSupervisor
 from liftbridge_client.models import AckPolicy
-from liftbridge_client.options import ClientOptions, RetryPolicy, Transport
+from liftbridge_client.options import ClientOptions, RetryPolicy, StreamTransport, Transport
 from liftbridge_client.partitioning import RoundRobinPartitioner, key_partition
 from liftbridge_client.testing import wait_until
 
@@ -500,7 +500,7 @@ async def test_h2_one_step_publishes_a_broken_stream_never_wrote_go_out_again(wr
     """Over h2, plain publishes go serialized to the call itself while nothing waits for
     the stream's writer (else to its outbox, behind what waits); when the call breaks
     before any of their bytes left, they are parsed back and resent in order."""
-    rig = await make_rig(stream_transport="h2")
+    rig = await make_rig(stream_transport=StreamTransport.H2)
     try:
         p = rig.publisher
         first = p.publish_nowait("s", b"0", transport=Transport.GRPC, partition=1)
@@ -554,7 +554,7 @@ async def test_h2_publishes_written_while_the_connection_opens_come_back_if_it_f
 ) -> None:
     """The first publishes wait in the call while its connection opens; when it cannot
     be opened they are taken back and go out, in order, on the next stream."""
-    rig = await make_rig(stream_transport="h2")
+    rig = await make_rig(stream_transport=StreamTransport.H2)
     try:
         p = rig.publisher
         pool = p._pool.h2()
@@ -597,7 +597,7 @@ async def test_h2_a_broker_that_refuses_streams_is_retried_with_backoff_not_in_a
     (seen: ~500 FetchMetadata a second during a failover). Once it accepts, they go out
     in order; later publishes to it waited behind them."""
     rig = await make_rig(
-        stream_transport="h2",
+        stream_transport=StreamTransport.H2,
         ack_wait=10.0,
         retry=RetryPolicy(initial_backoff=0.05, max_backoff=1.0),
     )
@@ -643,7 +643,9 @@ async def test_h2_a_broker_that_refuses_streams_is_retried_with_backoff_not_in_a
 async def test_h2_a_stream_of_none_publishes_that_breaks_is_replaced_at_once() -> None:
     """Ack policy NONE gets no answers: a stream the broker took still counts as working
     when it breaks (no backoff before the next); one it never took does not."""
-    rig = await make_rig(stream_transport="h2", retry=RetryPolicy(initial_backoff=5.0))
+    rig = await make_rig(
+        stream_transport=StreamTransport.H2, retry=RetryPolicy(initial_backoff=5.0)
+    )
     try:
         p = rig.publisher
         kw: dict[str, Any] = {"transport": Transport.GRPC, "partition": 1}
@@ -666,7 +668,9 @@ async def test_h2_a_stream_of_none_publishes_that_breaks_is_replaced_at_once() -
 async def test_publishes_parked_for_a_refusing_broker_fail_on_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    rig = await make_rig(stream_transport="h2", retry=RetryPolicy(initial_backoff=5.0))
+    rig = await make_rig(
+        stream_transport=StreamTransport.H2, retry=RetryPolicy(initial_backoff=5.0)
+    )
     pool = rig.publisher._pool.h2()
 
     async def refuse(address: str) -> Any:
@@ -697,7 +701,7 @@ async def test_a_send_that_waited_for_the_window_keeps_its_slot_and_its_place(
     """send() with the window full waits for a slot, then takes the one-step path with it;
     when that path is closed meanwhile (new metadata without the leader) it queues with
     the same slot. Either way: call order on the wire, and every slot comes back."""
-    rig = await make_rig(stream_transport="h2", max_inflight=2)
+    rig = await make_rig(stream_transport=StreamTransport.H2, max_inflight=2)
     try:
         p = rig.publisher
         grpc_kw: dict[str, Any] = {"transport": Transport.GRPC, "partition": 1}
@@ -739,7 +743,7 @@ async def test_the_first_publishes_over_h2_take_the_one_step_path(
 ) -> None:
     """With the leader in the cached metadata, the very first publish opens the stream
     to it itself: a burst at start-up is not queued for the sender one by one."""
-    rig = await make_rig(stream_transport="h2")
+    rig = await make_rig(stream_transport=StreamTransport.H2)
     try:
         p = rig.publisher
         await settle()  # the sender task is up and idle

@@ -36,10 +36,10 @@ OPTIONS = ClientOptions(retry=FAST, resubscribe_wait=0.5, rpc_timeout=0.2)
 
 Item = api_pb2.Message | grpc.aio.AioRpcError | object
 
-STREAM_TRANSPORT: StreamTransport = "grpc"  # set for each test by the fixture below
+STREAM_TRANSPORT: StreamTransport = StreamTransport.GRPC  # set for each test by the fixture below
 
 
-@pytest.fixture(params=["grpc", "h2"], autouse=True)
+@pytest.fixture(params=[StreamTransport.GRPC, StreamTransport.H2], ids=["grpc", "h2"], autouse=True)
 def stream_transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test here runs on both stream transports (the fake is a real gRPC server)."""
     monkeypatch.setattr(sys.modules[__name__], "STREAM_TRANSPORT", request.param)
