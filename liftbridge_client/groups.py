@@ -13,10 +13,10 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 from liftbridge_client import errors
 from liftbridge_client._cluster import cursors as _cursors
@@ -32,6 +32,7 @@ from liftbridge_client._groups.state import (
 from liftbridge_client._transport.grpc import BrokerPool
 from liftbridge_client._util import validate as _validate
 from liftbridge_client._util.option_fields import OptionalSeconds
+from liftbridge_client._util.tasks import TaskHandle, TaskSupervisor
 from liftbridge_client.models import Message
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.subscription import Subscription
@@ -114,37 +115,6 @@ def _check_ids(group_id: object, streams: object) -> tuple[str, tuple[str, ...]]
 _Item = tuple[PartitionState, int, Message] | None  # None wakes the reader up
 
 
-class _Task:
-    """A consumer's own background task.
-
-    Plain asyncio rather than the client's anyio-supervised group: a grpc.aio call
-    cancelled mid-flight raises a CancelledError of its own, which an anyio cancel scope
-    does not recognise as its cancellation and which would then end the whole group.
-    """
-
-    __slots__ = ("_task",)
-
-    def __init__(self, task: asyncio.Task[None]) -> None:
-        self._task = task
-
-    @classmethod
-    def spawn(cls, fn: Callable[..., Coroutine[Any, Any, None]], *args: object, name: str) -> _Task:
-        task = asyncio.create_task(fn(*args), name=name)
-        task.add_done_callback(_log_failure)
-        return cls(task)
-
-    async def stop(self, timeout: float) -> bool:
-        """Cancel and wait at most ``timeout`` seconds; False if it is still running."""
-        self._task.cancel()
-        done, _ = await asyncio.wait({self._task}, timeout=timeout)
-        return bool(done)
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("consumer task %s failed", task.get_name(), exc_info=task.exception())
-
-
 class Consumer:
     """A member of a consumer group: ``async with`` it, ``async for`` over its messages.
 
@@ -204,7 +174,10 @@ class Consumer:
         self._on_close = on_close
         self._queue: asyncio.Queue[_Item] = asyncio.Queue(opts.max_buffered)
         self._parts: dict[PartitionKey, PartitionState] = {}
-        self._readers: dict[PartitionKey, _Task] = {}
+        # The coordination loops and partition readers run under one anyio task group of
+        # the consumer's own, as the client's tasks do (_util.tasks says why).
+        self._tasks = TaskSupervisor(f"lb-group-{self._group_id}")
+        self._readers: dict[PartitionKey, TaskHandle] = {}
         self._revoked: list[PartitionState] = []  # awaiting their last commit
         self._last: PartitionState | None = None  # partition of the message handed out last
         self._last_offset = -1
@@ -213,7 +186,7 @@ class Consumer:
         self._fetch_interval = 1.0
         self._coordinator_timeout = 15.0
         self._strikes = 0  # "not a member" answers in a row
-        self._loops: list[_Task] = []
+        self._loops: list[TaskHandle] = []
         self._failure: BaseException | None = None
         self._started = False
         self._closed = False
@@ -305,10 +278,13 @@ class Consumer:
                 )
                 await self._join()
             self._started = True
-            self._loops.append(_Task.spawn(self._coordinate, name=f"lb-group-{self._group_id}"))
+            await self._tasks.start()
+            self._loops.append(
+                self._tasks.spawn(self._coordinate, name=f"lb-group-{self._group_id}")
+            )
             if self._opts.commit_interval is not None:
                 self._loops.append(
-                    _Task.spawn(self._commit_loop, name=f"lb-group-commit-{self._group_id}")
+                    self._tasks.spawn(self._commit_loop, name=f"lb-group-commit-{self._group_id}")
                 )
 
     async def wait_assigned(
@@ -362,6 +338,7 @@ class Consumer:
             await loop.stop(1.0)
         for key in list(self._readers):
             await self._stop_reader(key)
+        await self._tasks.aclose(1.0)
         if self._started:
             try:
                 await self._commit(list(self._parts.values()) + self._revoked)
@@ -632,7 +609,7 @@ class Consumer:
 
     def _start_reader(self, state: PartitionState) -> None:
         state.generation += 1
-        self._readers[state.key] = _Task.spawn(
+        self._readers[state.key] = self._tasks.spawn(
             self._read,
             state,
             state.generation,
