@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Self
 
 from liftbridge_client import errors
 from liftbridge_client._subscribe.spec import SubscribeArgs
+from liftbridge_client._util.tasks import TaskHandle, TaskSupervisor
 from liftbridge_client.exactly_once.framing import Framing
 from liftbridge_client.exactly_once.publisher import UUID_HEADER
 from liftbridge_client.exactly_once.sequencer import (
@@ -56,6 +57,7 @@ log = logging.getLogger(__name__)
 
 _ZERO = bytes(16)
 _DONE = object()
+_STOP_WAIT = 2.0  # seconds close() waits for the feeders
 
 
 def uuid_of(message: Message) -> _uuid.UUID | None:
@@ -196,7 +198,10 @@ class CommittedReader:
         self._include_acks = include_acks
         self._uuid_of = uuid_of
         self._queue: asyncio.Queue[object] = asyncio.Queue(queue_size)
-        self._tasks: list[asyncio.Task[None]] = []
+        # One feeder per partition, under an anyio task group like every background task
+        # of the client (_util.tasks).
+        self._supervisor = TaskSupervisor("lb-read-committed")
+        self._tasks: list[TaskHandle] = []
         self._direct: AsyncGenerator[Message, None] | None = None
         self._started = False
         self._closed = False
@@ -217,7 +222,7 @@ class CommittedReader:
         return self._seq.checkpoint(prune_horizon_ns)
 
     async def __aenter__(self) -> Self:
-        self._start_feeders()
+        await self._start_feeders()
         return self
 
     async def __aexit__(
@@ -236,9 +241,9 @@ class CommittedReader:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await task.wait(_STOP_WAIT)
         self._tasks.clear()
+        await self._supervisor.aclose(_STOP_WAIT)
         with contextlib.suppress(asyncio.QueueFull):  # full: then no reader is blocked on it
             self._queue.put_nowait(_DONE)  # wakes a reader blocked in another task
         if self._direct is not None:
@@ -246,7 +251,7 @@ class CommittedReader:
             with contextlib.suppress(RuntimeError):
                 await self._direct.aclose()
 
-    def _start_feeders(self) -> None:
+    async def _start_feeders(self) -> None:
         if self._started:
             return
         self._started = True
@@ -255,7 +260,13 @@ class CommittedReader:
             self._direct = self._messages(self._refs[0])
             return
         self._running = len(self._refs)
-        self._tasks = [asyncio.create_task(self._feed(ref)) for ref in self._refs]
+        await self._supervisor.start()
+        self._tasks = [
+            self._supervisor.spawn(
+                self._feed, ref, name=f"lb-read-committed-{ref.stream}-{ref.partition}"
+            )
+            for ref in self._refs
+        ]
 
     async def _messages(self, ref: PartitionRef) -> AsyncGenerator[Message, None]:
         kw: SubscribeArgs = {"start_offset": self._start.get(ref, 0)}
@@ -279,7 +290,7 @@ class CommittedReader:
         try:
             async for message in self._messages(ref):
                 await self._queue.put(message)
-        except errors.LiftbridgeError as exc:
+        except Exception as exc:
             await self._queue.put(exc)  # raised to the reader, which then stops
             return
         await self._queue.put(_DONE)
@@ -299,7 +310,8 @@ class CommittedReader:
         return self
 
     async def __anext__(self) -> Message:
-        self._start_feeders()
+        if not self._started:
+            await self._start_feeders()
         while True:
             env = self._seq.step()
             if env is not None:

@@ -250,3 +250,32 @@ def test_a_uuid_of_returning_other_than_16_bytes_counts_as_without_uuid(result: 
 def test_a_uuid_of_interrupted_is_not_swallowed() -> None:
     with pytest.raises(KeyboardInterrupt):
         envelope_of(Message("s", 0, 0, b"bad"), failing(KeyboardInterrupt()))
+
+
+# ---------------------------------------------------------------- feeders
+
+
+class BrokenSubscription(StubSubscription):
+    async def __aiter__(self) -> AsyncIterator[Message]:
+        yield Message("s", 1, 0, b"first")
+        raise RuntimeError("a bug below the reader")
+
+
+class HalfBrokenClient(StubClient):
+    def subscribe(self, stream: str, partition: int = 0, **kw: Any) -> StubSubscription:
+        if partition == 1:
+            return BrokenSubscription([])
+        return super().subscribe(stream, partition, **kw)
+
+
+async def test_a_feeder_failing_with_any_exception_ends_the_read_with_it() -> None:
+    """Two partitions are read by supervised feeders: an error that is not a LiftbridgeError
+    must reach the reader (before: the feeder died and the reader waited forever)."""
+    logs = {("s", 0): partition_log([b"a", b"b"]), ("s", 1): partition_log([b"x", b"y"])}
+    stub = HalfBrokenClient(logs)
+    reader = CommittedReader(cast(Client, stub), [("s", 0), ("s", 1)], stop_at_latest=True)
+    async with asyncio.timeout(10), reader:
+        with pytest.raises(RuntimeError, match="a bug below the reader"):
+            async for _ in reader:
+                pass
+    assert reader._supervisor.running == 0  # close() stopped every feeder
