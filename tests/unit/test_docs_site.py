@@ -250,3 +250,37 @@ def test_broken_links_are_found_and_repository_files_are_not_broken(tmp_path: Pa
         "```console\n[g](inside-code.md)\n```\n[h](../nope/file.py)"
     )
     assert broken_links(text, docs) == ["missing.md#x", "../nope/file.py"]
+
+
+PRIVATE_TYPES = (
+    "MetadataCache",
+    "BrokerPool",
+    "FeatureDetector",
+    "SubscribeArgs",
+    "PublishOptions",
+)
+
+
+@pytest.mark.parametrize(
+    ("page", "anchor"),
+    [
+        ("client", "liftbridge_client.Client.publish"),
+        ("client", "liftbridge_client.Client.subscribe"),
+        ("client", "liftbridge_client.Subscription"),
+        ("groups", "liftbridge_client.groups.Consumer"),
+        ("activity", "liftbridge_client.activity.ActivityStream"),
+    ],
+)
+def test_reference_signatures_show_no_private_types(site: Path, page: str, anchor: str) -> None:
+    """The reference shows what a user passes: one signature per publish verb with its
+    keywords, and no constructor for objects only the client makes (0.2 showed
+    `Consumer(metadata: MetadataCache, pool: BrokerPool, ...)`)."""
+    text = (site / "reference" / page / "index.html").read_text()
+    start = text.index(f'id="{anchor}"')
+    entry = text[start : start + 8000]
+    heading = re.sub(r"<[^>]+>", " ", entry.split("doc-contents", 1)[0])
+    for private in PRIVATE_TYPES:
+        assert private not in heading, f"{anchor}: {private} in its signature"
+    if anchor.endswith(".publish"):
+        assert "ack_wait" in heading
+        assert len(re.findall(r"\bpublish\s*\(", heading)) == 1  # no overloads shown
