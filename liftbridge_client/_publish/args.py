@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TypedDict
 
 from liftbridge_client import errors
-from liftbridge_client._proto import api_pb2
-from liftbridge_client._publish.acks import AckFuture
+from liftbridge_client._publish.item import Item
 from liftbridge_client._util import validate as _validate
 from liftbridge_client.envelope import check_header_keys
 from liftbridge_client.models import AckPolicy
@@ -84,30 +82,6 @@ class SubjectPublishArgs(TypedDict, total=False):
 PUBLISH_KEYS = frozenset(PublishArgs.__optional_keys__)
 SUBJECT_KEYS = frozenset(SubjectPublishArgs.__optional_keys__)
 FAST_KEYS = frozenset({"partition", "ack_policy"})
-
-
-@dataclass(slots=True, eq=False)
-class Item:
-    """One publish between the call and the wire."""
-
-    stream: str
-    value: bytes
-    key: bytes | None
-    headers: Mapping[str, bytes] | None
-    partition: int | None  # explicit, or chosen by _complete
-    partitioner: Partitioner | None
-    ack_policy: AckPolicy
-    expected_offset: int
-    correlation_id: str
-    use_nats: bool
-    subject: str = ""  # NATS: the partition's subject
-    payload: bytes | None = None  # NATS: the enveloped message
-    request: api_pb2.PublishRequest | None = None  # gRPC
-    future: AckFuture | None = None
-
-    @property
-    def ready(self) -> bool:
-        return self.payload is not None or self.request is not None
 
 
 # ---------------------------------------------------------------- validation

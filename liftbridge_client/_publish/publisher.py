@@ -1,19 +1,22 @@
 """Publishing: NATS envelopes or gRPC, with acks correlated to futures.
 
-`Publisher` composes the pieces:
+`Publisher` owns what every publish shares, and asks a route for the rest:
 
 - `partitioning`: which partition a message goes to;
+- `_publish.args`: the checks of each call's arguments (nothing is sent for bad input);
 - `_publish.acks.Correlator`: correlation id -> ack future, ack timeouts, the
   in-flight window (``ClientOptions.max_inflight``);
-- `_publish.nats_route.NatsPublisher`: enveloped messages on the partition's NATS subject,
-  acks on the client's inbox;
-- `_publish.grpc_route`: PublishAsync streams (one per broker) and the unary calls.
+- the FIFO queue of `_publish.item.Item` and its one sender task;
+- `_publish.routes`: the ways out, behind one interface (`_publish.item.Route`):
+  `NatsRoute` (enveloped messages on the partition's NATS subject, acks on the
+  client's inbox) and `LeaderRoute` (PublishAsync streams, one per partition
+  leader, over h2 or grpc.aio).
 
 Ordering. A plain publish with nothing queued ahead of it and the sender idle
-takes one step in the call (`Publisher.send_direct`): over NATS it is appended
+takes one step in the call (`Publisher.send_plain`, then the route's ``direct``): over NATS it is appended
 to nats-py's outgoing buffer (`_transport.nats_raw.PubBuffer`), over gRPC with the h2
 transport it goes, serialized, to the PublishAsync stream to its leader (opened
-from the cached metadata if needed; `H2PublishStream.submit_raw`). Every other
+from the cached metadata if needed; `LeaderRoute.direct`). Every other
 `publish`, `send` and `publish_nowait` call puts one item on a FIFO queue,
 synchronously, before it returns (or, for `send`, once it has a window slot;
 slots are granted first come, first served). One sender task drains the queue
@@ -58,7 +61,7 @@ import itertools
 import logging
 import secrets
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -85,21 +88,16 @@ from liftbridge_client._publish.args import (
     reject_unknown,
     seconds_arg,
 )
-from liftbridge_client._publish.grpc_route import (
-    MAX_REQUEST_BYTES,
-    PublishStream,
-    check_request_size,
-    publish_to_subject,
-)
-from liftbridge_client._publish.h2_route import H2PublishStream
+from liftbridge_client._publish.grpc_route import publish_to_subject
+from liftbridge_client._publish.item import Route
 from liftbridge_client._publish.nats_route import NatsPublisher
 from liftbridge_client._publish.outages import OutageLog
+from liftbridge_client._publish.routes import LeaderRoute, NatsRoute
 from liftbridge_client._publish.timeouts import TimeoutCheck
-from liftbridge_client._publish.wire import plain_publish_request
 from liftbridge_client._transport.grpc import BrokerPool
 from liftbridge_client._util import validate as _validate
 from liftbridge_client._util.tasks import TaskHandle, TaskSupervisor
-from liftbridge_client.models import Ack, AckPolicy, Metadata, PublishStats, StreamInfo
+from liftbridge_client.models import Ack, AckPolicy, PublishStats, StreamInfo
 from liftbridge_client.options import ClientOptions, StreamTransport, Transport
 from liftbridge_client.partitioning import KeyPartitioner, Partitioner, choose_partition
 
@@ -111,8 +109,6 @@ __all__ = ["Partitioner", "PublishArgs", "Publisher", "SubjectPublishArgs"]
 # readers run less often: the queue is bounded by max_inflight, and a sender that
 # yields mid-queue lets new publishes queue behind it instead of taking the direct path.
 _KICK_EVERY = 256
-# Values up to this size cannot make a plain request exceed the server's gRPC limit.
-MAX_PLAIN_VALUE = MAX_REQUEST_BYTES - 65536
 _YIELD_EVERY = 4096
 # Enum members as module constants: reading ``AckPolicy.NONE`` costs ~0.1 us (the enum
 # class's attribute lookup), several times per publish on the hot paths.
@@ -155,30 +151,36 @@ class Publisher:
         if nats is not None:
             self._correlator.on_timeout = self._timeouts.take
         self._transport = options.transport or (_NATS if nats is not None else Transport.GRPC)
-        self._cid_prefix = secrets.token_hex(8) + "-"
-        self._cid_counter = itertools.count(1)
+        # What the routes share (`_publish.item.Slots`): correlation ids, the ack wait.
+        self.cid_prefix = secrets.token_hex(8) + "-"
+        self.cid_counter: Iterator[int] = itertools.count(1)
+        self.ack_wait = options.ack_wait
         self._window_was_full = False  # the last one-step publish found no free slot
-        self._h2_streams = options.stream_transport is StreamTransport.H2
-        self._requeue_bound = self._requeue  # one bound method, not one per publish
         self._queue: deque[Item] = deque()
         self._waker: asyncio.Future[None] | None = None
         self._sender: TaskHandle | None = None
-        self._streams: dict[str, PublishStream] = {}
-        # (stream, partition) -> the PublishStream to its leader, valid for one metadata
-        # snapshot: lets _enqueue hand a gRPC publish straight to that stream's writer.
-        self._routes: dict[tuple[str, int], PublishStream] = {}
-        self._routes_metadata: object = None
         self._sender_idle = False
-        self._nats_used = False
         self._nats_lost: BaseException | None = None  # nats-py gave up on the connection
         self._draining = False
         self._closed = False
         self._fast_ok = True  # False once closing, draining or NATS is lost: full checks
         self._outages = OutageLog(options.retry, self._loop.time)
-        # gRPC publishes waiting for their leader's next retry (see _park).
-        self._parked: list[Item] = []
-        self._unpark_handle: asyncio.TimerHandle | None = None
-        self._ack_wait = options.ack_wait
+        # The ways out (`_publish.routes`): NATS if connected, and the leaders' streams.
+        self._nats_route = (
+            NatsRoute(self._nats_pub, self._correlator, self) if self._nats_pub else None
+        )
+        self._leaders = LeaderRoute(
+            metadata=metadata,
+            pool=pool,
+            correlator=self._correlator,
+            slots=self,
+            spawn=tasks.spawn,
+            outages=self._outages,
+            h2=options.stream_transport is StreamTransport.H2,
+        )
+        self._default_route: Route | None = (
+            self._nats_route if self._transport is _NATS else self._leaders
+        )
 
     def __repr__(self) -> str:
         return (
@@ -321,9 +323,14 @@ class Publisher:
             or type(ack_policy) is not AckPolicy
         ):
             return None
+        route: Route | None
         if transport is None:
-            transport = self._transport
+            route = self._default_route
         elif type(transport) is not Transport:
+            return None
+        else:
+            route = self._nats_route if transport is _NATS else self._leaders
+        if route is None:
             return None
         info = self._metadata.current.streams.get(stream)
         if info is None:
@@ -335,101 +342,29 @@ class Publisher:
             partition = 0
         elif type(partition) is not int or not 0 <= partition < len(info.partitions):
             return None  # the general path says what is wrong with it
-        if transport is _NATS:
-            return self._direct_nats(stream, value, info, partition, ack_policy, held)
-        return self._direct_h2(stream, value, partition, ack_policy, held)
+        return route.direct(stream, value, info, partition, ack_policy, held)
 
-    def _direct_nats(
-        self,
-        stream: str,
-        value: bytes,
-        info: StreamInfo,
-        partition: int,
-        ack_policy: AckPolicy,
-        held: bool,
-    ) -> AckFuture | None:
-        nats_pub = self._nats_pub
-        if nats_pub is None:
-            return None
-        correlator = self._correlator
-        if not held and not correlator.take():
-            self._window_was_full = True
-            return None  # the general path waits (send) or raises (publish_nowait)
-        subject = info.partition_subject(partition)
-        cid = f"{self._cid_prefix}{next(self._cid_counter)}"
-        try:
-            payload = nats_pub.encode_plain(subject, value, cid, ack_policy)
-        except BaseException:
-            if not held:
-                correlator.release()
-            raise
-        fut = correlator.register(cid, self._ack_wait)
-        if not self._write_nats(nats_pub, stream, subject, payload, fut, ack_policy):
-            # nats-py must take it (reconnecting, buffer full...): the sender does that.
-            item = Item(stream, value, None, None, partition, None, ack_policy, -1, cid, True)
-            item.subject = subject
-            item.payload = payload
-            item.future = fut
-            self._queue.append(item)
-            self._wake_sender()
-        return fut
+    # ------------------------------------------------------------ Slots, for the routes
 
-    def _direct_h2(
-        self, stream: str, value: bytes, partition: int, ack_policy: AckPolicy, held: bool
-    ) -> AckFuture | None:
-        route = (
-            self._routes.get((stream, partition))
-            if self._routes_metadata is self._metadata.current
-            else None
-        )
-        if route is None and self._h2_streams:
-            route = self._route_now(stream, partition)
-        if (
-            not isinstance(route, H2PublishStream)
-            or not route.usable
-            or len(value) > MAX_PLAIN_VALUE
-        ):
-            return None
-        cid = f"{self._cid_prefix}{next(self._cid_counter)}"
-        message = plain_publish_request(value, stream, partition, cid, ack_policy)
-        if message is None:
-            return None
-        correlator = self._correlator
-        if not held and not correlator.take():
-            self._window_was_full = True
-            return None
-        fut = correlator.register(cid, self._ack_wait)
-        route.submit_raw(message, fut, ack_policy is _NONE, self._requeue_bound)
-        return fut
+    def window_full(self) -> None:
+        self._window_was_full = True
 
-    def _write_nats(
-        self,
-        nats_pub: NatsPublisher,
-        stream: str,
-        subject: str,
-        payload: bytes,
-        fut: AckFuture,
-        ack_policy: AckPolicy,
-    ) -> bool:
-        """Append a registered NATS publish to nats-py's buffer, as the sender would.
-
-        False when nats-py must take it itself (the sender does that); the idle
-        sender is woken either way, to get the batch written.
-        """
-        if not nats_pub.send_nowait_batched(subject, payload):
-            return False
-        self._nats_used = True
-        fut.owner = nats_pub  # lost with the NATS connection
-        fut.expect = (stream, subject)  # what its ack must name
-        if ack_policy is _NONE:
-            self._correlator.resolve(fut.correlation_id, None)  # written: nothing will come
-        self._wake_sender()
-        return True
-
-    def _wake_sender(self) -> None:
+    def wake_sender(self) -> None:
         waker = self._waker
         if waker is not None and not waker.done():
             waker.set_result(None)
+
+    def queue(self, item: Item) -> None:
+        self._queue.append(item)
+        self.wake_sender()
+
+    def requeue(self, items: list[Item]) -> None:
+        if self._closed:
+            return
+        self._queue.extendleft(reversed(items))
+        self.wake_sender()
+
+    # ------------------------------------------------------------ preparing
 
     def _prepare(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> Item:
         """Validate everything client-side; nothing is sent for bad input."""
@@ -448,8 +383,8 @@ class Publisher:
             if (
                 partition is None or (type(partition) is int and 0 <= partition <= INT32_MAX)
             ) and type(ack_policy) is AckPolicy:
-                use_nats = self._transport is _NATS
-                if not use_nats or self._nats_pub is not None:
+                route = self._default_route
+                if route is not None:
                     item = Item(
                         stream,
                         value,
@@ -459,8 +394,8 @@ class Publisher:
                         self._options.partitioner,
                         ack_policy,
                         -1,
-                        f"{self._cid_prefix}{next(self._cid_counter)}",
-                        use_nats,
+                        f"{self.cid_prefix}{next(self.cid_counter)}",
+                        route,
                     )
                     return self._complete_if_known(item)
         return self._prepare_checked(stream, value, kw)
@@ -507,18 +442,20 @@ class Publisher:
             if (c := kw.get("correlation_id")) is not None:
                 cid = correlation_id_arg(c)
             seconds_arg("ack_wait", kw.get("ack_wait"), 0.0)  # checked here, used by _enqueue
-        use_nats = transport is _NATS
-        if use_nats and self._nats_lost is not None:
-            raise errors.ConnectionClosedError(
-                "the NATS connection is closed for good; publish with transport=Transport.GRPC"
-            ) from self._nats_lost
-        if use_nats and self._nats_pub is None:
-            raise errors.InvalidInputError(
-                "transport NATS needs a NATS connection: create the Client with "
-                "nats_servers=[...], or publish with transport=Transport.GRPC"
-            )
+        route: Route = self._leaders
+        if transport is _NATS:
+            if self._nats_lost is not None:
+                raise errors.ConnectionClosedError(
+                    "the NATS connection is closed for good; publish with transport=Transport.GRPC"
+                ) from self._nats_lost
+            if self._nats_route is None:
+                raise errors.InvalidInputError(
+                    "transport NATS needs a NATS connection: create the Client with "
+                    "nats_servers=[...], or publish with transport=Transport.GRPC"
+                )
+            route = self._nats_route
         if cid is None:
-            cid = f"{self._cid_prefix}{next(self._cid_counter)}"
+            cid = f"{self.cid_prefix}{next(self.cid_counter)}"
         item = Item(
             stream,
             value,
@@ -529,7 +466,7 @@ class Publisher:
             ack_policy,
             expected_offset,
             cid,
-            use_nats,
+            route,
         )
         return self._complete_if_known(item)
 
@@ -567,37 +504,11 @@ class Publisher:
                     f"message to stream {item.stream!r}: {exc}"
                 ) from exc
         item.partition = partition
-        if item.use_nats:
-            assert self._nats_pub is not None
-            item.subject = info.partition_subject(partition)
-            item.payload = self._nats_pub.encode(
-                item.subject,
-                item.value,
-                key=item.key,
-                headers=item.headers,
-                correlation_id=item.correlation_id,
-                ack_policy=item.ack_policy,
-                expected_offset=item.expected_offset,
-            )
-        else:
-            req = api_pb2.PublishRequest(
-                value=item.value,
-                stream=item.stream,
-                partition=partition,
-                correlationId=item.correlation_id,
-                ackPolicy=item.ack_policy,  # type: ignore[arg-type]
-                expectedOffset=item.expected_offset,
-            )
-            if item.key:
-                req.key = item.key
-            if item.headers:
-                req.headers.update(item.headers)
-            check_request_size(req)
-            item.request = req
+        item.route.prepare(item, info)
 
     def _enqueue(self, item: Item, kw: Mapping[str, Any]) -> AckFuture:
         """Register the future on the slot just acquired and wake the sender."""
-        ack_wait = self._ack_wait
+        ack_wait = self.ack_wait
         if kw and (w := kw.get("ack_wait")) is not None:
             ack_wait = _validate.seconds("ack_wait", w)
         try:
@@ -606,31 +517,11 @@ class Publisher:
             self._correlator.release()
             raise
         item.future = fut
-        if (
-            item.use_nats
-            and not self._queue
-            and self._sender_idle
-            and self._fast_ok
-            and item.payload is not None
-            and self._nats_pub is not None
-            and self._write_nats(
-                self._nats_pub, item.stream, item.subject, item.payload, fut, item.ack_policy
-            )
-        ):
-            return fut  # nothing ahead of it: written as the sender would write it
-        if not item.use_nats and not self._queue and self._sender_idle and item.request:
-            # Nothing is ahead of it in the publisher (empty queue, sender idle): hand the
-            # request straight to its stream's writer, saving a hop through the sender.
-            route = (
-                self._routes.get((item.stream, item.partition))  # type: ignore[arg-type]
-                if self._routes_metadata is self._metadata.current
-                else None
-            )
-            if route is not None and route.usable:
-                route.submit(item.request, fut, item.ack_policy is _NONE, self._requeue)
-                return fut
-        self._queue.append(item)
-        self._wake_sender()
+        if not self._queue and self._sender_idle and item.ready and item.route.submit(item, fut):
+            # Nothing ahead of it (queue empty, sender idle): written or handed to its
+            # stream's writer as the sender would, saving the hop through the sender.
+            return fut
+        self.queue(item)
         return fut
 
     # ------------------------------------------------------------ the sender
@@ -662,18 +553,7 @@ class Publisher:
                     self._complete(item, await self._metadata.stream(item.stream))
                     if fut.done():
                         continue
-                if item.use_nats:
-                    assert self._nats_pub is not None
-                    assert item.payload is not None
-                    self._nats_used = True
-                    fut.owner = self._nats_pub  # lost with the NATS connection
-                    fut.expect = (item.stream, item.subject)  # what its ack must name
-                    # nats-py swallows a CancelledError in a forced flush and returns
-                    # normally: the loop condition re-checks _closed after this await.
-                    if not self._nats_pub.send_nowait(item.subject, item.payload):
-                        await self._nats_pub.send(item.subject, item.payload)
-                else:
-                    await self._send_grpc(item, fut)  # the stream's writer takes it from here
+                await item.route.send(item, fut)
             except errors.LiftbridgeError as exc:
                 if not fut.done():
                     correlator.fail(fut.correlation_id, exc)
@@ -685,136 +565,12 @@ class Publisher:
                     failure.__cause__ = exc
                     correlator.fail(fut.correlation_id, failure)
                 continue
-            if item.use_nats and item.ack_policy is _NONE and not fut.done():
-                correlator.resolve(fut.correlation_id, None)
             written += 1
             if written % _KICK_EVERY == 0:
                 if nats_pub is not None:
                     await nats_pub.kick()
                 if written % _YIELD_EVERY == 0:
                     await asyncio.sleep(0)
-
-    def _new_stream(self, address: str) -> PublishStream:
-        if self._options.stream_transport is StreamTransport.H2:
-            return H2PublishStream(
-                address,
-                self._pool,
-                self._correlator,
-                spawn=self._tasks.spawn,
-                outages=self._outages,
-            )
-        return PublishStream(
-            address,
-            self._pool.stub(address),
-            self._correlator,
-            spawn=self._tasks.spawn,
-            outages=self._outages,
-        )
-
-    def _open_stream(self, address: str) -> PublishStream:
-        stream = self._new_stream(address)
-        stream.open()
-        self._streams[address] = stream
-        return stream
-
-    def _remember_route(
-        self, metadata: Metadata, stream: str, partition: int, route: PublishStream
-    ) -> None:
-        """Publishes to (stream, partition) go to ``route`` while ``metadata`` is current."""
-        if self._routes_metadata is not metadata:
-            self._routes.clear()
-            self._routes_metadata = metadata
-        self._routes[(stream, partition)] = route
-
-    def _route_now(self, stream: str, partition: int) -> PublishStream | None:
-        """The route from the cached metadata, without waiting: the leader's stream
-        (opened if there is none yet); None when the sender must find it (the leader is
-        not known, or its stream broke and must be closed first)."""
-        metadata = self._metadata.current
-        address = self._metadata.cached_leader_address(stream, partition)
-        if address is None:
-            return None
-        route = self._streams.get(address)
-        if route is None:
-            if self._outages.down(address):
-                return None  # the sender paces new streams to it
-            route = self._open_stream(address)
-        elif not route.usable:
-            return None
-        self._remember_route(metadata, stream, partition, route)
-        return route
-
-    async def _send_grpc(self, item: Item, fut: AckFuture) -> None:
-        assert item.request is not None
-        assert item.partition is not None
-        metadata = self._metadata.current
-        address = await self._metadata.leader_address(item.stream, item.partition)
-        stream = self._streams.get(address)
-        if stream is None or not stream.usable:
-            if stream is not None:
-                del self._streams[address]
-                await stream.close()
-            outages = self._outages
-            if outages.down(address):
-                retry_at = outages.retry_at(address)
-                if retry_at is not None:
-                    self._park(item, retry_at)
-                    return
-                await self._metadata.refresh()  # the leader may have moved
-                address = await self._metadata.leader_address(item.stream, item.partition)
-                if (retry_at := outages.retry_at(address)) is not None:
-                    self._park(item, retry_at)
-                    return
-            stream = self._streams.get(address)
-            if stream is None or not stream.usable:
-                stream = self._open_stream(address)
-        stream.submit(item.request, fut, item.ack_policy is _NONE, self._requeue)
-        if metadata is self._metadata.current:  # no refresh in between: the route holds
-            self._remember_route(metadata, item.stream, item.partition, stream)
-
-    def _park(self, item: Item, retry_at: float) -> None:
-        """Hold a gRPC publish whose leader refused its last stream until it may be tried
-        again (`OutageLog.retry_at`); the others keep going. Later publishes to that leader
-        park behind it, so their order holds."""
-        self._parked.append(item)
-        handle = self._unpark_handle
-        if handle is None or handle.when() > retry_at:
-            if handle is not None:
-                handle.cancel()
-            self._unpark_handle = self._loop.call_at(retry_at, self._unpark)
-
-    def _unpark(self) -> None:
-        """Parked publishes back to the head of the queue, in order (any still early park
-        again)."""
-        self._unpark_handle = None
-        parked, self._parked = self._parked, []
-        if self._closed:
-            return
-        self._queue.extendleft(reversed(parked))
-        self._wake_sender()
-
-    def _requeue(self, unwritten: list[tuple[api_pb2.PublishRequest, AckFuture]]) -> None:
-        """Publishes a broken stream never wrote: back to the head of the queue, in order."""
-        if self._closed:
-            return
-        self._queue.extendleft(
-            Item(
-                req.stream,
-                req.value,
-                None,
-                None,
-                req.partition,
-                None,
-                AckPolicy(req.ackPolicy),
-                req.expectedOffset,
-                fut.correlation_id,
-                False,
-                request=req,
-                future=fut,
-            )
-            for req, fut in reversed(unwritten)
-        )
-        self._wake_sender()
 
     # ------------------------------------------------------------ subject publish
 
@@ -834,9 +590,7 @@ class Publisher:
         ack_policy = ack_policy_arg(kw.get("ack_policy", _LEADER))
         c = kw.get("correlation_id")
         cid = (
-            correlation_id_arg(c)
-            if c is not None
-            else f"{self._cid_prefix}{next(self._cid_counter)}"
+            correlation_id_arg(c) if c is not None else f"{self.cid_prefix}{next(self.cid_counter)}"
         )
         ack_wait = seconds_arg("ack_wait", kw.get("ack_wait"), self._options.ack_wait)
         req = api_pb2.PublishToSubjectRequest(
@@ -879,7 +633,8 @@ class Publisher:
                 raise errors.LiftbridgeTimeoutError(
                     f"flush: {len(not_done)} publishes still pending after {timeout}s"
                 )
-        if self._nats_used and self._nats is not None and not self._nats.is_closed:
+        nats_used = self._nats_route is not None and self._nats_route.used
+        if nats_used and self._nats is not None and not self._nats.is_closed:
             left = None if deadline is None else max(deadline - loop.time(), 0.0)
             try:
                 async with asyncio.timeout(left):
@@ -919,14 +674,15 @@ class Publisher:
         ones can no longer be written. Both fail at once with `ConnectionClosedError`
         (chained to ``cause``) instead of at their ack wait. gRPC publishes go on.
         """
-        if self._closed or self._nats_pub is None or self._nats_lost is not None:
+        if self._closed or self._nats_route is None or self._nats_lost is not None:
             return
         self._nats_lost = cause
+        self._nats_route.lost = True
         self._fast_ok = False
         exc = errors.ConnectionClosedError(f"the NATS connection was closed: {cause}")
         exc.__cause__ = cause
-        failed = self._correlator.fail_owned(self._nats_pub, exc)
-        queued = [item for item in self._queue if item.use_nats]
+        failed = self._correlator.fail_owned(self._nats_route.pub, exc)
+        queued = [item for item in self._queue if item.route is self._nats_route]
         for item in queued:
             self._queue.remove(item)
             fut = item.future
@@ -956,23 +712,15 @@ class Publisher:
         if failed:
             log.info("close: %d publishes were still pending and failed: %s", failed, exc)
         self._queue.clear()
-        self._parked.clear()
-        if self._unpark_handle is not None:
-            self._unpark_handle.cancel()
-            self._unpark_handle = None
         waker = self._waker
         if waker is not None and not waker.done():
             waker.set_result(None)  # an idle sender sees _closed and returns
         sender, self._sender = self._sender, None
         if sender is not None and not await sender.stop(_left(deadline)):
             log.warning("close: the publisher's sender did not stop in time")
-        streams = list(self._streams.values())
-        self._streams.clear()
-        for stream in streams:
-            await stream.close(exc, timeout=_left(deadline))
-        if self._nats_pub is not None:
-            with anyio.move_on_after(_left(deadline)):
-                await self._nats_pub.close()
+        await self._leaders.close(exc, deadline)
+        if self._nats_route is not None:
+            await self._nats_route.close(exc, deadline)
 
     def stats(self) -> PublishStats:
         return PublishStats(

@@ -469,7 +469,7 @@ async def test_publishes_a_broken_stream_never_wrote_go_out_on_a_new_stream(rig:
     [call] = rig.calls
     assert [r.value for r in call.written] == [b"0"]
     # The client's side of the call breaks on its next write (a connection reset).
-    [stream] = p._streams.values()
+    [stream] = p._leaders._streams.values()
 
     async def broken_write(req: api_pb2.PublishRequest) -> None:
         raise rpc_error(grpc.StatusCode.UNAVAILABLE, "connection reset")
@@ -505,7 +505,7 @@ async def test_h2_one_step_publishes_a_broken_stream_never_wrote_go_out_again(wr
         p = rig.publisher
         first = p.publish_nowait("s", b"0", transport=Transport.GRPC, partition=1)
         await wait_until(lambda: rig.calls and rig.calls[0].written, what="the first request")
-        [stream] = p._streams.values()
+        [stream] = p._leaders._streams.values()
         assert isinstance(stream, H2PublishStream)
         ahead = []
         if writer == "busy":  # ack policy NONE resolves on write: the writer writes it
@@ -574,7 +574,7 @@ async def test_h2_publishes_written_while_the_connection_opens_come_back_if_it_f
             p.publish_nowait("s", b"%d" % i, transport=Transport.GRPC, partition=1)
             for i in range(4)
         ]
-        [stream] = p._streams.values()
+        [stream] = p._leaders._streams.values()
         assert isinstance(stream, H2PublishStream)
         assert not stream._outbox  # the publishes wait in the call itself
         assert len(stream._h2call._out) == 4
@@ -650,7 +650,7 @@ async def test_h2_a_stream_of_none_publishes_that_breaks_is_replaced_at_once() -
         p = rig.publisher
         kw: dict[str, Any] = {"transport": Transport.GRPC, "partition": 1}
         assert await p.publish("s", b"x", ack_policy=AckPolicy.NONE, **kw) is None
-        [stream] = p._streams.values()
+        [stream] = p._leaders._streams.values()
         stream._break(errors.UnavailableError("connection lost"))
         assert p._outages.down(stream.address)
         assert p._outages.retry_at(stream.address) is None
@@ -658,8 +658,8 @@ async def test_h2_a_stream_of_none_publishes_that_breaks_is_replaced_at_once() -
         await wait_until(lambda: len(rig.calls) == 2 and rig.calls[1].written)
         assert [r.value for r in rig.calls[1].written] == [b"y"]
         # The same break of a stream never opened: the next waits.
-        p._streams[stream.address]._opened = False
-        p._streams[stream.address]._break(errors.UnavailableError("refused"))
+        p._leaders._streams[stream.address]._opened = False
+        p._leaders._streams[stream.address]._break(errors.UnavailableError("refused"))
         assert p._outages.retry_at(stream.address) is not None
     finally:
         await rig.close()
@@ -679,12 +679,12 @@ async def test_publishes_parked_for_a_refusing_broker_fail_on_close(
     monkeypatch.setattr(pool, "connection", refuse)
     await settle()
     fut = rig.publisher.publish_nowait("s", b"x", transport=Transport.GRPC, partition=1)
-    await wait_until(lambda: rig.publisher._parked, what="parked")
+    await wait_until(lambda: rig.publisher._leaders._parked, what="parked")
     await rig.close()
     with pytest.raises(errors.ConnectionClosedError):
         await fut
-    assert not rig.publisher._parked
-    assert rig.publisher._unpark_handle is None
+    assert not rig.publisher._leaders._parked
+    assert rig.publisher._leaders._unpark_handle is None
 
 
 def _ack_response(fut: Any, offset: int) -> api_pb2.PublishResponse:
@@ -749,7 +749,7 @@ async def test_the_first_publishes_over_h2_take_the_one_step_path(
         await settle()  # the sender task is up and idle
         monkeypatch.setattr(p, "_enqueue", lambda item, kw: pytest.fail("queued"))
         futs = [p.publish_nowait("s", b"%d" % i, transport=Transport.GRPC) for i in range(5)]
-        assert len(p._streams) == 1
+        assert len(p._leaders._streams) == 1
         await wait_until(lambda: rig.calls and len(rig.calls[0].written) == 5, what="requests")
         assert [r.value for r in rig.calls[0].written] == [b"0", b"1", b"2", b"3", b"4"]
         for i, fut in enumerate(futs):

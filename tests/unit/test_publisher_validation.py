@@ -281,9 +281,9 @@ def test_prepare_fast_path_builds_what_the_checked_path_builds(
                 kw["ack_policy"] = ack_policy
             fast, slow = p._prepare(stream, value, kw), p._prepare_checked(stream, value, kw)
             for item in (fast, slow):
-                assert item.correlation_id.startswith(p._cid_prefix)
+                assert item.correlation_id.startswith(p.cid_prefix)
             fields = ["stream", "value", "key", "headers", "partition", "partitioner"]
-            fields += ["ack_policy", "expected_offset", "use_nats", "subject"]
+            fields += ["ack_policy", "expected_offset", "route", "subject"]
             for name in fields:
                 assert getattr(fast, name) == getattr(slow, name), name
             if fast.request is not None:  # gRPC: equal but for the correlation id
