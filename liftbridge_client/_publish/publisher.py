@@ -14,8 +14,8 @@
 
 Ordering. A plain publish with nothing queued ahead of it and the sender idle
 takes one step in the call (`Publisher.send_plain`, then the route's ``direct``):
-over NATS it is appended to nats-py's outgoing buffer (`_transport.nats_raw.PubBuffer`), over gRPC with the h2
-transport it goes, serialized, to the PublishAsync stream to its leader (opened
+over NATS it is appended to nats-py's outgoing buffer
+(`_transport.nats_raw.PubBuffer`), over gRPC with the h2 transport it goes, serialized, to the PublishAsync stream to its leader (opened
 from the cached metadata if needed; `LeaderRoute.direct`). Every other
 `publish`, `send` and `publish_nowait` call puts one item on a FIFO queue,
 synchronously, before it returns (or, for `send`, once it has a window slot;
