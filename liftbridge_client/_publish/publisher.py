@@ -12,31 +12,28 @@
   client's inbox) and `LeaderRoute` (PublishAsync streams, one per partition
   leader, over h2 or grpc.aio).
 
-Ordering. A plain publish with nothing queued ahead of it and the sender idle
-takes one step in the call (`Publisher.send_plain`, then the route's ``direct``):
-over NATS it is appended to nats-py's outgoing buffer
-(`_transport.nats_raw.PubBuffer`), over gRPC with the h2 transport it goes, serialized, to the PublishAsync stream to its leader (opened
-from the cached metadata if needed; `LeaderRoute.direct`). Every other
-`publish`, `send` and `publish_nowait` call puts one item on a FIFO queue,
-synchronously, before it returns (or, for `send`, once it has a window slot;
-slots are granted first come, first served). One sender task drains the queue
-in order. NATS items it writes itself, awaiting each write; a
-gRPC item it hands (no await) to the outbox of the PublishAsync stream to the
-partition's leader, whose single writer task awaits each write in turn. When
-nothing is ahead of a gRPC item (the queue is empty and the sender idle) and
-the route to its stream is known for the current metadata, the call hands it
-to that outbox directly, saving the hop through the sender. Either way
-messages reach the wire in call order: per NATS connection, and per
-PublishAsync stream. Single writers are required because both writes are
-coroutines (``nats.aio.client.Client.publish``, ``StreamStreamCall.write``) and
-nats-py has no public synchronous way to append to its outgoing buffer (the
-one-step path appends only when nothing would differ from nats-py's own). The
-queues are plain deques and the writers wake through one future per idle
-period, so the per-message cost is a future, a timer handle and one awaited
-write - no task per message. A stream that breaks gives the requests it never
-wrote back to the head of the queue, in order, for a new stream. Mixing
-transports for one partition gives no order guarantee (the gRPC path goes
-through a broker, the NATS path does not).
+Ordering. A plain publish with nothing queued ahead of it and the sender idle takes one
+step in the call (`Publisher.send_plain`, then the route's ``direct``): over NATS it is
+appended to nats-py's outgoing buffer (`_transport.nats_raw.PubBuffer`), over gRPC with
+the h2 transport it goes, serialized, to the PublishAsync stream to its leader (opened
+from the cached metadata if needed; `LeaderRoute.direct`). Every other `publish`, `send`
+and `publish_nowait` call puts one item on a FIFO queue, synchronously, before it
+returns (or, for `send`, once it has a window slot; slots are granted first come, first
+served). One sender task drains the queue in order. NATS items it writes itself,
+awaiting each write; a gRPC item it hands (no await) to the outbox of the PublishAsync
+stream to the partition's leader, whose single writer task awaits each write in turn.
+When nothing is ahead of a gRPC item (the queue is empty and the sender idle) and the
+route to its stream is known for the current metadata, the call hands it to that outbox
+directly, saving the hop through the sender. Either way messages reach the wire in call
+order: per NATS connection, and per PublishAsync stream. Single writers are required
+because both writes are coroutines (``nats.aio.client.Client.publish``,
+``StreamStreamCall.write``) and nats-py has no public synchronous way to append to its
+outgoing buffer (the one-step path appends only when nothing would differ from nats-py's
+own). The queues are plain deques and the writers wake through one future per idle
+period, so the per-message cost is a future, a timer handle and one awaited write - no
+task per message. A stream that breaks gives the requests it never wrote back to the
+head of the queue, in order, for a new stream. Mixing transports for one partition gives
+no order guarantee (the gRPC path goes through a broker, the NATS path does not).
 
 Transports: ``ClientOptions.transport`` (None: NATS when the client has a NATS
 connection, else gRPC), overridden per call with ``transport=``.
