@@ -67,13 +67,13 @@ def list_streams(ctx: click.Context, as_json: bool) -> None:
 @click.option("--group", help="NATS queue group the partition leaders subscribe with.")
 @click.option("--retention-max-bytes", type=click.IntRange(min=0))
 @click.option("--retention-max-messages", type=click.IntRange(min=0))
-@click.option("--retention-max-age", type=DURATION, help="E.g. 1h, 7d.")
-@click.option("--cleaner-interval", type=DURATION)
+@click.option("--retention-max-age", type=DURATION, help="Delete messages older than this (7d).")
+@click.option("--cleaner-interval", type=DURATION, help="How often retention is applied (5m).")
 @click.option("--segment-max-bytes", type=click.IntRange(min=0))
-@click.option("--segment-max-age", type=DURATION)
+@click.option("--segment-max-age", type=DURATION, help="Roll a new segment after this (1d).")
 @click.option("--compact/--no-compact", "compact_enabled", default=None)
 @click.option("--compact-max-goroutines", type=click.IntRange(min=1))
-@click.option("--auto-pause-time", type=DURATION, help="Pause partitions idle this long.")
+@click.option("--auto-pause-time", type=DURATION, help="Pause partitions idle this long (1h).")
 @click.option(
     "--auto-pause-disable-if-subscribers/--no-auto-pause-disable-if-subscribers", default=None
 )
@@ -89,7 +89,11 @@ def list_streams(ctx: click.Context, as_json: bool) -> None:
 def create(
     ctx: click.Context, /, name: str, subject: str | None, exist_ok: bool, **settings: Any
 ) -> None:
-    """Create stream NAME. Unset options take the server's defaults."""
+    """Create stream NAME. Unset options take the server's defaults.
+
+    Durations need a unit: ms, s, m, h, d or w (7d, 1h30m); a bare number other than 0
+    is refused.
+    """
     config = StreamConfig(**{k: v for k, v in settings.items() if v is not None})
 
     async def main(client: Client) -> None:

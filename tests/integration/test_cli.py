@@ -173,6 +173,72 @@ def test_subscribe_stop_positions_and_formats(cli: Cli, unique_stream: StreamNam
     assert missing.stderr.startswith("error: NotFoundError:")
 
 
+def test_subscribe_never_ends_silently(cli: Cli, unique_stream: StreamName) -> None:
+    """Nothing printed: stderr says why; a position no message meets exits 9."""
+    name, subject = unique_stream
+    cli("streams", "create", name, "--subject", subject, "-p", "2")
+    cli("publish", name, "a", "b", "c", "-p", "0")
+
+    past = cli("subscribe", name, "--offset", "99", status=9)
+    assert past.stdout == ""
+    assert past.stderr.startswith("no messages: --offset 99 is past the end")
+    assert f"partition 0 of stream {name} is offset 2, from 20" in past.stderr
+    future = cli("subscribe", name, "--time", "2100-01-01T00:00:00Z", status=9)
+    assert future.stderr.startswith("no messages at or after --time 2100-01-01T00:00:00")
+    # The newest message is at least a moment old: none in the last millisecond.
+    cli("publish", name, "d", "-p", "0")
+    time.sleep(0.05)
+    recent = cli("subscribe", name, "--since", "1ms", status=9)
+    assert recent.stderr.startswith("no messages in the last 1ms (--since):")
+
+    empty = cli("subscribe", name, "-p", "1")  # what there is: nothing, and that is fine
+    assert (empty.stdout, empty.stderr.strip()) == (
+        "",
+        f"no messages: partition 1 of stream {name} is empty (-f waits for new ones)",
+    )
+    cli("subscribe", name, "-p", "1", "--offset", "0", status=9)
+
+    new_only = cli("subscribe", name, "--new-only", status=2)
+    assert "add -f (--follow)" in new_only.stderr
+    missing = cli("subscribe", name, "-p", "7", status=4)
+    assert missing.stderr.startswith("error: NotFoundError:")
+
+
+def test_hints_name_the_flags_not_the_api(cli: Cli, unique_stream: StreamName) -> None:
+    name, subject = unique_stream
+    cli("streams", "create", name, "--subject", subject, "-p", "2")
+    cli("publish", name, "a", "-p", "1")
+    cli("streams", "pause", name, "-p", "1")
+
+    paused = cli("subscribe", name, "-p", "1", status=1)
+    assert paused.stderr == (
+        f"error: PartitionPausedEnd: partition 1 of stream {name} is paused: add --resume "
+        "to resume it and read\n"
+    )
+    # Over NATS the paused partition drops the message; the hint names -t grpc.
+    dropped = cli("publish", name, "b", "-p", "1", "-t", "nats", "--ack-wait", "1s", status=7)
+    assert dropped.stderr.startswith(
+        f"error: PartitionPausedError: partition 1 of stream {name} is paused"
+    )
+    assert "-t grpc" in dropped.stderr
+    assert f"liftbridge subscribe {name} -p 1 --resume" in dropped.stderr
+    assert cli("subscribe", name, "-p", "1", "--resume").stdout == "a\n"
+
+    no_such = cli("publish", name, "x", "-p", "9", status=4)
+    assert no_such.stderr == (
+        f"error: NotFoundError: stream {name} has no partition 9 (-p 9; its partitions: 0-1)\n"
+    )
+    for result in (paused, dropped, no_such):
+        assert not re.search(r"\w+=(True|\[|Transport)|partition gave", result.stderr)
+
+    one = cli("publish", name, "solo", "-p", "0")
+    assert one.stderr.startswith(f"published 1 message to {name} in ")
+    assert cli("streams", "create", name + "-w", "--retention-max-age", "1w").returncode == 0
+    cli("streams", "delete", name + "-w")
+    unitless = cli("streams", "create", name + "-x", "--retention-max-age", "7", status=2)
+    assert "'7' has no unit: write 7s, 7m, 7h, 7d or 7w" in unitless.stderr
+
+
 def test_metadata_and_cursors(cli: Cli, unique_stream: StreamName) -> None:
     name, subject = unique_stream
     cli("streams", "create", name, "--subject", subject, "-p", "2")
@@ -215,7 +281,7 @@ def test_bench_json(cli: Cli) -> None:
 
 def test_errors_are_one_line_and_debug_shows_the_traceback(liftbridge_server: Deployment) -> None:
     (dead,) = free_ports(1)
-    env = {"LIFTBRIDGE_ADDRS": f"127.0.0.1:{dead}", "LIFTBRIDGE_TIMEOUT": "0.5"}
+    env = {"LIFTBRIDGE_ADDRS": f"127.0.0.1:{dead}", "LIFTBRIDGE_TIMEOUT": "500ms"}
     plain = run_cli(liftbridge_server, "streams", "list", env=env)
     assert plain.returncode == 3, plain.stderr
     assert plain.stderr.startswith("error: NoBrokerAvailableError:")
@@ -225,7 +291,7 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(liftbridge_server: De
     assert "Traceback (most recent call last)" in debug.stderr
     # NATS refusing: its reconnect attempts are log records, shown only with --debug; the
     # error names the cause.
-    nats_env = {"LIFTBRIDGE_NATS_URL": f"nats://127.0.0.1:{dead}", "LIFTBRIDGE_TIMEOUT": "1"}
+    nats_env = {"LIFTBRIDGE_NATS_URL": f"nats://127.0.0.1:{dead}", "LIFTBRIDGE_TIMEOUT": "1s"}
     nats_down = run_cli(liftbridge_server, "publish", "s", "v", env=nats_env)
     assert nats_down.returncode == 3, nats_down.stderr
     assert nats_down.stderr.strip().splitlines() == [nats_down.stderr.strip()], nats_down.stderr
@@ -403,7 +469,7 @@ def test_tls_files_and_nats_tls_and_credentials_from_flags_and_environment(tmp_p
     ) as node:
         name, subject = StreamNames("cli-tls")()
         grpc_flags = ["--tls-ca", str(pki.ca_cert), "--tls-cert", str(pki.client_cert)]
-        grpc_flags += ["--tls-key", str(pki.client_key), "--timeout", "3"]
+        grpc_flags += ["--tls-key", str(pki.client_key), "--timeout", "3s"]
         flags = [*grpc_flags, "--nats-tls-ca", str(pki.ca_cert)]
         flags += ["--nats-tls-cert", str(pki.client_cert), "--nats-tls-key", str(pki.client_key)]
         env = {"LIFTBRIDGE_NATS_USER": user, "LIFTBRIDGE_NATS_PASSWORD": password}
@@ -431,7 +497,7 @@ def test_tls_files_and_nats_tls_and_credentials_from_flags_and_environment(tmp_p
         )
         assert no_nats_cert.returncode == 3, no_nats_cert.stderr
         # No client certificate: the server refuses the handshake.
-        no_cert = run_cli(node, "--tls-ca", str(pki.ca_cert), "--timeout", "2", "metadata")
+        no_cert = run_cli(node, "--tls-ca", str(pki.ca_cert), "--timeout", "2s", "metadata")
         assert no_cert.returncode == 3, no_cert.stderr
         # A wrong NATS password: unreachable, and the password is never printed.
         wrong = {**env, "LIFTBRIDGE_NATS_PASSWORD": "wrong-pass"}
