@@ -306,37 +306,93 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(liftbridge_server: De
     assert "not a duration" in usage.stderr
 
 
-def test_server_command_runs_a_node_until_interrupted(tmp_path: Path) -> None:
-    grpc_port, nats_port = free_ports(2)
-    proc = subprocess.Popen(
-        [str(LIFTBRIDGE), "server", "--port", str(grpc_port), "--nats-port", str(nats_port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        printed = [proc.stdout.readline(), proc.stdout.readline()]
+class _ServerRun:
+    """`liftbridge server` as a user runs it, on free ports; Ctrl-C (SIGINT) stops it."""
+
+    def __init__(self, *extra: str, ports: tuple[int, int] | None = None) -> None:
+        self.grpc_port, self.nats_port = ports or free_ports(2)
+        argv = ["--port", str(self.grpc_port), "--nats-port", str(self.nats_port)]
+        self.proc = subprocess.Popen(
+            [str(LIFTBRIDGE), "server", *argv, *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.local = _Local([f"127.0.0.1:{self.grpc_port}"], f"nats://127.0.0.1:{self.nats_port}")
+
+    def wait_ready(self) -> list[str]:
+        """The two lines printed on stdout once the server is up."""
+        assert self.proc.stdout is not None
+        printed = [self.proc.stdout.readline(), self.proc.stdout.readline()]
         assert printed == [
-            f"LIFTBRIDGE_ADDRS=127.0.0.1:{grpc_port}\n",
-            f"LIFTBRIDGE_NATS_URL=nats://127.0.0.1:{nats_port}\n",
-        ], proc.stderr.read() if proc.stderr else ""
-        local = _Local([f"127.0.0.1:{grpc_port}"], f"nats://127.0.0.1:{nats_port}")
+            f"LIFTBRIDGE_ADDRS=127.0.0.1:{self.grpc_port}\n",
+            f"LIFTBRIDGE_NATS_URL=nats://127.0.0.1:{self.nats_port}\n",
+        ], self.stop()[1]
+        return printed
+
+    def stop(self) -> tuple[int, str]:
+        """Ctrl-C; the exit status and everything printed on stderr."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            _, err = self.proc.communicate(timeout=60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode, err
+
+
+def test_server_command_runs_a_node_until_interrupted() -> None:
+    server = _ServerRun()
+    try:
+        server.wait_ready()
+        local = server.local
+        # Named as a plain Liftbridge install, not as a test deployment.
+        listed = json.loads(run_cli(local, "streams", "list", "--json").stdout)
+        assert [(s["name"], s["subject"]) for s in listed] == [
+            ("__cursors", "liftbridge-default.cursors")
+        ]
+        assert "lbtest" not in run_cli(local, "streams", "list").stdout
         name, subject = StreamNames("cli-server")()
         assert run_cli(local, "streams", "create", name, "-s", subject).returncode == 0
         published = run_cli(local, "publish", name, "over-nats")
         assert published.returncode == 0, published.stderr
         assert run_cli(local, "subscribe", name).stdout == "over-nats\n"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0, err
-        log_dir = Path(re.search(r"log: (\S+)", err).group(1)).parents[1]  # type: ignore[union-attr]
-        assert not log_dir.exists(), "the temporary data directory is removed"
-        assert "stopped" in err
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        status, err = server.stop()
+    assert status == 0, err
+    flags = f"-b 127.0.0.1:{server.grpc_port} --nats nats://127.0.0.1:{server.nats_port}"
+    assert f"connect: liftbridge {flags} COMMAND" in err
+    assert "data: temporary, removed on exit" in err
+    log_dir = Path(re.search(r"log: (\S+)", err).group(1)).parents[1]  # type: ignore[union-attr]
+    assert not log_dir.exists(), "the temporary data directory is removed"
+    assert err.rstrip().endswith("stopping\nstopped"), err
+
+
+def test_server_data_dir_keeps_streams_across_runs(tmp_path: Path) -> None:
+    data = tmp_path / "lb-data"
+    name, subject = StreamNames("cli-keep")()
+    first = _ServerRun("--data-dir", str(data))
+    try:
+        first.wait_ready()
+        created = run_cli(first.local, "streams", "create", name, "-s", subject)
+        assert created.returncode == 0, created.stderr
+    finally:
+        status, err = first.stop()
+    assert status == 0, err
+    assert f"data: {data} (kept)" in err
+    assert (data / "n1" / "data").is_dir()
+
+    # A restart right after Ctrl-C, on the same ports and data.
+    second = _ServerRun("--data-dir", str(data), ports=(first.grpc_port, first.nats_port))
+    try:
+        second.wait_ready()
+        listed = json.loads(run_cli(second.local, "streams", "list", "--json").stdout)
+        assert name in {s["name"] for s in listed}
+    finally:
+        status, err = second.stop()
+    assert status == 0, err
 
 
 class _Local:
