@@ -8,6 +8,8 @@ stream listens on ``liftbridge-default.cursors``, not on a test's unique subject
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import signal
 import socket
 import threading
@@ -88,17 +90,31 @@ def _announce(node: _Running, port: int, nats_port: int, where: str) -> None:
 
 
 def _docker_daemon() -> DockerCLI:
-    """The docker CLI, once a daemon answers; otherwise the command fails saying so."""
-    from liftbridge_client.testing import HarnessError
-    from liftbridge_client.testing._docker_cli import docker_cli
+    """The docker CLI, once a daemon answers; otherwise the command fails saying so.
 
+    No fallback to a local binary: --docker asked for the image.
+    """
+    from liftbridge_client.testing import HarnessError
+    from liftbridge_client.testing._docker_cli import DockerCLI
+
+    found = shutil.which(os.environ.get("LIFTBRIDGE_DOCKER", "").strip() or "docker")
+    if found is None:
+        fail(
+            "--docker needs docker: no `docker` command found (install it, e.g. Debian's "
+            "docker.io, or run without --docker)",
+            ExitStatus.UNREACHABLE,
+        )
+        raise AssertionError("unreachable")
+    docker = DockerCLI(found)
     try:
-        docker = docker_cli()
         docker.server_version()
     except HarnessError as exc:
-        # No fallback to a local binary: --docker asked for the image.
-        fail(f"--docker needs a running docker daemon: {exc}", ExitStatus.UNREACHABLE)
-        raise AssertionError("unreachable") from None
+        said = [line for line in str(exc).splitlines() if line.strip()]
+        fail(
+            f"--docker needs a running docker daemon; `docker version` says: "
+            f"{said[-1] if said else exc}",
+            ExitStatus.UNREACHABLE,
+        )
     return docker
 
 
