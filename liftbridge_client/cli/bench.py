@@ -53,8 +53,22 @@ async def _consume(client: Client, stream: str, count: int) -> float:
 
 
 @cli.command()
-@click.option("-n", "--messages", type=click.IntRange(min=1), default=10_000, show_default=True)
-@click.option("-s", "--size", type=click.IntRange(min=0), default=256, show_default=True)
+@click.option(
+    "-n",
+    "--messages",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="How many messages to publish.",
+)
+@click.option(
+    "-s",
+    "--size",
+    type=click.IntRange(min=0),
+    default=256,
+    show_default=True,
+    help="Bytes per message value.",
+)
 @click.option(
     "-a",
     "--ack",

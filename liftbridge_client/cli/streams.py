@@ -65,14 +65,28 @@ def list_streams(ctx: click.Context, as_json: bool) -> None:
     help="Replicas per partition; -1: every server.",
 )
 @click.option("--group", help="NATS queue group the partition leaders subscribe with.")
-@click.option("--retention-max-bytes", type=click.IntRange(min=0))
-@click.option("--retention-max-messages", type=click.IntRange(min=0))
+@click.option(
+    "--retention-max-bytes",
+    type=click.IntRange(min=0),
+    help="Delete the oldest messages beyond this many bytes per partition.",
+)
+@click.option(
+    "--retention-max-messages",
+    type=click.IntRange(min=0),
+    help="Delete the oldest messages beyond this many per partition.",
+)
 @click.option("--retention-max-age", type=DURATION, help="Delete messages older than this (7d).")
 @click.option("--cleaner-interval", type=DURATION, help="How often retention is applied (5m).")
-@click.option("--segment-max-bytes", type=click.IntRange(min=0))
+@click.option(
+    "--segment-max-bytes", type=click.IntRange(min=0), help="Roll a new segment at this size."
+)
 @click.option("--segment-max-age", type=DURATION, help="Roll a new segment after this (1d).")
-@click.option("--compact/--no-compact", "compact_enabled", default=None)
-@click.option("--compact-max-goroutines", type=click.IntRange(min=1))
+@click.option(
+    "--compact/--no-compact", "compact_enabled", default=None, help="Keep the newest per key."
+)
+@click.option(
+    "--compact-max-goroutines", type=click.IntRange(min=1), help="Compaction's parallelism."
+)
 @click.option("--auto-pause-time", type=DURATION, help="Pause partitions idle this long (1h).")
 @click.option(
     "--auto-pause-disable-if-subscribers/--no-auto-pause-disable-if-subscribers", default=None
