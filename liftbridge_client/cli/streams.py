@@ -130,6 +130,14 @@ def delete(ctx: click.Context, name: str) -> None:
     click.echo(f"deleted stream {name}", err=True)
 
 
+def _which(stream: str, partitions: tuple[int, ...]) -> str:
+    """``stream s``, ``partition 1 of stream s``, ``partitions 0, 2 of stream s``."""
+    if not partitions:
+        return f"stream {stream}"
+    ids = ", ".join(str(p) for p in sorted(set(partitions)))
+    return f"{'partition' if len(set(partitions)) == 1 else 'partitions'} {ids} of stream {stream}"
+
+
 _PARTITIONS = click.option(
     "-p",
     "--partition",
@@ -156,7 +164,7 @@ def pause(ctx: click.Context, name: str, partitions: tuple[int, ...], resume_all
         await client.pause_stream(name, partitions=partitions, resume_all=resume_all)
 
     run(settings_of(ctx), main)
-    click.echo(f"paused stream {name}", err=True)
+    click.echo(f"paused {_which(name, partitions)}", err=True)
 
 
 @streams.command()
@@ -171,4 +179,6 @@ def readonly(ctx: click.Context, name: str, partitions: tuple[int, ...], off: bo
         await client.set_stream_readonly(name, partitions=partitions, readonly=not off)
 
     run(settings_of(ctx), main)
-    click.echo(f"stream {name} is {'writable' if off else 'read-only'}", err=True)
+    state = "writable" if off else "read-only"
+    verb = "are" if len(set(partitions)) > 1 else "is"
+    click.echo(f"{_which(name, partitions)} {verb} {state}", err=True)

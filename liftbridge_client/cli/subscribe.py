@@ -204,14 +204,18 @@ def subscribe(
                     if count is not None and seen >= count:
                         break
         except errors.PartitionPausedEnd as exc:
-            raise CommandError(
-                f"PartitionPausedEnd: {request.where} is paused: add --resume to resume it "
-                "and read",
-                status_for(exc),
-            ) from exc
+            raise _paused(request, exc) from exc
+        except errors.NotLeaderError as exc:
+            if resume or not await _is_paused(client, stream, partition):
+                raise
+            raise _paused(request) from exc
         out.flush()
         if seen or follow:
             return None
+        if not resume and await _is_paused(client, stream, partition):
+            # A paused partition that is empty, or read past its end, ends the read at once
+            # instead of saying it is paused (v1.9.0), and refuses FetchPartitionMetadata.
+            raise _paused(request)
         info = await client.fetch_partition_metadata(stream, partition)
         newest_ns = await _newest_time(client, stream, partition, info.newest_offset)
         return why_empty(request, info.newest_offset, newest_ns)
@@ -221,6 +225,21 @@ def subscribe(
         message, status = empty
         err_console.print(message, soft_wrap=True)
         raise SystemExit(int(status))
+
+
+def _paused(request: Request, exc: errors.LiftbridgeError | None = None) -> CommandError:
+    name = type(exc).__name__ if exc is not None else errors.PartitionPausedEnd.__name__
+    return CommandError(
+        f"{name}: {request.where} is paused: add --resume to resume it and read",
+        status_for(exc) if exc is not None else ExitStatus.ERROR,
+    )
+
+
+async def _is_paused(client: Client, stream: str, partition: int) -> bool:
+    """Paused, as the cluster's metadata says (the leader itself refuses to answer then)."""
+    found = (await client.fetch_metadata(stream)).streams.get(stream)
+    part = found.partitions.get(partition) if found is not None else None
+    return part is not None and part.paused
 
 
 async def _newest_time(client: Client, stream: str, partition: int, newest: int) -> int | None:

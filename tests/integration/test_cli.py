@@ -223,6 +223,11 @@ def test_hints_name_the_flags_not_the_api(cli: Cli, unique_stream: StreamName) -
     assert "-t grpc" in dropped.stderr
     assert f"liftbridge subscribe {name} -p 1 --resume" in dropped.stderr
     assert cli("subscribe", name, "-p", "1", "--resume").stdout == "a\n"
+    # Read past its end, a paused partition ends the read at once (and its leader answers
+    # "not the leader"): still the pause hint, not an empty run or NotLeaderError.
+    cli("streams", "pause", name, "-p", "1")
+    past = cli("subscribe", name, "-p", "1", "--offset", "5", status=1)
+    assert past.stderr == paused.stderr
 
     no_such = cli("publish", name, "x", "-p", "9", status=4)
     assert no_such.stderr == (

@@ -89,3 +89,11 @@ def test_new_only_with_follow_or_a_stop_is_accepted() -> None:
             cli, ["-b", "127.0.0.1:1", "--timeout", "200ms", "subscribe", "s", "--new-only", *extra]
         )
         assert result.exit_code == int(ExitStatus.UNREACHABLE), result.output
+
+
+def test_pause_and_readonly_say_which_partitions() -> None:
+    from liftbridge_client.cli.streams import _which
+
+    assert _which("s", ()) == "stream s"
+    assert _which("s", (1,)) == "partition 1 of stream s"
+    assert _which("s", (2, 0, 2)) == "partitions 0, 2 of stream s"
