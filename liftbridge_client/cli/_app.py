@@ -27,7 +27,7 @@ from liftbridge_client.cli._trace import check_traceparent, in_trace
 from liftbridge_client.client import Client
 from liftbridge_client.options import TracingOptions
 
-__all__ = ["CommandError", "cli", "fail", "run", "run_plain", "settings_of"]
+__all__ = ["CommandError", "cli", "error_line", "fail", "run", "run_plain", "settings_of"]
 
 _T = TypeVar("_T")
 
@@ -201,15 +201,36 @@ def fail(message: str, status: ExitStatus = ExitStatus.ERROR) -> None:
     raise SystemExit(int(status))
 
 
-def _report(exc: BaseException, debug: bool) -> None:
-    status = status_for(exc)
-    if debug:
-        traceback.print_exception(exc, file=sys.stderr)
+# What each client feature is on the command line, for FeatureNotSupportedError (whose
+# text names the feature by its API id).
+_FEATURE_FLAGS = {
+    "pause_resume": "streams pause and subscribe --resume",
+    "readonly_streams": "streams readonly",
+    "cursors": "the cursors commands",
+    "stop_positions": "subscribe without -f (and --stop-offset, --stop-time)",
+    "optimistic_concurrency": "streams create --optimistic-concurrency",
+    "publish_async": "publish -t grpc",
+}
+
+
+def error_line(exc: BaseException) -> str:
+    """The one ``error:`` line (without the prefix) reporting ``exc``."""
     if isinstance(exc, CommandError):
-        fail(exc.message, exc.status)
+        return exc.message
     name = type(exc).__name__
     text = str(exc) or name
-    fail(f"{name}: {text}" if isinstance(exc, errors.LiftbridgeError) else text, status)
+    if not isinstance(exc, errors.LiftbridgeError):
+        return text
+    if isinstance(exc, errors.FeatureNotSupportedError) and exc.feature in _FEATURE_FLAGS:
+        return f"{name}: {_FEATURE_FLAGS[exc.feature]} needs a newer server: {text}"
+    return f"{name}: {text}"
+
+
+def _report(exc: BaseException, debug: bool) -> None:
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    status = exc.status if isinstance(exc, CommandError) else status_for(exc)
+    fail(error_line(exc), status)
 
 
 def run_plain(settings: ConnectionSettings, main: Callable[[], Awaitable[_T]]) -> _T:

@@ -97,3 +97,26 @@ def test_pause_and_readonly_say_which_partitions() -> None:
     assert _which("s", ()) == "stream s"
     assert _which("s", (1,)) == "partition 1 of stream s"
     assert _which("s", (2, 0, 2)) == "partitions 0, 2 of stream s"
+
+
+def test_an_unsupported_feature_is_named_by_its_command_line_flags() -> None:
+    from liftbridge_client import errors
+    from liftbridge_client.cli._app import error_line
+
+    exc = errors.FeatureNotSupportedError(
+        "stop_positions is not supported by broker n1: needs v1.4.0", feature="stop_positions"
+    )
+    assert error_line(exc) == (
+        "FeatureNotSupportedError: subscribe without -f (and --stop-offset, --stop-time) "
+        "needs a newer server: stop_positions is not supported by broker n1: needs v1.4.0"
+    )
+    assert error_line(errors.NotFoundError("no such stream: s")) == (
+        "NotFoundError: no such stream: s"
+    )
+
+
+def test_the_feature_flags_table_names_real_features() -> None:
+    from liftbridge_client.cli._app import _FEATURE_FLAGS
+    from liftbridge_client.features import FEATURE_MAP
+
+    assert set(_FEATURE_FLAGS) <= {spec.name for spec in FEATURE_MAP}
