@@ -144,7 +144,14 @@ class _Parsed(click.ParamType[Any]):
         try:
             return self._parser(value)
         except ValueError as exc:
-            self.fail(str(exc), param, ctx)
+            message = str(exc)
+            if param is not None and ctx is not None and param.name is not None:
+                source = ctx.get_parameter_source(param.name)
+                envvar = getattr(param, "envvar", None)
+                if source is click.core.ParameterSource.ENVIRONMENT and isinstance(envvar, str):
+                    # The user typed no such flag: name where the value came from.
+                    message += f" (from ${envvar})"
+            self.fail(message, param, ctx)
 
 
 DURATION = _Parsed("duration", parse_duration)

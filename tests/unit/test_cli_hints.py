@@ -120,3 +120,10 @@ def test_the_feature_flags_table_names_real_features() -> None:
     from liftbridge_client.features import FEATURE_MAP
 
     assert set(_FEATURE_FLAGS) <= {spec.name for spec in FEATURE_MAP}
+
+
+def test_a_bad_duration_from_the_environment_names_the_variable() -> None:
+    result = CliRunner(env={"LIFTBRIDGE_TIMEOUT": "5"}).invoke(cli, ["streams", "list"])
+    assert result.exit_code == 2
+    assert "'5' has no unit: write 5s" in result.output
+    assert "(from $LIFTBRIDGE_TIMEOUT)" in result.output
