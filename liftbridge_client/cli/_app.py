@@ -22,11 +22,12 @@ from liftbridge_client._version import __version__
 from liftbridge_client.cli._connect import ConnectionSettings, split_list
 from liftbridge_client.cli._exit import ExitStatus, status_for
 from liftbridge_client.cli._output import err_console
+from liftbridge_client.cli._params import DURATION_UNITS, POSITIVE_DURATION
 from liftbridge_client.cli._trace import check_traceparent, in_trace
 from liftbridge_client.client import Client
 from liftbridge_client.options import TracingOptions
 
-__all__ = ["cli", "fail", "run", "run_plain", "settings_of"]
+__all__ = ["CommandError", "cli", "error_line", "fail", "run", "run_plain", "settings_of"]
 
 _T = TypeVar("_T")
 
@@ -36,7 +37,8 @@ EXIT_CODES_HELP = """\b
 Exit status:
   0 ok, 1 other error, 2 bad usage or input, 3 unreachable (no broker/NATS,
   connection lost), 4 not found, 5 already exists, 6 timeout, 7 message refused
-  by the server, 8 feature not supported by the server, 130 interrupted (Ctrl-C).
+  by the server, 8 feature not supported by the server, 9 no message at the position
+  asked for (subscribe without --follow), 130 interrupted (Ctrl-C).
 """
 
 
@@ -132,11 +134,11 @@ Exit status:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=5.0,
+    type=POSITIVE_DURATION,
+    default="5s",
     show_default=True,
     envvar="LIFTBRIDGE_TIMEOUT",
-    help="Seconds to connect, and for each request. Env: LIFTBRIDGE_TIMEOUT.",
+    help=f"To connect, and for each request ({DURATION_UNITS}). Env: LIFTBRIDGE_TIMEOUT.",
 )
 @click.option(
     "--traceparent",
@@ -179,6 +181,19 @@ def settings_of(ctx: click.Context) -> ConnectionSettings:
     return settings
 
 
+class CommandError(Exception):
+    """A failure worded in the command line's terms (its flags, not the API's keywords).
+
+    Commands raise it, usually from a library error they know the flag for; `run` prints
+    ``message`` as the one ``error:`` line and exits with ``status``.
+    """
+
+    def __init__(self, message: str, status: ExitStatus = ExitStatus.ERROR) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
 def fail(message: str, status: ExitStatus = ExitStatus.ERROR) -> None:
     """Print ``error: message`` on stderr and exit with ``status``."""
     # soft_wrap: one line whatever the width (scripts read it).
@@ -186,13 +201,36 @@ def fail(message: str, status: ExitStatus = ExitStatus.ERROR) -> None:
     raise SystemExit(int(status))
 
 
-def _report(exc: BaseException, debug: bool) -> None:
-    status = status_for(exc)
-    if debug:
-        traceback.print_exception(exc, file=sys.stderr)
+# What each client feature is on the command line, for FeatureNotSupportedError (whose
+# text names the feature by its API id).
+_FEATURE_FLAGS = {
+    "pause_resume": "streams pause and subscribe --resume",
+    "readonly_streams": "streams readonly",
+    "cursors": "the cursors commands",
+    "stop_positions": "subscribe without -f (and --stop-offset, --stop-time)",
+    "optimistic_concurrency": "streams create --optimistic-concurrency",
+    "publish_async": "publish -t grpc",
+}
+
+
+def error_line(exc: BaseException) -> str:
+    """The one ``error:`` line (without the prefix) reporting ``exc``."""
+    if isinstance(exc, CommandError):
+        return exc.message
     name = type(exc).__name__
     text = str(exc) or name
-    fail(f"{name}: {text}" if isinstance(exc, errors.LiftbridgeError) else text, status)
+    if not isinstance(exc, errors.LiftbridgeError):
+        return text
+    if isinstance(exc, errors.FeatureNotSupportedError) and exc.feature in _FEATURE_FLAGS:
+        return f"{name}: {_FEATURE_FLAGS[exc.feature]} needs a newer server: {text}"
+    return f"{name}: {text}"
+
+
+def _report(exc: BaseException, debug: bool) -> None:
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    status = exc.status if isinstance(exc, CommandError) else status_for(exc)
+    fail(error_line(exc), status)
 
 
 def run_plain(settings: ConnectionSettings, main: Callable[[], Awaitable[_T]]) -> _T:
@@ -207,7 +245,7 @@ def run_plain(settings: ConnectionSettings, main: Callable[[], Awaitable[_T]]) -
         # about flushing stdout at exit.
         sys.stdout = open("/dev/null", "w")  # noqa: SIM115 - lives until exit
         raise SystemExit(int(ExitStatus.OK)) from None
-    except (errors.LiftbridgeError, OSError) as exc:
+    except (errors.LiftbridgeError, OSError, CommandError) as exc:
         _report(exc, settings.debug)
         raise AssertionError("unreachable") from None
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
+
 from liftbridge_client.client import Client
 from liftbridge_client.options import ClientOptions, NatsAuth, TLSConfig
 
-__all__ = ["ConnectionSettings", "split_list"]
+__all__ = ["ConnectionSettings", "check_transport", "split_list"]
 
 
 def split_list(values: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -80,4 +82,12 @@ class ConnectionSettings:
             list(self.brokers),
             nats_servers=list(self.nats_servers) or None,
             options=self.client_options(**overrides),
+        )
+
+
+def check_transport(transport: str | None, settings: ConnectionSettings) -> None:
+    """A usage error for ``-t nats`` without a NATS URL (before anything connects)."""
+    if transport == "nats" and not settings.nats_servers:
+        raise click.UsageError(
+            "-t nats needs a NATS server: give --nats URL (or LIFTBRIDGE_NATS_URL), or use -t grpc"
         )

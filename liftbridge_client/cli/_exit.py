@@ -22,6 +22,7 @@ class ExitStatus(enum.IntEnum):
     TIMEOUT = 6  # no answer or ack in time
     REFUSED = 7  # the server refused a message (read-only, too large, offset, encryption)
     UNSUPPORTED = 8  # the server lacks a feature the command needs (FeatureNotSupportedError)
+    NO_MESSAGES = 9  # subscribe without --follow: no message at the position asked for
     INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 

@@ -17,6 +17,7 @@ from liftbridge_client.models import Broker, Message, PartitionInfo, StreamInfo
 __all__ = [
     "broker_dict",
     "console",
+    "counted",
     "err_console",
     "iso",
     "message_dict",
@@ -31,6 +32,11 @@ if not console.is_terminal:
     # Piped tables keep whole names (rich assumes 80 columns off a terminal).
     console.width = 200
 err_console = Console(stderr=True, highlight=False)
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 message``, ``2 messages``: a count with its noun in the right number."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
 def print_json(data: object) -> None:

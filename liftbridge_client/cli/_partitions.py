@@ -6,10 +6,12 @@ import asyncio
 import logging
 
 from liftbridge_client import errors
+from liftbridge_client.cli._app import CommandError
+from liftbridge_client.cli._exit import ExitStatus
 from liftbridge_client.client import Client
 from liftbridge_client.models import Metadata, PartitionInfo
 
-__all__ = ["leader_views"]
+__all__ = ["check_partition", "leader_views", "partition_range"]
 
 log = logging.getLogger(__name__)
 
@@ -33,3 +35,22 @@ async def leader_views(client: Client, metadata: Metadata) -> dict[str, dict[int
     for view in views:
         result[view.stream][view.id] = view
     return result
+
+
+def partition_range(count: int) -> str:
+    """``0`` or ``0-3``: the partition numbers of a stream with ``count`` of them."""
+    return "0" if count == 1 else f"0-{count - 1}"
+
+
+async def check_partition(client: Client, stream: str, partition: int) -> None:
+    """A not-found `CommandError` naming ``-p`` and the partitions there are, if
+    ``partition`` is not one of ``stream``'s (the client's own error names its keyword)."""
+    metadata = await client.fetch_metadata(stream)
+    info = metadata.streams.get(stream)
+    if info is None or partition in info.partitions:
+        return  # a missing stream: the command's own call says so
+    raise CommandError(
+        f"NotFoundError: stream {stream} has no partition {partition} "
+        f"(-p {partition}; its partitions: {partition_range(len(info.partitions))})",
+        ExitStatus.NOT_FOUND,
+    )

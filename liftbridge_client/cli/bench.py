@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from liftbridge_client.cli._app import cli, run, settings_of
-from liftbridge_client.cli._output import err_console, print_json, print_table
+from liftbridge_client.cli._connect import check_transport
+from liftbridge_client.cli._output import counted, err_console, print_json, print_table
 from liftbridge_client.cli._percentiles import summarize
 from liftbridge_client.client import Client
 from liftbridge_client.models import AckPolicy, StartPosition, StopPosition
@@ -47,13 +48,27 @@ async def _consume(client: Client, stream: str, count: int) -> float:
         async for _ in sub:
             seen += 1
     if seen != count:
-        raise click.ClickException(f"read {seen} messages back, published {count}")
+        raise click.ClickException(f"read {counted(seen, 'message')} back, published {count}")
     return time.monotonic() - started
 
 
 @cli.command()
-@click.option("-n", "--messages", type=click.IntRange(min=1), default=10_000, show_default=True)
-@click.option("-s", "--size", type=click.IntRange(min=0), default=256, show_default=True)
+@click.option(
+    "-n",
+    "--messages",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="How many messages to publish.",
+)
+@click.option(
+    "-s",
+    "--size",
+    type=click.IntRange(min=0),
+    default=256,
+    show_default=True,
+    help="Bytes per message value.",
+)
 @click.option(
     "-a",
     "--ack",
@@ -85,6 +100,7 @@ def bench(
 
     Prints msgs/s both ways and publish-to-ack latency percentiles (ms).
     """
+    check_transport(transport, settings_of(ctx))
     options: dict[str, Any] = {
         "ack_policy": AckPolicy[ack.upper()],
         "transport": Transport(transport) if transport else None,
@@ -110,7 +126,7 @@ def bench(
         }
 
     if not as_json:
-        err_console.print(f"publishing {messages} messages of {size} B to {stream}...")
+        err_console.print(f"publishing {counted(messages, 'message')} of {size} B to {stream}...")
     result = run(settings_of(ctx), main, max_inflight=window)
     if as_json:
         print_json(result)

@@ -20,10 +20,13 @@ from rich.text import Text
 
 from liftbridge_client import errors
 from liftbridge_client._publish.acks import PublishFuture
-from liftbridge_client.cli._app import cli, run, settings_of
+from liftbridge_client.cli._app import CommandError, cli, run, settings_of
+from liftbridge_client.cli._connect import check_transport
+from liftbridge_client.cli._exit import status_for
 from liftbridge_client.cli._inputs import messages, split_key
-from liftbridge_client.cli._output import err_console, print_json
-from liftbridge_client.cli._params import HEADER
+from liftbridge_client.cli._output import counted, err_console, print_json
+from liftbridge_client.cli._params import DURATION_UNITS, HEADER, POSITIVE_DURATION
+from liftbridge_client.cli._partitions import check_partition
 from liftbridge_client.client import Client
 from liftbridge_client.models import Ack, AckPolicy
 from liftbridge_client.options import Transport
@@ -112,7 +115,13 @@ def _release(futures: list[PublishFuture[Any]]) -> None:
     type=click.Choice([t.value for t in Transport]),
     help="Default: nats with --nats, else grpc.",
 )
-@click.option("--ack-wait", type=click.FloatRange(min=0, min_open=True), default=5.0)
+@click.option(
+    "--ack-wait",
+    type=POSITIVE_DURATION,
+    default="5s",
+    show_default=True,
+    help=f"How long to wait for each ack ({DURATION_UNITS}).",
+)
 @click.option(
     "--progress/--no-progress",
     default=None,
@@ -141,20 +150,26 @@ def publish(
 
     Messages are pipelined: up to 1024 await their acks at once.
     """
+    settings = settings_of(ctx)
     options: dict[str, Any] = {
         "headers": dict(headers) or None,
-        "partition": partition,
+        # "zero": partition 0 whatever the key (a None partitioner is the client's own).
+        "partition": 0 if partition is None and partitioner == "zero" else partition,
         "partitioner": _PARTITIONERS[partitioner],
         "ack_policy": AckPolicy[ack.upper()],
         "transport": Transport(transport) if transport else None,
         "ack_wait": ack_wait,
     }
+    over_nats = transport == "nats" or (transport is None and bool(settings.nats_servers))
+    check_transport(transport, settings)
     fixed_key = key.encode() if key is not None else None
     separator = key_separator.encode() if key_separator else None
     show = err_console.is_terminal if progress is None else progress
     total = len(values) if values and not files else None
 
     async def main(client: Client) -> dict[str, Any]:
+        if partition is not None:
+            await check_partition(client, stream, partition)
         futures: list[PublishFuture[Any]] = []
         started = time.monotonic()
         with _progress(show) as bar:
@@ -177,7 +192,9 @@ def publish(
         if failures:
             first = failures[0]
             if len(failures) > 1 and isinstance(first, errors.LiftbridgeError):
-                first.add_note(f"{len(failures)} of {len(results)} publishes failed")
+                first.add_note(
+                    f"{len(failures)} of {counted(len(results), 'publish', 'publishes')} failed"
+                )
             raise first
         offsets: dict[int, list[int]] = {}
         for ack_ in results:
@@ -194,12 +211,35 @@ def publish(
             },
         }
 
-    summary = run(settings_of(ctx), main)
+    async def main_in_cli_terms(client: Client) -> dict[str, Any]:
+        try:
+            return await main(client)
+        except errors.PartitionPausedError as exc:
+            # Without -p the partition is the partitioner's choice; `metadata` shows which.
+            part, flag = f"a partition of stream {stream}", "-p N"
+            if partition is not None:
+                part, flag = f"partition {partition} of stream {stream}", f"-p {partition}"
+            raise CommandError(
+                f"PartitionPausedError: {part} is paused: it drops what NATS brings it. "
+                "Publish with -t grpc (that resumes it), or resume it with "
+                f"`liftbridge subscribe {stream} {flag} --resume`",
+                status_for(exc),
+            ) from exc
+        except errors.ConnectionClosedError as exc:
+            if not over_nats:
+                raise
+            raise CommandError(
+                f"ConnectionClosedError: the NATS connection was lost ({exc.__cause__ or exc}); "
+                "publish again, or with -t grpc",
+                status_for(exc),
+            ) from exc
+
+    summary = run(settings, main_in_cli_terms)
     if as_json:
         print_json(summary)
     else:
         rate = summary["msgs_per_s"]
         err_console.print(
-            f"published {summary['published']} messages to {stream} in "
+            f"published {counted(summary['published'], 'message')} to {stream} in "
             f"{summary['seconds']:.2f} s" + (f" ({rate:,.0f} msgs/s)" if rate else "")
         )

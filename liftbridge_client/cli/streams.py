@@ -65,15 +65,29 @@ def list_streams(ctx: click.Context, as_json: bool) -> None:
     help="Replicas per partition; -1: every server.",
 )
 @click.option("--group", help="NATS queue group the partition leaders subscribe with.")
-@click.option("--retention-max-bytes", type=click.IntRange(min=0))
-@click.option("--retention-max-messages", type=click.IntRange(min=0))
-@click.option("--retention-max-age", type=DURATION, help="E.g. 1h, 7d.")
-@click.option("--cleaner-interval", type=DURATION)
-@click.option("--segment-max-bytes", type=click.IntRange(min=0))
-@click.option("--segment-max-age", type=DURATION)
-@click.option("--compact/--no-compact", "compact_enabled", default=None)
-@click.option("--compact-max-goroutines", type=click.IntRange(min=1))
-@click.option("--auto-pause-time", type=DURATION, help="Pause partitions idle this long.")
+@click.option(
+    "--retention-max-bytes",
+    type=click.IntRange(min=0),
+    help="Delete the oldest messages beyond this many bytes per partition.",
+)
+@click.option(
+    "--retention-max-messages",
+    type=click.IntRange(min=0),
+    help="Delete the oldest messages beyond this many per partition.",
+)
+@click.option("--retention-max-age", type=DURATION, help="Delete messages older than this (7d).")
+@click.option("--cleaner-interval", type=DURATION, help="How often retention is applied (5m).")
+@click.option(
+    "--segment-max-bytes", type=click.IntRange(min=0), help="Roll a new segment at this size."
+)
+@click.option("--segment-max-age", type=DURATION, help="Roll a new segment after this (1d).")
+@click.option(
+    "--compact/--no-compact", "compact_enabled", default=None, help="Keep the newest per key."
+)
+@click.option(
+    "--compact-max-goroutines", type=click.IntRange(min=1), help="Compaction's parallelism."
+)
+@click.option("--auto-pause-time", type=DURATION, help="Pause partitions idle this long (1h).")
 @click.option(
     "--auto-pause-disable-if-subscribers/--no-auto-pause-disable-if-subscribers", default=None
 )
@@ -89,7 +103,11 @@ def list_streams(ctx: click.Context, as_json: bool) -> None:
 def create(
     ctx: click.Context, /, name: str, subject: str | None, exist_ok: bool, **settings: Any
 ) -> None:
-    """Create stream NAME. Unset options take the server's defaults."""
+    """Create stream NAME. Unset options take the server's defaults.
+
+    Durations need a unit: ms, s, m, h, d or w (7d, 1h30m); a bare number other than 0
+    is refused.
+    """
     config = StreamConfig(**{k: v for k, v in settings.items() if v is not None})
 
     async def main(client: Client) -> None:
@@ -110,6 +128,14 @@ def delete(ctx: click.Context, name: str) -> None:
 
     run(settings_of(ctx), main)
     click.echo(f"deleted stream {name}", err=True)
+
+
+def _which(stream: str, partitions: tuple[int, ...]) -> str:
+    """``stream s``, ``partition 1 of stream s``, ``partitions 0, 2 of stream s``."""
+    if not partitions:
+        return f"stream {stream}"
+    ids = ", ".join(str(p) for p in sorted(set(partitions)))
+    return f"{'partition' if len(set(partitions)) == 1 else 'partitions'} {ids} of stream {stream}"
 
 
 _PARTITIONS = click.option(
@@ -138,7 +164,7 @@ def pause(ctx: click.Context, name: str, partitions: tuple[int, ...], resume_all
         await client.pause_stream(name, partitions=partitions, resume_all=resume_all)
 
     run(settings_of(ctx), main)
-    click.echo(f"paused stream {name}", err=True)
+    click.echo(f"paused {_which(name, partitions)}", err=True)
 
 
 @streams.command()
@@ -153,4 +179,6 @@ def readonly(ctx: click.Context, name: str, partitions: tuple[int, ...], off: bo
         await client.set_stream_readonly(name, partitions=partitions, readonly=not off)
 
     run(settings_of(ctx), main)
-    click.echo(f"stream {name} is {'writable' if off else 'read-only'}", err=True)
+    state = "writable" if off else "read-only"
+    verb = "are" if len(set(partitions)) > 1 else "is"
+    click.echo(f"{_which(name, partitions)} {verb} {state}", err=True)

@@ -9,9 +9,11 @@ from typing import Any
 
 import click
 
-from liftbridge_client.cli._app import cli, fail, run, settings_of
-from liftbridge_client.cli._exit import ExitStatus
-from liftbridge_client.cli._output import message_dict
+from liftbridge_client import errors
+from liftbridge_client.cli._app import CommandError, cli, fail, run, settings_of
+from liftbridge_client.cli._empty import Request, why_empty
+from liftbridge_client.cli._exit import ExitStatus, status_for
+from liftbridge_client.cli._output import err_console, message_dict
 from liftbridge_client.cli._params import DURATION, TIME
 from liftbridge_client.client import Client
 from liftbridge_client.models import Message, StartPosition, StopPosition
@@ -69,11 +71,26 @@ def _start_args(
     return {"start": StartPosition.EARLIEST}
 
 
-def _stop_args(follow: bool, stop_offset: int | None, stop_at: int | None) -> SubscribeArgs:
+def _stop_args(
+    follow: bool,
+    stop_offset: int | None,
+    stop_at: int | None,
+    *,
+    new_only: bool = False,
+    offset: int | None = None,
+) -> SubscribeArgs:
     if follow and (stop_offset is not None or stop_at is not None):
         raise click.UsageError("--follow reads forever: no --stop-offset or --stop-time with it")
     if stop_offset is not None and stop_at is not None:
         raise click.UsageError("choose one of --stop-offset and --stop-time")
+    if new_only and not follow and stop_offset is None and stop_at is None:
+        # It would stop at the newest message, before the first new one.
+        raise click.UsageError(
+            "--new-only prints only messages published after it starts: add -f (--follow), "
+            "or --stop-offset / --stop-time to wait until then"
+        )
+    if offset is not None and stop_offset is not None and stop_offset < offset:
+        raise click.UsageError(f"--stop-offset {stop_offset} is before --offset {offset}")
     if follow:
         return {"stop": StopPosition.ON_CANCEL}
     if stop_offset is not None:
@@ -88,10 +105,14 @@ def _stop_args(follow: bool, stop_offset: int | None, stop_at: int | None) -> Su
 @click.option("-p", "--partition", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--earliest", is_flag=True, help="Start at the oldest message (the default).")
 @click.option("--latest", is_flag=True, help="Start at the newest message.")
-@click.option("--new-only", is_flag=True, help="Start after the newest message (with --follow).")
+@click.option(
+    "--new-only", is_flag=True, help="Start after the newest message (needs -f or a stop)."
+)
 @click.option("--offset", type=click.IntRange(min=0), help="Start at this offset.")
 @click.option("--time", "at", type=TIME, help="Start at this time (ISO 8601, UTC by default).")
-@click.option("--since", type=DURATION, help="Start this long ago (e.g. 10m).")
+@click.option(
+    "--since", type=DURATION, help="Start this long ago (10m, 2h, 1d; units ms, s, m, h, d, w)."
+)
 @click.option(
     "-f", "--follow", is_flag=True, help="Keep reading new messages until Ctrl-C, like tail -f."
 )
@@ -139,7 +160,9 @@ def subscribe(
     """Print messages of a STREAM partition: from the oldest to the newest by default.
 
     Without --follow, reading stops at the newest message when it starts (or at
-    --stop-offset / --stop-time).
+    --stop-offset / --stop-time). When nothing is printed, a line on stderr says why;
+    the exit status is then 9 if the start or stop position asked for has no message
+    (e.g. --offset past the end), 0 for an empty partition read from its start.
     """
     if as_json:
         output = "json"
@@ -149,7 +172,7 @@ def subscribe(
         raise click.UsageError("--output template needs --template")
     args: SubscribeArgs = {
         **_start_args(earliest, latest, new_only, offset, at, since),
-        **_stop_args(follow, stop_offset, stop_at),
+        **_stop_args(follow, stop_offset, stop_at, new_only=new_only, offset=offset),
     }
     if resume:
         args["resume"] = True
@@ -166,18 +189,66 @@ def subscribe(
             fail(f"--template: {exc!r}", ExitStatus.USAGE)
             raise AssertionError("unreachable") from None
 
-    async def main(client: Client) -> int:
+    request = Request(stream, partition, offset, at, since, stop_offset, stop_at)
+
+    async def main(client: Client) -> tuple[str, ExitStatus] | None:
         seen = 0
         write: Callable[[bytes], Any] = out.write
-        async with client.subscribe(stream, partition, **args) as sub:
-            async for msg in sub:
-                write(render(msg) + b"\n")
-                if flush_each:
-                    out.flush()
-                seen += 1
-                if count is not None and seen >= count:
-                    break
+        try:
+            async with client.subscribe(stream, partition, **args) as sub:
+                async for msg in sub:
+                    write(render(msg) + b"\n")
+                    if flush_each:
+                        out.flush()
+                    seen += 1
+                    if count is not None and seen >= count:
+                        break
+        except errors.PartitionPausedEnd as exc:
+            raise _paused(request, exc) from exc
+        except errors.NotLeaderError as exc:
+            if resume or not await _is_paused(client, stream, partition):
+                raise
+            raise _paused(request) from exc
         out.flush()
-        return seen
+        if seen or follow:
+            return None
+        if not resume and await _is_paused(client, stream, partition):
+            # A paused partition that is empty, or read past its end, ends the read at once
+            # instead of saying it is paused (v1.9.0), and refuses FetchPartitionMetadata.
+            raise _paused(request)
+        info = await client.fetch_partition_metadata(stream, partition)
+        newest_ns = await _newest_time(client, stream, partition, info.newest_offset)
+        return why_empty(request, info.newest_offset, newest_ns)
 
-    run(settings_of(ctx), main)
+    empty = run(settings_of(ctx), main)
+    if empty is not None:
+        message, status = empty
+        err_console.print(message, soft_wrap=True)
+        raise SystemExit(int(status))
+
+
+def _paused(request: Request, exc: errors.LiftbridgeError | None = None) -> CommandError:
+    name = type(exc).__name__ if exc is not None else errors.PartitionPausedEnd.__name__
+    return CommandError(
+        f"{name}: {request.where} is paused: add --resume to resume it and read",
+        status_for(exc) if exc is not None else ExitStatus.ERROR,
+    )
+
+
+async def _is_paused(client: Client, stream: str, partition: int) -> bool:
+    """Paused, as the cluster's metadata says (the leader itself refuses to answer then)."""
+    found = (await client.fetch_metadata(stream)).streams.get(stream)
+    part = found.partitions.get(partition) if found is not None else None
+    return part is not None and part.paused
+
+
+async def _newest_time(client: Client, stream: str, partition: int, newest: int) -> int | None:
+    """The timestamp of the partition's newest message (None if it has none)."""
+    if newest < 0:
+        return None
+    async with client.subscribe(
+        stream, partition, start=StartPosition.LATEST, stop=StopPosition.LATEST
+    ) as sub:
+        async for msg in sub:
+            return msg.timestamp_ns
+    return None

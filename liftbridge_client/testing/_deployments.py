@@ -162,6 +162,7 @@ class SingleNode(SingleNodeTopology[LiftbridgeNode], _LocalDeployment):
         port: int | None = None,
         nats_port: int | None = None,
         log_level: str | None = None,
+        namespace: str | None = None,
     ) -> None:
         """Pick ports and write the configuration; :meth:`start` (or ``with``) runs it.
 
@@ -178,6 +179,8 @@ class SingleNode(SingleNodeTopology[LiftbridgeNode], _LocalDeployment):
         node then gets a user and password of its own unless ``nats_credentials`` says.
         ``nats_users`` are more NATS users, as entries of NATS's ``authorization.users``
         (with ``permissions`` if wanted); the node again gets a user of its own.
+        ``namespace`` is the node's ``clustering.namespace`` (it prefixes the cursors
+        stream's subject); None picks a unique ``lbtest-...`` one.
         """
         root = self._setup_dir(base_dir, "liftbridge-single-")
         workdir = root / server_id
@@ -215,7 +218,7 @@ class SingleNode(SingleNodeTopology[LiftbridgeNode], _LocalDeployment):
             port=port,
             data_dir=workdir / "data",
             nats_servers=(nats_url(self.nats_port),),
-            namespace=_namespace(),
+            namespace=namespace or _namespace(),
             embedded_nats_config=nats_config,
             bootstrap_seed=True,
             log_level=log_level or default_log_level(),

@@ -97,10 +97,27 @@ class DockerSingleNode(SingleNodeTopology[LiftbridgeContainer], _DockerDeploymen
     the locally built ``liftbridge-client/liftbridge:<pinned version>``.
     """
 
-    def __init__(self, *, image: str | None = None, cli: DockerCLI | None = None) -> None:
-        """Pick ports and describe the container; :meth:`start` (or ``with``) runs it."""
+    def __init__(
+        self,
+        *,
+        image: str | None = None,
+        cli: DockerCLI | None = None,
+        port: int | None = None,
+        nats_port: int | None = None,
+        namespace: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        """Pick ports and describe the container; :meth:`start` (or ``with``) runs it.
+
+        ``port`` (gRPC) and ``nats_port`` fix the ports (None: free ones); ``namespace``
+        is the node's ``--ns`` (None: the deployment's name). ``name`` replaces the
+        deployment's unique ``lbtest-...`` name (the container is ``<name>-n1``).
+        """
         cli, image = self._setup(cli, image)
-        port, self.nats_port = free_ports(2)
+        self.name = name or self.name
+        free_port, free_nats_port = free_ports(2)
+        port = port or free_port
+        self.nats_port = nats_port or free_nats_port
         self.node = LiftbridgeContainer(
             cli,
             f"{self.name}-n1",
@@ -113,7 +130,7 @@ class DockerSingleNode(SingleNodeTopology[LiftbridgeContainer], _DockerDeploymen
                 "--nats-servers",
                 nats_url(self.nats_port),
                 "--ns",
-                self.name,
+                namespace or self.name,
             ],
             server_id="n1",
             port=port,

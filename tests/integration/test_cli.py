@@ -120,6 +120,20 @@ def test_streams_create_list_pause_readonly_delete(cli: Cli, unique_stream: Stre
     assert gone.stderr.startswith("error: NotFoundError:")
 
 
+def test_publish_partitioners_key_round_robin_and_zero(cli: Cli, unique_stream: StreamName) -> None:
+    """--partitioner: the key's CRC-32 by default (foo -> 2 of 3), and zero always 0."""
+    name, subject = unique_stream
+    cli("streams", "create", name, "--subject", subject, "--partitions", "3")
+    by_key = json.loads(cli("publish", name, "v", "-k", "foo", "--json").stdout)
+    assert list(by_key["partitions"]) == ["2"]
+    zero = json.loads(
+        cli("publish", name, "v", "-k", "foo", "--partitioner", "zero", "--json").stdout
+    )
+    assert list(zero["partitions"]) == ["0"]
+    rr = cli("publish", name, "a", "b", "c", "--partitioner", "round-robin", "--json").stdout
+    assert sorted(json.loads(rr)["partitions"]) == ["0", "1", "2"]
+
+
 def test_publish_10k_stdin_lines_and_read_them_back(cli: Cli, unique_stream: StreamName) -> None:
     name, subject = unique_stream
     cli("streams", "create", name, "--subject", subject)
@@ -173,6 +187,77 @@ def test_subscribe_stop_positions_and_formats(cli: Cli, unique_stream: StreamNam
     assert missing.stderr.startswith("error: NotFoundError:")
 
 
+def test_subscribe_never_ends_silently(cli: Cli, unique_stream: StreamName) -> None:
+    """Nothing printed: stderr says why; a position no message meets exits 9."""
+    name, subject = unique_stream
+    cli("streams", "create", name, "--subject", subject, "-p", "2")
+    cli("publish", name, "a", "b", "c", "-p", "0")
+
+    past = cli("subscribe", name, "--offset", "99", status=9)
+    assert past.stdout == ""
+    assert past.stderr.startswith("no messages: --offset 99 is past the end")
+    assert f"partition 0 of stream {name} is offset 2, from 20" in past.stderr
+    future = cli("subscribe", name, "--time", "2100-01-01T00:00:00Z", status=9)
+    assert future.stderr.startswith("no messages at or after --time 2100-01-01T00:00:00")
+    # The newest message is at least a moment old: none in the last millisecond.
+    cli("publish", name, "d", "-p", "0")
+    time.sleep(0.05)
+    recent = cli("subscribe", name, "--since", "1ms", status=9)
+    assert recent.stderr.startswith("no messages in the last 1ms (--since):")
+
+    empty = cli("subscribe", name, "-p", "1")  # what there is: nothing, and that is fine
+    assert (empty.stdout, empty.stderr.strip()) == (
+        "",
+        f"no messages: partition 1 of stream {name} is empty (-f waits for new ones)",
+    )
+    cli("subscribe", name, "-p", "1", "--offset", "0", status=9)
+
+    new_only = cli("subscribe", name, "--new-only", status=2)
+    assert "add -f (--follow)" in new_only.stderr
+    missing = cli("subscribe", name, "-p", "7", status=4)
+    assert missing.stderr.startswith("error: NotFoundError:")
+
+
+def test_hints_name_the_flags_not_the_api(cli: Cli, unique_stream: StreamName) -> None:
+    name, subject = unique_stream
+    cli("streams", "create", name, "--subject", subject, "-p", "2")
+    cli("publish", name, "a", "-p", "1")
+    cli("streams", "pause", name, "-p", "1")
+
+    paused = cli("subscribe", name, "-p", "1", status=1)
+    assert paused.stderr == (
+        f"error: PartitionPausedEnd: partition 1 of stream {name} is paused: add --resume "
+        "to resume it and read\n"
+    )
+    # Over NATS the paused partition drops the message; the hint names -t grpc.
+    dropped = cli("publish", name, "b", "-p", "1", "-t", "nats", "--ack-wait", "1s", status=7)
+    assert dropped.stderr.startswith(
+        f"error: PartitionPausedError: partition 1 of stream {name} is paused"
+    )
+    assert "-t grpc" in dropped.stderr
+    assert f"liftbridge subscribe {name} -p 1 --resume" in dropped.stderr
+    assert cli("subscribe", name, "-p", "1", "--resume").stdout == "a\n"
+    # Read past its end, a paused partition ends the read at once (and its leader answers
+    # "not the leader"): still the pause hint, not an empty run or NotLeaderError.
+    cli("streams", "pause", name, "-p", "1")
+    past = cli("subscribe", name, "-p", "1", "--offset", "5", status=1)
+    assert past.stderr == paused.stderr
+
+    no_such = cli("publish", name, "x", "-p", "9", status=4)
+    assert no_such.stderr == (
+        f"error: NotFoundError: stream {name} has no partition 9 (-p 9; its partitions: 0-1)\n"
+    )
+    for result in (paused, dropped, no_such):
+        assert not re.search(r"\w+=(True|\[|Transport)|partition gave", result.stderr)
+
+    one = cli("publish", name, "solo", "-p", "0")
+    assert one.stderr.startswith(f"published 1 message to {name} in ")
+    assert cli("streams", "create", name + "-w", "--retention-max-age", "1w").returncode == 0
+    cli("streams", "delete", name + "-w")
+    unitless = cli("streams", "create", name + "-x", "--retention-max-age", "7", status=2)
+    assert "'7' has no unit: write 7s, 7m, 7h, 7d or 7w" in unitless.stderr
+
+
 def test_metadata_and_cursors(cli: Cli, unique_stream: StreamName) -> None:
     name, subject = unique_stream
     cli("streams", "create", name, "--subject", subject, "-p", "2")
@@ -215,7 +300,7 @@ def test_bench_json(cli: Cli) -> None:
 
 def test_errors_are_one_line_and_debug_shows_the_traceback(liftbridge_server: Deployment) -> None:
     (dead,) = free_ports(1)
-    env = {"LIFTBRIDGE_ADDRS": f"127.0.0.1:{dead}", "LIFTBRIDGE_TIMEOUT": "0.5"}
+    env = {"LIFTBRIDGE_ADDRS": f"127.0.0.1:{dead}", "LIFTBRIDGE_TIMEOUT": "500ms"}
     plain = run_cli(liftbridge_server, "streams", "list", env=env)
     assert plain.returncode == 3, plain.stderr
     assert plain.stderr.startswith("error: NoBrokerAvailableError:")
@@ -225,7 +310,7 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(liftbridge_server: De
     assert "Traceback (most recent call last)" in debug.stderr
     # NATS refusing: its reconnect attempts are log records, shown only with --debug; the
     # error names the cause.
-    nats_env = {"LIFTBRIDGE_NATS_URL": f"nats://127.0.0.1:{dead}", "LIFTBRIDGE_TIMEOUT": "1"}
+    nats_env = {"LIFTBRIDGE_NATS_URL": f"nats://127.0.0.1:{dead}", "LIFTBRIDGE_TIMEOUT": "1s"}
     nats_down = run_cli(liftbridge_server, "publish", "s", "v", env=nats_env)
     assert nats_down.returncode == 3, nats_down.stderr
     assert nats_down.stderr.strip().splitlines() == [nats_down.stderr.strip()], nats_down.stderr
@@ -240,37 +325,93 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(liftbridge_server: De
     assert "not a duration" in usage.stderr
 
 
-def test_server_command_runs_a_node_until_interrupted(tmp_path: Path) -> None:
-    grpc_port, nats_port = free_ports(2)
-    proc = subprocess.Popen(
-        [str(LIFTBRIDGE), "server", "--port", str(grpc_port), "--nats-port", str(nats_port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        printed = [proc.stdout.readline(), proc.stdout.readline()]
+class _ServerRun:
+    """`liftbridge server` as a user runs it, on free ports; Ctrl-C (SIGINT) stops it."""
+
+    def __init__(self, *extra: str, ports: tuple[int, int] | None = None) -> None:
+        self.grpc_port, self.nats_port = ports or free_ports(2)
+        argv = ["--port", str(self.grpc_port), "--nats-port", str(self.nats_port)]
+        self.proc = subprocess.Popen(
+            [str(LIFTBRIDGE), "server", *argv, *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.local = _Local([f"127.0.0.1:{self.grpc_port}"], f"nats://127.0.0.1:{self.nats_port}")
+
+    def wait_ready(self) -> list[str]:
+        """The two lines printed on stdout once the server is up."""
+        assert self.proc.stdout is not None
+        printed = [self.proc.stdout.readline(), self.proc.stdout.readline()]
         assert printed == [
-            f"LIFTBRIDGE_ADDRS=127.0.0.1:{grpc_port}\n",
-            f"LIFTBRIDGE_NATS_URL=nats://127.0.0.1:{nats_port}\n",
-        ], proc.stderr.read() if proc.stderr else ""
-        local = _Local([f"127.0.0.1:{grpc_port}"], f"nats://127.0.0.1:{nats_port}")
+            f"LIFTBRIDGE_ADDRS=127.0.0.1:{self.grpc_port}\n",
+            f"LIFTBRIDGE_NATS_URL=nats://127.0.0.1:{self.nats_port}\n",
+        ], self.stop()[1]
+        return printed
+
+    def stop(self) -> tuple[int, str]:
+        """Ctrl-C; the exit status and everything printed on stderr."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            _, err = self.proc.communicate(timeout=60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode, err
+
+
+def test_server_command_runs_a_node_until_interrupted() -> None:
+    server = _ServerRun()
+    try:
+        server.wait_ready()
+        local = server.local
+        # Named as a plain Liftbridge install, not as a test deployment.
+        listed = json.loads(run_cli(local, "streams", "list", "--json").stdout)
+        assert [(s["name"], s["subject"]) for s in listed] == [
+            ("__cursors", "liftbridge-default.cursors")
+        ]
+        assert "lbtest" not in run_cli(local, "streams", "list").stdout
         name, subject = StreamNames("cli-server")()
         assert run_cli(local, "streams", "create", name, "-s", subject).returncode == 0
         published = run_cli(local, "publish", name, "over-nats")
         assert published.returncode == 0, published.stderr
         assert run_cli(local, "subscribe", name).stdout == "over-nats\n"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0, err
-        log_dir = Path(re.search(r"log: (\S+)", err).group(1)).parents[1]  # type: ignore[union-attr]
-        assert not log_dir.exists(), "the temporary data directory is removed"
-        assert "stopped" in err
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        status, err = server.stop()
+    assert status == 0, err
+    flags = f"-b 127.0.0.1:{server.grpc_port} --nats nats://127.0.0.1:{server.nats_port}"
+    assert f"connect: liftbridge {flags} COMMAND" in err
+    assert "data: temporary, removed on exit" in err
+    log_dir = Path(re.search(r"log: (\S+)", err).group(1)).parents[1]  # type: ignore[union-attr]
+    assert not log_dir.exists(), "the temporary data directory is removed"
+    assert err.rstrip().endswith("stopping\nstopped"), err
+
+
+def test_server_data_dir_keeps_streams_across_runs(tmp_path: Path) -> None:
+    data = tmp_path / "lb-data"
+    name, subject = StreamNames("cli-keep")()
+    first = _ServerRun("--data-dir", str(data))
+    try:
+        first.wait_ready()
+        created = run_cli(first.local, "streams", "create", name, "-s", subject)
+        assert created.returncode == 0, created.stderr
+    finally:
+        status, err = first.stop()
+    assert status == 0, err
+    assert f"data: {data} (kept)" in err
+    assert (data / "n1" / "data").is_dir()
+
+    # A restart right after Ctrl-C, on the same ports and data.
+    second = _ServerRun("--data-dir", str(data), ports=(first.grpc_port, first.nats_port))
+    try:
+        second.wait_ready()
+        listed = json.loads(run_cli(second.local, "streams", "list", "--json").stdout)
+        assert name in {s["name"] for s in listed}
+    finally:
+        status, err = second.stop()
+    assert status == 0, err
 
 
 class _Local:
@@ -403,7 +544,7 @@ def test_tls_files_and_nats_tls_and_credentials_from_flags_and_environment(tmp_p
     ) as node:
         name, subject = StreamNames("cli-tls")()
         grpc_flags = ["--tls-ca", str(pki.ca_cert), "--tls-cert", str(pki.client_cert)]
-        grpc_flags += ["--tls-key", str(pki.client_key), "--timeout", "3"]
+        grpc_flags += ["--tls-key", str(pki.client_key), "--timeout", "3s"]
         flags = [*grpc_flags, "--nats-tls-ca", str(pki.ca_cert)]
         flags += ["--nats-tls-cert", str(pki.client_cert), "--nats-tls-key", str(pki.client_key)]
         env = {"LIFTBRIDGE_NATS_USER": user, "LIFTBRIDGE_NATS_PASSWORD": password}
@@ -431,7 +572,7 @@ def test_tls_files_and_nats_tls_and_credentials_from_flags_and_environment(tmp_p
         )
         assert no_nats_cert.returncode == 3, no_nats_cert.stderr
         # No client certificate: the server refuses the handshake.
-        no_cert = run_cli(node, "--tls-ca", str(pki.ca_cert), "--timeout", "2", "metadata")
+        no_cert = run_cli(node, "--tls-ca", str(pki.ca_cert), "--timeout", "2s", "metadata")
         assert no_cert.returncode == 3, no_cert.stderr
         # A wrong NATS password: unreachable, and the password is never printed.
         wrong = {**env, "LIFTBRIDGE_NATS_PASSWORD": "wrong-pass"}

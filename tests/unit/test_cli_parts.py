@@ -16,8 +16,15 @@ from liftbridge_client import errors
 from liftbridge_client.cli._commands import cli
 from liftbridge_client.cli._exit import ExitStatus, status_for
 from liftbridge_client.cli._inputs import split_key
-from liftbridge_client.cli._output import iso, message_dict
-from liftbridge_client.cli._params import parse_duration, parse_header, parse_time_ns
+from liftbridge_client.cli._output import counted, iso, message_dict
+from liftbridge_client.cli._params import (
+    DURATION,
+    format_duration,
+    parse_duration,
+    parse_header,
+    parse_positive_duration,
+    parse_time_ns,
+)
 from liftbridge_client.cli._percentiles import percentile, summarize
 from liftbridge_client.cli.subscribe import format_message
 from liftbridge_client.models import Message
@@ -25,16 +32,94 @@ from liftbridge_client.models import Message
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("1.5", 1.5), ("0", 0.0), ("500ms", 0.5), ("30s", 30.0), ("5m", 300.0), ("1h30m", 5400.0)],
+    [
+        ("0", 0.0),
+        ("1.5s", 1.5),
+        ("500ms", 0.5),
+        ("30s", 30.0),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        ("7d", 604_800.0),
+        ("1w", 604_800.0),
+        ("2w3d", 1_468_800.0),
+    ],
 )
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "-1", "nan", "5 m", "5x", "m5", "1h-", "1.5.5s"])
+@pytest.mark.parametrize("text", ["", "-1", "nan", "5 m", "5x", "m5", "1h-", "1.5.5s", "1y"])
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize("text", ["7", "1.5", "0.5", "86400"])
+def test_a_duration_without_a_unit_is_refused_with_the_fix(text: str) -> None:
+    # `--retention-max-age 7` used to mean 7 seconds: a week's data gone in 7 s.
+    with pytest.raises(ValueError, match="has no unit") as caught:
+        parse_duration(text)
+    assert f"{text}s" in str(caught.value)
+    assert f"{text}d" in str(caught.value)
+
+
+def test_positive_durations_and_their_text() -> None:
+    assert parse_positive_duration("250ms") == 0.25
+    with pytest.raises(ValueError, match="more than 0"):
+        parse_positive_duration("0")
+    assert [format_duration(s) for s in (0, 0.5, 90, 3600, 604_800, 694_861.5)] == [
+        "0s", "500ms", "1m30s", "1h", "1w", "1w1d1h1m1s500ms",
+    ]  # fmt: skip
+    assert parse_duration(format_duration(694_861.5)) == 694_861.5
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--timeout", "5", "streams", "list"],
+        ["streams", "create", "s", "--retention-max-age", "7"],
+        ["streams", "create", "s", "--auto-pause-time", "30"],
+        ["subscribe", "s", "--since", "10"],
+        ["publish", "s", "v", "--ack-wait", "2"],
+    ],
+)
+def test_every_duration_option_refuses_a_bare_number(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert "has no unit" in result.output
+
+
+def test_every_duration_option_takes_weeks_and_says_its_units_in_help() -> None:
+    """Each DURATION option's --help names the units (checked on the click objects)."""
+    seen = []
+    for path, command in _commands(cli):
+        for param in command.params:
+            if isinstance(param.type, type(DURATION)) and param.type.name == "duration":
+                assert param.type.convert("1w", param, None) == 604_800.0
+                seen.append(f"{path} {param.opts[-1]}")
+            # A time span given as a plain float (no unit) would slip past the rule.
+            assert not isinstance(param.type, click.FloatRange), f"{path} {param.opts}"
+            assert "seconds" not in (getattr(param, "help", None) or "").lower(), param.opts
+    assert len(seen) == 7, seen
+    for args in (["--help"], ["subscribe", "--help"], ["publish", "--help"]):
+        out = " ".join(CliRunner().invoke(cli, args).output.split())  # unwrapped
+        assert "ms, s, m, h, d, w" in out, args
+    create_help = " ".join(CliRunner().invoke(cli, ["streams", "create", "--help"]).output.split())
+    assert "Durations need a unit" in create_help
+
+
+def _commands(group: click.Command, path: str = "") -> list[tuple[str, click.Command]]:
+    found = [(path or "liftbridge", group)]
+    if isinstance(group, click.Group):
+        for name, sub in group.commands.items():
+            found += _commands(sub, f"{path} {name}".strip())
+    return found
+
+
+def test_counts_have_the_right_plural() -> None:
+    assert counted(1, "message") == "1 message"
+    assert counted(0, "message") == "0 messages"
+    assert counted(2, "publish", "publishes") == "2 publishes"
 
 
 def test_times() -> None:
