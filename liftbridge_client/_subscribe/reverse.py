@@ -14,15 +14,31 @@ on compacted streams, where offsets can be missing, use a server that honours re
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import TracebackType
+from typing import Protocol
 
 from liftbridge_client.models import Message
 
-if TYPE_CHECKING:
-    from liftbridge_client.subscription import Subscription
-
 log = logging.getLogger(__name__)
+
+
+class Window(Protocol):
+    """What the reader needs of a window's forward subscription (a `Subscription`)."""
+
+    async def __aenter__(self) -> object: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    def __aiter__(self) -> AsyncIterator[Message]: ...
+
+    async def close(self) -> None: ...
+
 
 __all__ = ["WINDOW", "ReverseReader", "windows"]
 
@@ -49,7 +65,7 @@ class ReverseReader:
 
     def __init__(
         self,
-        open_window: Callable[[int, int], Subscription],
+        open_window: Callable[[int, int], Window],
         top: int,
         oldest: int,
         *,
@@ -59,7 +75,7 @@ class ReverseReader:
         self._plan = windows(top, oldest, size)
         self._window: tuple[int, int] | None = None  # the window being read
         self._buffer: list[Message] = []
-        self._current: Subscription | None = None
+        self._current: Window | None = None
         self._closed = False
 
     async def next(self) -> Message | None:
