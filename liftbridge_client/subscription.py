@@ -377,7 +377,7 @@ class Subscription:
             err = errors.UnavailableError("the server ended the subscription stream")
         self._drop_call()
         verdict = classify(err, self._spec, Phase.STREAMING)
-        if verdict.action is Action.RESUBSCRIBE:
+        if verdict.action is Action.RESUBSCRIBE or verdict.action is Action.CHECK_DELETED:
             log.info("%r: stream broke (%s); resubscribing", self, err)
             return
         self._conclude(verdict.action, verdict.error)
@@ -430,7 +430,13 @@ class Subscription:
                 if self._closed:  # close() cancelled the call (h2 reports it as CANCELLED)
                     return
                 verdict = classify(exc, self._spec, phase)
-                if verdict.action is not Action.RESUBSCRIBE:
+                if verdict.action is Action.CHECK_DELETED:
+                    await self._refresh_metadata(deadline)
+                    if not self._listed():
+                        self._conclude(Action.END_RAISE, verdict.error)
+                        return
+                    log.info("%r: %s, but the metadata lists it: trying again", self, exc)
+                elif verdict.action is not Action.RESUBSCRIBE:
                     self._conclude(verdict.action, verdict.error)
                     return
                 delay = policy.backoff(attempt) * random.uniform(1.0, 1.5)
@@ -535,6 +541,11 @@ class Subscription:
         except errors.InvalidArgumentError:
             return None  # the start lies after the stop (a timestamp after every message)
         return None
+
+    def _listed(self) -> bool:
+        """The cached metadata lists this subscription's partition."""
+        info = self._metadata.current.streams.get(self._spec.stream)
+        return info is not None and self._spec.partition in info.partitions
 
     async def _refresh_metadata(self, deadline: float | None) -> None:
         try:

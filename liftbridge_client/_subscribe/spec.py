@@ -281,6 +281,10 @@ class Action(enum.Enum):
     END = "end"  # iteration stops cleanly; the error is the end reason
     END_RAISE = "end_raise"  # the error is the end reason and is raised
     RESUBSCRIBE = "resubscribe"  # refresh metadata and subscribe again
+    # NOT_FOUND from a broker: the stream is gone only if the refreshed metadata no longer
+    # lists the partition (a restarting broker answers NOT_FOUND until it has loaded it);
+    # else resubscribe. The error is the end reason when it is gone.
+    CHECK_DELETED = "check_deleted"
     FAIL = "fail"  # raise the error as it is
 
 
@@ -298,6 +302,7 @@ STOP_BEFORE_START = "Stop offset is before start offset"
 LOG_CLOSED = "commit log was closed"
 SEGMENT_CLOSED = "segment has been closed"  # INTERNAL when subscribing to a paused partition
 SEGMENT_NOT_FOUND = "segment not found"  # INTERNAL: a reverse read of an empty partition
+LOG_DELETED = "commit log was deleted"  # NOT_FOUND ending a subscription: the stream was deleted
 
 
 def _end(kind: type[_E], text: str, cause: errors.LiftbridgeError) -> _E:
@@ -352,9 +357,10 @@ def classify(exc: errors.LiftbridgeError, spec: SubscribeSpec, phase: Phase) -> 
     ):
         return Verdict(Action.RESUBSCRIBE, exc)
     if isinstance(exc, errors.NotFoundError) and phase is not Phase.OPENING:
-        return Verdict(
-            Action.END_RAISE, _end(errors.StreamDeletedEnd, f"{where}: {details or exc}", exc)
-        )
+        deleted = _end(errors.StreamDeletedEnd, f"{where}: {details or exc}", exc)
+        if LOG_DELETED in details:  # the leader saw the deletion itself
+            return Verdict(Action.END_RAISE, deleted)
+        return Verdict(Action.CHECK_DELETED, deleted)
     if (isinstance(exc, errors.FailedPreconditionError) and LOG_CLOSED in details) or (
         isinstance(exc, errors.InternalServerError) and SEGMENT_CLOSED in details
     ):

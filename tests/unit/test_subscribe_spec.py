@@ -255,12 +255,20 @@ CASES: list[tuple[dict[str, Any], Phase, grpc.StatusCode, str, Action, type[Exce
         Action.END_RAISE,
         errors.StreamDeletedEnd,
     ),
-    (
+    (  # a restarting broker says so too: the subscription checks the metadata
         {},
         Phase.RESUBSCRIBING,
         OK_.NOT_FOUND,
         "No such partition",
-        Action.END_RAISE,
+        Action.CHECK_DELETED,
+        errors.StreamDeletedEnd,
+    ),
+    (
+        {},
+        Phase.STREAMING,
+        OK_.NOT_FOUND,
+        "No such partition",
+        Action.CHECK_DELETED,
         errors.StreamDeletedEnd,
     ),
     (

@@ -414,8 +414,28 @@ async def test_stream_deleted_during_resubscribe_raises_stream_deleted(
     sub, _ = subscribe(cluster)
     async with sub:
         await anext(sub)
+        cluster.stream_exists = False  # deleted: the metadata no longer lists it
         with pytest.raises(errors.StreamDeletedEnd):
             await anext(sub)
+
+
+async def test_not_found_from_a_restarting_broker_resubscribes_while_metadata_lists_it(
+    make_cluster: MakeCluster,
+) -> None:
+    """A broker that restarts answers NOT_FOUND "No such partition" until it has loaded
+    its streams; the metadata still lists the partition, so that is no deletion (0.2 ended
+    the subscription with StreamDeletedEnd)."""
+    cluster = await make_cluster()
+    cluster.script(A, EMPTY, msg(0), rpc_error(grpc.StatusCode.UNAVAILABLE, "restarting"))
+    cluster.script(A, rpc_error(grpc.StatusCode.NOT_FOUND, "No such partition"))
+    cluster.script(A, rpc_error(grpc.StatusCode.NOT_FOUND, "No such partition"))
+    cluster.script(A, EMPTY, msg(1))
+    sub, _ = subscribe(cluster)
+    async with sub:
+        assert (await anext(sub)).offset == 0
+        assert (await anext(sub)).offset == 1
+        assert sub.end_reason is None
+    assert [req.startOffset for _, req in cluster.requests][-1] == 1
 
 
 async def test_stop_offset_delivered_before_the_break_ends_without_resubscribing(
