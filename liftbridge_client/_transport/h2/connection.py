@@ -429,8 +429,11 @@ class Connection(asyncio.Protocol):
         if not self._fast_data:
             return False
         if not self._stream_checked:
+            stream = self._h2.streams.get(sid)
+            if stream is None:  # h2 dropped it (closed): the next stream is checked
+                return False
             self._stream_checked = True
-            why = _stream_internals(self._h2.streams.get(sid))
+            why = _stream_internals(stream)
             if why is not None:
                 _no_fast_path(self.address, why)
                 self._fast_data = False
