@@ -51,6 +51,16 @@ integration: servers
 test: lint typecheck proto-check servers fault-tools
 	$(BIN)/pytest tests $(PYTEST_ARGS)
 
+# The dependency ranges of pyproject.toml at both ends (docs/compatibility.md): tests/unit
+# and the NATS and h2 integration files in throwaway venvs (.venv-deps-low, .venv-deps-high;
+# reused while their stamp matches) with every runtime dependency at its floor, then at its
+# ceiling or newest. 8-10 minutes on a loaded 2-core machine; TEST_DEPS_ENDS=low: one end.
+TEST_DEPS_ENDS ?= low high
+
+.PHONY: test-deps
+test-deps: servers
+	$(BIN)/python scripts/test_deps.py $(TEST_DEPS_ENDS) -- $(PYTEST_ARGS)
+
 # The fault suite (tests/faults; docs/testing.md): partitions, one-way drops, loss, slow
 # links, pauses and kills on clusters in private network namespaces (needs root, unshare,
 # iptables, tc). `make test` runs its short profile; this runs FAULTS_PROFILE (standard:

@@ -30,7 +30,9 @@ from liftbridge_client._publish.acks import PublishFuture
 from liftbridge_client._publish.publisher import Publisher
 from liftbridge_client._transport import probe as _probe
 from liftbridge_client._transport.grpc import BrokerPool
+from liftbridge_client._transport.nats_connect import abort_nats_transport as _abort_nats_transport
 from liftbridge_client._transport.nats_connect import connect_nats, nats_security_args
+from liftbridge_client._transport.nats_connect import nats_tasks as _nats_tasks
 from liftbridge_client._util import validate as _validate
 from liftbridge_client._util.tasks import TaskSupervisor
 from liftbridge_client.activity import ACTIVITY_STREAM, ActivityStream
@@ -59,24 +61,6 @@ __all__ = ["Client"]
 _NATS = _probe.Protocol.NATS
 _GRPC = _probe.Protocol.GRPC
 _NATS_CLOSE_WAIT = 0.5  # seconds nats-py's close() gets before its socket is aborted
-
-
-def _nats_tasks(nc: nats.aio.client.Client) -> list[asyncio.Task[Any]]:
-    """The tasks nats-py runs for a connection (private attributes; none may outlive us)."""
-    names = ("_reading_task", "_ping_interval_task", "_flusher_task", "_reconnection_task")
-    tasks = [getattr(nc, n, None) for n in names]
-    return [t for t in tasks if isinstance(t, asyncio.Task)]
-
-
-def _abort_nats_transport(nc: nats.aio.client.Client) -> None:
-    """Drop nats-py's socket without flushing (its close() is stuck flushing to a dead peer)."""
-    for task in _nats_tasks(nc):
-        task.cancel()
-    transport = getattr(nc, "_transport", None)
-    writer = getattr(transport, "_io_writer", None)
-    raw = getattr(writer, "transport", None)
-    if raw is not None:
-        raw.abort()
 
 
 def _tracer(options: ClientOptions) -> Tracer | None:

@@ -3,7 +3,10 @@
 Secrets stay in files (nkey seeds, credentials files, TLS keys) or in the `NatsAuth` object;
 nothing here logs them. Problems found before dialing (a missing file, a key that does
 not load, the nkeys package missing) raise `InvalidInputError` naming the option.
-`connect_nats` dials, and says why when no server can be NATS.
+`connect_nats` dials, and says why when no server can be NATS. `nats_tasks` and
+`abort_nats_transport` reach into nats-py's private tasks and socket (it has no public way
+to drop a connection without flushing); both check what they find and do nothing, saying so
+once at DEBUG, when nats-py's internals differ.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import logging
 import ssl
 from typing import Any
 
@@ -20,7 +24,54 @@ from liftbridge_client._transport.probe import Protocol, describe, explain, nats
 from liftbridge_client.errors import InvalidInputError, NoBrokerAvailableError
 from liftbridge_client.options import ClientOptions, NatsAuth, TLSConfig
 
-__all__ = ["connect_nats", "nats_security_args", "ssl_context"]
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "abort_nats_transport",
+    "connect_nats",
+    "nats_security_args",
+    "nats_tasks",
+    "ssl_context",
+]
+
+# The tasks nats-py 2.10 to 2.16 start per connection (reader, pinger, flusher, reconnect).
+_TASK_NAMES = ("_reading_task", "_ping_interval_task", "_flusher_task", "_reconnection_task")
+_logged: set[str] = set()
+
+
+def _fallback(hook: str, why: str) -> None:
+    if hook not in _logged:
+        _logged.add(hook)
+        log.debug("nats-py internals differ (%s): %s is left to nats-py's close()", why, hook)
+
+
+def nats_tasks(nc: nats.aio.client.Client) -> list[asyncio.Task[Any]]:
+    """The tasks nats-py runs for a connection, so that none outlives the client.
+
+    Private attributes: when this nats-py has none of them, the list is empty and the
+    client relies on ``close()`` alone to end them.
+    """
+    found = [getattr(nc, name, None) for name in _TASK_NAMES]
+    if all(not hasattr(nc, name) for name in _TASK_NAMES):
+        _fallback("waiting for nats-py's tasks", f"no attribute among {_TASK_NAMES}")
+    return [t for t in found if isinstance(t, asyncio.Task)]
+
+
+def abort_nats_transport(nc: nats.aio.client.Client) -> None:
+    """Drop nats-py's socket without flushing (its close() is stuck flushing to a dead peer).
+
+    Cancels its tasks and aborts the socket under ``nc._transport._io_writer``; when that
+    chain is not there, only the tasks found are cancelled.
+    """
+    for task in nats_tasks(nc):
+        task.cancel()
+    writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
+    raw = getattr(writer, "transport", None)
+    if raw is None or not callable(getattr(raw, "abort", None)):
+        if getattr(nc, "_transport", None) is not None:  # connected once: the chain differs
+            _fallback("aborting the socket", "no _transport._io_writer.transport.abort()")
+        return
+    raw.abort()
 
 
 def ssl_context(tls: TLSConfig, name: str = "nats_tls") -> ssl.SSLContext:

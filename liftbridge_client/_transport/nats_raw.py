@@ -13,10 +13,16 @@ that serves the routed subscription ids and hands everything else, and any
 message with headers, to nats-py's own method unchanged. When this nats-py
 has no such method, nothing is routed and the caller keeps its callback
 subscription: the short cut changes speed, never behaviour.
+
+Each hook checks the nats-py internals it uses (names, types, the parser calling
+``_process_msg``) before it installs, and otherwise leaves everything to nats-py's
+public path, saying so once at DEBUG (the range pyproject.toml allows is what
+`make test-deps` proves).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -36,6 +42,35 @@ Handler = Callable[[bytes], None]
 # nats-py's parser state "between messages", and its control line limit.
 _CONTROL_LINE: int | None = getattr(nats.protocol.parser, "AWAITING_CONTROL_LINE", None)
 _MAX_CONTROL_LINE: int = getattr(nats.protocol.parser, "MAX_CONTROL_LINE_SIZE", 4096)
+# The router only sees what nats-py's parser hands to ``nc._process_msg``.
+_PARSER_CALLS_PROCESS_MSG: bool = "_process_msg" in getattr(
+    getattr(
+        getattr(getattr(nats.protocol.parser, "Parser", None), "parse", None), "__code__", None
+    ),
+    "co_names",
+    (),
+)
+_MSG_ARGS = ("sid", "subject", "reply", "data", "headers")
+_logged: set[str] = set()
+
+
+def _nats_version() -> str:
+    try:
+        return importlib.metadata.version("nats-py")
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def _fallback(hook: str, why: str) -> None:
+    """Say once per hook, at DEBUG, that nats-py's own path serves instead."""
+    if hook not in _logged:
+        _logged.add(hook)
+        log.debug(
+            "nats-py %s: %s; %s goes through nats-py's public path",
+            _nats_version(),
+            why,
+            hook,
+        )
 
 
 def _install(nc: nats.aio.client.Client) -> dict[int, Handler] | None:
@@ -43,8 +78,11 @@ def _install(nc: nats.aio.client.Client) -> dict[int, Handler] | None:
     if routes is not None:
         return routes
     original: Callable[..., Awaitable[None]] | None = getattr(nc, "_process_msg", None)
-    if original is None or not inspect.iscoroutinefunction(original):
+    why = _router_unfit(original)
+    if why is not None:
+        _fallback("routing acks", why)
         return None
+    assert original is not None
     table: dict[int, Handler] = {}
     stats: Any = getattr(nc, "stats", None)
     counts = stats if isinstance(stats, dict) else None
@@ -70,6 +108,21 @@ def _install(nc: nats.aio.client.Client) -> dict[int, Handler] | None:
     return table
 
 
+def _router_unfit(original: object) -> str | None:
+    """Why the router cannot stand in for ``original`` (nc._process_msg); None: it can."""
+    if not _PARSER_CALLS_PROCESS_MSG:
+        return "its parser does not call _process_msg"
+    if original is None or not inspect.iscoroutinefunction(original):
+        return "the connection has no coroutine _process_msg"
+    try:
+        params = tuple(inspect.signature(original).parameters)
+    except (TypeError, ValueError):
+        return "the signature of _process_msg cannot be read"
+    if params != _MSG_ARGS:
+        return f"_process_msg takes {params}, not {_MSG_ARGS}"
+    return None
+
+
 def _install_parser(
     nc: nats.aio.client.Client, table: dict[int, Handler], counts: dict[str, int] | None
 ) -> None:
@@ -92,6 +145,7 @@ def _install_parser(
         or getattr(ps, "state", None) != _CONTROL_LINE
         or _CONTROL_LINE is None
     ):
+        _fallback("parsing acks", "its parser is not of the shape the fast parse was written for")
         return
 
     async def parse(data: bytes = b"") -> None:
@@ -214,18 +268,31 @@ class PubBuffer:
 
     def __init__(self, nc: nats.aio.client.Client) -> None:
         self._nc: Any = nc
-        self._usable = (
-            isinstance(getattr(nc, "_pending", None), list)
-            and type(getattr(nc, "_pending_data_size", None)) is int
-            and type(getattr(nc, "_max_pending_size", None)) is int
-            and inspect.iscoroutinefunction(getattr(nc, "_flush_pending", None))
-            and hasattr(nc, "_flush_queue")
-            and hasattr(nc, "_status")
-        )
         self._connected = getattr(nats.aio.client.Client, "CONNECTED", None)
+        why = self._unfit(nc)
+        self._usable = why is None
+        if why is not None:
+            _fallback("publishing", why)
         self._heads: dict[str, bytes] = {}  # subject -> b"PUB <subject> "
         self.unflushed = False  # appended since the flusher was last woken
         self.appended = 0  # how many of them
+
+    def _unfit(self, nc: object) -> str | None:
+        """Why nats-py's outgoing buffer is not what `append` writes to; None: it is."""
+        if not isinstance(getattr(nc, "_pending", None), list):
+            return "the connection has no _pending list"
+        for name in ("_pending_data_size", "_max_pending_size"):
+            if type(getattr(nc, name, None)) is not int:
+                return f"the connection's {name} is not an int"
+        if not inspect.iscoroutinefunction(getattr(nc, "_flush_pending", None)):
+            return "the connection has no coroutine _flush_pending"
+        if not hasattr(nc, "_flush_queue") or not hasattr(nc, "_status"):
+            return "the connection has no _flush_queue or _status"
+        if self._connected is None:
+            return "nats.aio.client.Client has no CONNECTED status"
+        if not isinstance(getattr(nc, "stats", None), dict):
+            return "the connection has no stats dict"
+        return None
 
     def learn(self, subject: str) -> None:
         """nats-py accepted a publish on ``subject``: later ones may take `append`."""

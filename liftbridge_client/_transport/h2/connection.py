@@ -74,6 +74,54 @@ class _Batch:
         self.flow = flow
 
 
+# The fast path reads and writes h2 internals (h2 4.1 to 4.4 have them alike): checked once
+# per connection, and for the first stream of each connection, else h2 does everything.
+_fallback_logged = False
+
+
+def _no_fast_path(address: str, why: str) -> None:
+    global _fallback_logged  # noqa: PLW0603 - one DEBUG record per process, not per connection
+    if not _fallback_logged:
+        _fallback_logged = True
+        log.debug(
+            "h2 %s: %s; HTTP/2 to %s (and later connections) goes through h2's public API only",
+            getattr(h2, "__version__", "?"),
+            why,
+            address,
+        )
+
+
+def _connection_internals(h2c: h2.connection.H2Connection) -> str | None:
+    """What the fast path needs of h2's connection object and lacks; None: all there."""
+    if not isinstance(getattr(h2c, "_data_to_send", None), bytearray):
+        return "H2Connection._data_to_send is not a bytearray"
+    manager = getattr(h2c, "_inbound_flow_control_window_manager", None)
+    if not callable(getattr(manager, "window_consumed", None)):
+        return "H2Connection has no inbound window manager with window_consumed()"
+    if not isinstance(
+        getattr(getattr(h2c, "incoming_buffer", None), "_headers_buffer", None), list
+    ):
+        return "H2Connection.incoming_buffer has no _headers_buffer list"
+    if not isinstance(getattr(h2c, "streams", None), dict):
+        return "H2Connection.streams is not a dict"
+    for name in ("outbound_flow_control_window", "max_inbound_frame_size"):
+        if type(getattr(h2c, name, None)) is not int:
+            return f"H2Connection.{name} is not an int"
+    return None
+
+
+def _stream_internals(stream: object) -> str | None:
+    """What the fast path needs of h2's stream object and lacks; None: all there."""
+    manager = getattr(stream, "_inbound_window_manager", None)
+    if not callable(getattr(manager, "window_consumed", None)):
+        return "H2Stream has no _inbound_window_manager with window_consumed()"
+    if not isinstance(getattr(getattr(stream, "state_machine", None), "state", None), StreamState):
+        return "H2Stream.state_machine.state is not a StreamState"
+    if type(getattr(stream, "outbound_flow_control_window", None)) is not int:
+        return "H2Stream.outbound_flow_control_window is not an int"
+    return None
+
+
 def _headers(raw: object) -> Headers:
     """h2's headers (bytes, as configured) as a list of byte pairs."""
     return [(bytes(k), bytes(v)) for k, v in raw] if isinstance(raw, list) else []
@@ -115,6 +163,12 @@ class Connection(asyncio.Protocol):
         # with h2's stream object (its receive window is kept in step), and the tail of
         # a frame cut by the end of a chunk.
         self._fast_data = fast_data
+        if fast_data:
+            why = _connection_internals(self._h2)
+            if why is not None:
+                _no_fast_path(address, why)
+                self._fast_data = False
+        self._stream_checked = False  # the first stream's internals (see _fast_path_for)
         self._fast: dict[int, tuple[StreamHandler, H2Stream]] = {}
         self._rest = b""
         self._mid_headers = False
@@ -319,7 +373,8 @@ class Connection(asyncio.Protocol):
         except Exception as exc:  # h2's ProtocolError, or its parsers' errors on garbage
             self._abort(H2RpcError(StatusCode.INTERNAL, f"HTTP/2 protocol error: {exc!r}"))
             return
-        self._mid_headers = bool(self._h2.incoming_buffer._headers_buffer)
+        if self._fast_data:  # off the fast path, h2 judges every frame anyway
+            self._mid_headers = bool(self._h2.incoming_buffer._headers_buffer)
         streams = self._streams
         for ev in events:
             # Most frequent first: DATA, then the ends of calls.
@@ -335,7 +390,7 @@ class Connection(asyncio.Protocol):
                 if handler is not None:
                     ended = ev.stream_ended is not None
                     handler.on_headers(_headers(ev.headers), ended)
-                    if not ended and ev.stream_id in streams:
+                    if not ended and ev.stream_id in streams and self._fast_path_for(ev.stream_id):
                         self._fast[ev.stream_id] = (handler, self._h2.streams[ev.stream_id])
             elif isinstance(ev, h2.events.TrailersReceived):
                 handler = streams.get(ev.stream_id)
@@ -368,6 +423,23 @@ class Connection(asyncio.Protocol):
                     self._ping_timeout = None
             elif isinstance(ev, h2.events.ConnectionTerminated):
                 self._goaway(ev)
+
+    def _fast_path_for(self, sid: int) -> bool:
+        """Whether DATA of ``sid`` may take the fast path (its stream object checked once)."""
+        if not self._fast_data:
+            return False
+        if not self._stream_checked:
+            stream = self._h2.streams.get(sid)
+            if stream is None:  # h2 dropped it (closed): the next stream is checked
+                return False
+            self._stream_checked = True
+            why = _stream_internals(stream)
+            if why is not None:
+                _no_fast_path(self.address, why)
+                self._fast_data = False
+                self._fast.clear()
+                return False
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         why = f"connection to {self.address} lost"
@@ -433,7 +505,12 @@ class Connection(asyncio.Protocol):
         h2c = self._h2
         size = len(data)
         sent = 0
-        if not end and self._fast_data and not self._draining:
+        if (
+            not end
+            and self._fast_data
+            and not self._draining
+            and (self._stream_checked or self._fast_path_for(sid))
+        ):
             stream = h2c.streams.get(sid)
             if stream is not None and stream.state_machine.state in _SENDING:
                 return self._send_fast(stream, data, size)

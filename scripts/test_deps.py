@@ -1,0 +1,172 @@
+"""`make test-deps`: the tests that touch dependency internals, at both ends of each range.
+
+For each of ``low`` and ``high`` a throwaway virtualenv (.venv-deps-low, .venv-deps-high;
+git-ignored, reused while its stamp matches) gets the project with every runtime
+dependency of pyproject.toml pinned: ``low`` to each floor (``>=X``), ``high`` to each
+ceiling (``<=Y``), or, for a dependency without one, to the newest the index has. Then
+tests/unit (without the tests of the spark, docs and bench extras, which these venvs do
+not install) and the NATS and h2 integration files run in it.
+
+    python scripts/test_deps.py [low|high ...] [-- pytest args]
+
+Why: nats-py and h2 are used through private attributes (liftbridge_client/_transport/
+nats_raw.py, nats_connect.py, h2/connection.py), each behind a feature check with a
+fallback; this proves the declared range holds with the fast paths at both ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import tomllib
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# What the tests need besides the runtime dependencies (no spark, docs or bench extras:
+# pyspark alone is ~450 MB per venv, and those tests use no NATS or h2 internals).
+EXTRAS = "dev,cli,otel,extras-test"
+IGNORED_UNIT = (
+    "tests/unit/test_spark_attempts.py",
+    "tests/unit/test_spark_checks.py",
+    "tests/unit/test_spark_options.py",
+    "tests/unit/test_bench_spark_kafka.py",
+    "tests/unit/test_bench_stats.py",
+    "tests/unit/test_docs_site.py",
+)
+# The integration files that drive nats-py and the h2 transport against real servers.
+INTEGRATION = (
+    "tests/integration/test_nats_raw_acks.py",
+    "tests/integration/test_h2_flow_control.py",
+    "tests/integration/test_keepalive.py",
+    "tests/integration/test_lifecycle.py",
+    "tests/integration/test_nats_security.py",
+    "tests/integration/test_nats_permissions.py",
+    "tests/integration/test_uvloop.py",
+    "tests/integration/test_publish.py",
+    "tests/integration/test_public_paths.py",
+)
+
+_REQ = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(.*)$")
+
+
+def ranges() -> dict[str, tuple[str | None, str | None]]:
+    """Each runtime dependency's floor (``>=``) and ceiling (``<=``) from pyproject.toml."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for req in project["dependencies"]:
+        m = _REQ.match(req.split(";")[0])
+        if m is None:
+            raise SystemExit(f"cannot read the requirement {req!r}")
+        name, spec = m.group(1), m.group(2)
+        floor = ceiling = None
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            if part.startswith(">="):
+                floor = part[2:].strip()
+            elif part.startswith("<="):
+                ceiling = part[2:].strip()
+        if floor is None:
+            raise SystemExit(f"{name}: no floor (>=) to test in pyproject.toml")
+        out[name] = (floor, ceiling)
+    return out
+
+
+def pins(end: str) -> list[str]:
+    out = []
+    for name, (floor, ceiling) in ranges().items():
+        if end == "low":
+            out.append(f"{name}=={floor}")
+        elif ceiling is not None:
+            out.append(f"{name}=={ceiling}")
+        else:
+            out.append(name)  # with --upgrade: the newest the index has
+    return out
+
+
+def ensure_venv(end: str) -> Path:
+    path = ROOT / f".venv-deps-{end}"
+    wanted = pins(end)
+    stamp = path / ".deps-stamp"
+    digest = hashlib.sha256(
+        json.dumps([wanted, EXTRAS, (ROOT / "pyproject.toml").read_text()]).encode()
+    ).hexdigest()
+    if stamp.is_file() and stamp.read_text() == digest:
+        return path
+    print(f"==> {path.name}: installing liftbridge-client[{EXTRAS}] with {' '.join(wanted)}")
+    started = time.monotonic()
+    venv.EnvBuilder(clear=True, with_pip=True).create(path)
+    py = str(path / "bin" / "python")
+    subprocess.run([py, "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
+    # Not editable: nothing is written into the worktree; tests import from the worktree
+    # through pytest's rootdir (tests/) and PYTHONPATH.
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--upgrade", f"{ROOT}[{EXTRAS}]", *wanted],
+        check=True,
+    )
+    stamp.write_text(digest)
+    print(f"==> {path.name}: installed in {time.monotonic() - started:.0f} s", flush=True)
+    return path
+
+
+def installed(path: Path) -> dict[str, str]:
+    names = list(ranges())
+    code = (
+        "import importlib.metadata as m, json, sys;"
+        "print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))"
+    )
+    out = subprocess.run(
+        [str(path / "bin" / "python"), "-c", code, *names],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, str] = json.loads(out.stdout)
+    return result
+
+
+def run(end: str, pytest_args: list[str]) -> int:
+    path = ensure_venv(end)
+    versions = installed(path)
+    for name, (floor, ceiling) in ranges().items():
+        want = floor if end == "low" else ceiling
+        if want is not None and versions[name] != want:
+            print(f"error: {path.name} has {name} {versions[name]}, not {want}", file=sys.stderr)
+            return 1
+    print(f"==> {end}: " + ", ".join(f"{n} {v}" for n, v in versions.items()), flush=True)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LIFTBRIDGE_DEPS_END=end)
+    args = [str(path / "bin" / "pytest"), "-p", "no:cacheprovider", "tests/unit"]
+    args += [f"--ignore={p}" for p in IGNORED_UNIT]
+    args += [*INTEGRATION, *pytest_args]
+    started = time.monotonic()
+    code = subprocess.run(args, cwd=ROOT, env=env, check=False).returncode
+    print(f"==> {end}: tests took {time.monotonic() - started:.0f} s", flush=True)
+    return code
+
+
+def main(argv: list[str]) -> int:
+    if "--" in argv:
+        i = argv.index("--")
+        ends, pytest_args = argv[:i], argv[i + 1 :]
+    else:
+        ends, pytest_args = argv, []
+    ends = ends or ["low", "high"]
+    failed = []
+    for end in ends:
+        if end not in ("low", "high"):
+            raise SystemExit(f"unknown end {end!r}: low or high")
+        if run(end, pytest_args) != 0:
+            failed.append(end)
+    if failed:
+        print(f"error: the tests failed with the {' and '.join(failed)} versions", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
