@@ -18,12 +18,19 @@ nats-py need asyncio); anyio runs on its asyncio backend here.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import anyio.abc
+
+_sniffio: Any  # not a dependency; anyio consults it when some other package installed it
+try:
+    _sniffio = importlib.import_module("sniffio")
+except ImportError:  # pragma: no cover - depends on the environment
+    _sniffio = None
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +116,19 @@ class TaskSupervisor:
         exception): each task settles its own work before it ends, so here the
         error is only logged.
         """
+        if _sniffio is not None and asyncio.current_task() is None:
+            # Called from an event-loop callback (an ack timer): with sniffio installed,
+            # anyio asks it which library runs, and outside a task it cannot tell.
+            token = _sniffio.current_async_library_cvar.set("asyncio")
+            try:
+                return self._spawn(fn, args, name)
+            finally:
+                _sniffio.current_async_library_cvar.reset(token)
+        return self._spawn(fn, args, name)
+
+    def _spawn(
+        self, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], name: str
+    ) -> TaskHandle:
         group = self._group
         if group is None or self._closed:
             raise RuntimeError(f"{self!r} is not running")
