@@ -20,6 +20,7 @@ from liftbridge_client.exactly_once.sequencer import ProducerState
 from liftbridge_client.models import Message
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.packing import MAGIC, PackedRow, is_packed, unpack
+from liftbridge_client.spark._committed_stream import StatesAt
 from liftbridge_client.spark._offsets import PartitionRange
 from liftbridge_client.spark._options import SourceOptions
 from liftbridge_client.spark._runtime import TaskRuntime
@@ -45,8 +46,10 @@ class RangePartition:
 
     range: PartitionRange
     options: SourceOptions
-    # isolation=read_committed: the producer states at ``range.start`` (streaming reads)
+    # isolation=read_committed: the producer states at ``range.start`` (given), or where a
+    # streaming read's task finds them and saves those at ``range.end``
     states: tuple[ProducerState, ...] = ()
+    states_at: StatesAt | None = None
 
 
 def data_loss(options: SourceOptions, what: str) -> None:
