@@ -33,6 +33,7 @@ from liftbridge_client.spark._read import (
     RangePartition,
     _to_batch,
     data_loss,
+    end_runtime,
     message_chunks,
     new_runtime,
 )
@@ -53,6 +54,7 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
         return
     ref = PartitionRef(r.stream, r.partition)
     runtime = new_runtime(options)
+    ok = False
     try:
         states = part.states
         at = part.states_at
@@ -93,5 +95,6 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
             # Only once the whole range was read: the next micro-batch starts from it.
             end_states = sequencer.checkpoint(at.horizon_ns).states
             runtime.run(save_states(runtime.client, at, ref, r.end, end_states))
+        ok = True
     finally:
-        runtime.close(drain=False)
+        end_runtime(options, runtime, ok=ok)
