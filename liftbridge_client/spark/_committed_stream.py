@@ -29,13 +29,15 @@ import uuid
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from liftbridge_client import errors
-from liftbridge_client.client import Client
-from liftbridge_client.exactly_once.sequencer import PartitionRef, ProducerState
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.spark._offsets import OffsetMap, copy_offsets, offsets_from_checkpoint
+
+if TYPE_CHECKING:  # the driver's planning needs neither: loaded by the tasks that do
+    from liftbridge_client.client import Client
+    from liftbridge_client.exactly_once.sequencer import PartitionRef, ProducerState
 
 __all__ = [
     "NO_STATES",
@@ -160,6 +162,8 @@ def encode_states(states: Sequence[ProducerState]) -> list[bytes]:
 
 
 def decode_states(ref: PartitionRef, values: Iterable[bytes]) -> tuple[ProducerState, ...]:
+    from liftbridge_client.exactly_once.sequencer import ProducerState
+
     out: list[ProducerState] = []
     for value in values:
         raw = zlib.decompress(value)
