@@ -11,9 +11,11 @@ test``). One fresh Liftbridge node of the harness, one local[2] SparkSession (UI
   streaming source costs Spark itself (its source process, its planning) shows apart from
   what this connector adds.
 
-Printed per query: wall seconds, and for streaming queries Spark's progress durations
-(summed over the query's micro-batches). The difference ``available_now - batch`` against
-``floor_available_now - floor_batch`` is the overhead this connector adds.
+Printed per query: wall seconds, the CPU seconds of the Spark side (the driver JVM and
+every Python process under it, as bench.spark_kafka counts it), and for streaming queries
+Spark's progress durations (summed over the query's micro-batches). The difference
+``available_now - batch`` against ``floor_available_now - floor_batch`` is the overhead
+this connector adds.
 """
 
 from __future__ import annotations
@@ -36,13 +38,14 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-
-# Nothing of liftbridge_client at module level: Spark's workers import this module for
-# the floor source, which must not pay for this project's imports.
 from pyspark.sql.streaming.datasource import (  # pyspark 4.3+
     ReadAllAvailable,
     SupportsTriggerAvailableNow,
 )
+
+# Nothing of liftbridge_client at module level: Spark's workers import this module for
+# the floor source, which must not pay for this project's imports.
+from bench.proctree import TreeCpuSampler
 
 
 class _FloorReader(DataSourceReader):
@@ -133,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     paths = args.only.split(",")
     times: dict[str, list[float]] = {p: [] for p in paths}
+    cpus: dict[str, list[float]] = {p: [] for p in paths}
     with tempfile.TemporaryDirectory(prefix="bench-an-") as tmp, SingleNode() as node:
         spark = (
             SparkSession.builder.master("local[2]")
@@ -148,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         spark.dataSource.register(FloorSource)
+        server = node.node.process.pid
+        assert server is not None  # started by the with
         stream = f"an-{os.getpid()}"
         asyncio.run(_publish(node.address, stream, args.rows))
         count = 0
@@ -172,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = Path(tmp, f"out-{count}")
                 floor = path.startswith("floor_")
                 progress: dict[str, float] = {}
+                sampler = TreeCpuSampler(os.getpid(), [server]).start()
                 t0 = time.monotonic()
                 if path.endswith("available_now"):
                     query = (
@@ -189,9 +196,17 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     source(False, floor).write.parquet(str(out))
                 seconds = time.monotonic() - t0
+                cpu = sampler.stop()
                 got = spark.read.parquet(str(out)).count()
                 times[path].append(seconds)
-                record = {"path": path, "rep": rep, "seconds": round(seconds, 3), "rows": got}
+                cpus[path].append(cpu)
+                record = {
+                    "path": path,
+                    "rep": rep,
+                    "seconds": round(seconds, 3),
+                    "client_cpu_s": round(cpu, 3),
+                    "rows": got,
+                }
                 if progress:
                     record["progress_ms"] = progress
                 print(json.dumps(record), flush=True)
@@ -200,7 +215,14 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
         spark.stop()
     summary = {
-        p: {"median": round(statistics.median(v), 3), "min": min(v), "max": max(v)}
+        p: {
+            "seconds": [round(statistics.median(v), 3), round(min(v), 3), round(max(v), 3)],
+            "client_cpu_s": [
+                round(statistics.median(cpus[p]), 3),
+                round(min(cpus[p]), 3),
+                round(max(cpus[p]), 3),
+            ],
+        }
         for p, v in times.items()
     }
     print(json.dumps({"summary": summary, "load": os.getloadavg()}), flush=True)
