@@ -6,7 +6,7 @@ import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -22,13 +22,10 @@ from liftbridge_client.client import Client
 from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.spark import _positions
-from liftbridge_client.spark._committed import read_committed_range
-from liftbridge_client.spark._idempotent import TaskIdentity, WriteGuard, commit_done
 from liftbridge_client.spark._offsets import OffsetMap, PartitionRange, plan_ranges
 from liftbridge_client.spark._options import SinkOptions, SourceOptions
 from liftbridge_client.spark._read import RangePartition, read_range
 from liftbridge_client.spark._runtime import TaskRuntime
-from liftbridge_client.spark._transactional import commit_intents, publish_transactional
 from liftbridge_client.spark._write import (
     SinkGuard,
     WriteStats,
@@ -37,6 +34,13 @@ from liftbridge_client.spark._write import (
     publish_rows,
     rows_to_publish,
 )
+
+if TYPE_CHECKING:
+    from liftbridge_client.spark._idempotent import TaskIdentity
+
+# The exactly-once and idempotent modules (and the exactly-once layer under them) are
+# imported where used: a plain read's processes (the streaming source's, the tasks') never
+# pay for them.
 
 __all__ = [
     "BatchReader",
@@ -128,6 +132,8 @@ def read_input(partition: InputPartition) -> Iterator[pa.RecordBatch]:
             return iter(())
         raise InvalidInputError(f"not a Liftbridge input partition: {partition!r}")
     if partition.part.options.isolation == "read_committed":
+        from liftbridge_client.spark._committed import read_committed_range
+
         return read_committed_range(partition.part)
     return read_range(partition.part)
 
@@ -147,6 +153,8 @@ def task_identity(options: SinkOptions) -> TaskIdentity | None:
     """The identity of the running task in idempotent mode (None otherwise)."""
     if not (options.idempotent or options.exactly_once):
         return None
+    from liftbridge_client.spark._idempotent import TaskIdentity
+
     context = TaskContext.get()
     if context is None:
         raise InvalidInputError("idempotent and exactly-once writes run inside Spark tasks only")
@@ -164,6 +172,8 @@ def write_task(
     publishes = rows_to_publish(rows, columns, options.stream)
     identity = task_identity(options)
     if options.exactly_once:
+        from liftbridge_client.spark._transactional import publish_transactional
+
         assert identity is not None
         done = publish_transactional(publishes, options, identity)
         return WriteCommit(done.stats.rows, done.stats.per_partition, 0, done.intents)
@@ -178,6 +188,8 @@ def write_task(
         attempt = context.taskAttemptId() if context is not None else 0
 
         def guard_for(client: Client) -> SinkGuard:
+            from liftbridge_client.spark._idempotent import WriteGuard
+
             return WriteGuard(
                 client,
                 stream,
@@ -207,6 +219,8 @@ def commit_write(
     (exactly-once mode), or the batch recorded as done (idempotent mode)."""
     commits = [m for m in messages if isinstance(m, WriteCommit)]
     if options.exactly_once:
+        from liftbridge_client.spark._transactional import commit_intents
+
         commit_intents(options, [m.intents for m in commits], what)
     elif options.idempotent:
         stream = options.stream
@@ -214,6 +228,8 @@ def commit_write(
         write_ids = sorted({m.write_id for m in commits if m.write_id})
         if not write_ids:  # no task ran: nothing to replay either
             return
+        from liftbridge_client.spark._idempotent import commit_done
+
         runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
         try:
             for write_id in write_ids:

@@ -2,8 +2,9 @@
 
 One task reads one Liftbridge partition ``[start, end)`` through the exactly-once layer's
 `Sequencer`, which starts from the producer states at ``start`` (none for a batch read;
-for a streaming read, the states the driver carried in the offsets, see
-`_committed_stream`): it drops the copies a
+for a streaming read, the snapshot the task of the micro-batch before saved in the states
+stream, and this task saves the states at ``end`` there; see `_committed_stream`): it
+drops the copies a
 producer re-sent (same UUID), holds CONTINUE_TXN messages until their producer's ACK_TXN
 and discards rolled-back ones. What the read yields is what was committed inside the
 range: a transaction whose ACK lies at or past ``end`` is not (yet) visible, and the
@@ -26,10 +27,13 @@ from liftbridge_client.exactly_once.sequencer import (
 )
 from liftbridge_client.exactly_once.uuids import Flags, flags_of
 from liftbridge_client.models import Message
+from liftbridge_client.spark._committed_stream import load_states, save_states
 from liftbridge_client.spark._read import (
     BATCH_ROWS,
     RangePartition,
     _to_batch,
+    data_loss,
+    end_runtime,
     message_chunks,
     new_runtime,
 )
@@ -49,9 +53,25 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
     if r.start >= r.end:
         return
     ref = PartitionRef(r.stream, r.partition)
-    sequencer = Sequencer(Checkpoint({ref: r.start}, part.states))
     runtime = new_runtime(options)
+    ok = False
     try:
+        states = part.states
+        at = part.states_at
+        if at is not None:
+            found = runtime.run(
+                load_states(runtime.client, at, ref, r.start, min(options.poll_timeout, 30.0))
+            )
+            if found is None:
+                data_loss(
+                    options,
+                    f"{ref}: the producer states at offset {r.start} are not in the states "
+                    f"stream {at.store!r} (removed by retention, or the stream was deleted): "
+                    "reading on without them may yield duplicates and lose the transactions "
+                    "open there",
+                )
+            states = found or ()
+        sequencer = Sequencer(Checkpoint({ref: r.start}, states))
         out: list[Message] = []
         for messages in message_chunks(part, runtime):
             for message in messages:
@@ -71,5 +91,10 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
                 out = []
         if out:
             yield _to_batch(out, options.include_headers)
+        if at is not None:
+            # Only once the whole range was read: the next micro-batch starts from it.
+            end_states = sequencer.checkpoint(at.horizon_ns).states
+            runtime.run(save_states(runtime.client, at, ref, r.end, end_states))
+        ok = True
     finally:
-        runtime.close(drain=False)
+        end_runtime(options, runtime, ok=ok)

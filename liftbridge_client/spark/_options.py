@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.models import AckPolicy
@@ -221,7 +221,12 @@ SOURCE_OPTIONS = (
     "maxRecordsPerPartition",
     "pollTimeoutMs",
     "isolation",
+    "committedStatesStream",
+    "producerIdleHorizonMs",
 )
+
+DEFAULT_STATES_STREAM = "lbspark-read-committed-states"
+DEFAULT_IDLE_HORIZON_MS = 7 * 24 * 3600 * 1000  # a week, by the producers' own clocks
 
 SINK_OPTIONS = (
     *_CONNECTION_OPTIONS,
@@ -274,6 +279,10 @@ class SourceOptions:
     poll_timeout: float  # seconds a read waits for an offset the server said exists
     connect_timeout: float
     isolation: Literal["read_uncommitted", "read_committed"]
+    # streaming read_committed: where tasks keep producer states, and after how long a
+    # producer idle by its partition's newest clock is forgotten (ns; 0: never)
+    states_stream: str = DEFAULT_STATES_STREAM
+    idle_horizon_ns: int = DEFAULT_IDLE_HORIZON_MS * 1_000_000
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -344,6 +353,7 @@ class SourceOptions:
             )
             / 1000.0,
             isolation="read_committed" if isolation == "read_committed" else "read_uncommitted",
+            **_committed_stream_options(options, streaming, isolation),
         )
 
     def matches(self, stream: str) -> bool:
@@ -351,6 +361,28 @@ class SourceOptions:
         if self.pattern is not None:
             return re.fullmatch(self.pattern, stream) is not None
         return stream in self.streams
+
+
+def _committed_stream_options(
+    options: Mapping[str, str], streaming: bool, isolation: str
+) -> dict[str, Any]:
+    stream = get_option(options, "committedStatesStream")
+    horizon = _int_option("producerIdleHorizonMs", get_option(options, "producerIdleHorizonMs"), 0)
+    if (stream is not None or horizon is not None) and not (
+        streaming and isolation == "read_committed"
+    ):
+        raise InvalidInputError(
+            "options 'committedStatesStream' and 'producerIdleHorizonMs' are for streaming "
+            "reads with isolation=read_committed only"
+        )
+    out: dict[str, Any] = {}
+    if stream is not None:
+        if not stream.strip():
+            raise InvalidInputError("option 'committedStatesStream' must not be empty")
+        out["states_stream"] = stream.strip()
+    if horizon is not None:
+        out["idle_horizon_ns"] = horizon * 1_000_000
+    return out
 
 
 _ACK_POLICIES = {"leader": AckPolicy.LEADER, "all": AckPolicy.ALL, "none": AckPolicy.NONE}

@@ -12,7 +12,7 @@ import logging
 
 from liftbridge_client import errors
 from liftbridge_client.client import Client
-from liftbridge_client.models import StartPosition, StopPosition
+from liftbridge_client.models import StopPosition
 from liftbridge_client.spark._offsets import OffsetMap
 from liftbridge_client.spark._options import (
     EARLIEST,
@@ -98,8 +98,10 @@ async def _first_offset(
     """Offset of the first message a subscription returns (``latest`` if none)."""
     if latest <= 0:
         return latest
+    if "stop_offset" not in kw:
+        kw["stop"] = StopPosition.LATEST
     try:
-        async with client.subscribe(stream, pid, stop=StopPosition.LATEST, **kw) as sub:  # type: ignore[arg-type]
+        async with client.subscribe(stream, pid, **kw) as sub:  # type: ignore[arg-type]
             message = await sub.next(min(timeout, EMPTY_PROBE))
     except errors.StopPositionReached:
         return latest  # nothing at or after the position (the server says stop < start)
@@ -114,9 +116,14 @@ async def earliest_offsets(
     client: Client, partitions: Partitions, latest: OffsetMap, timeout: float
 ) -> OffsetMap:
     keys = [(stream, pid) for stream, pids in partitions.items() for pid in pids]
+    # From offset 0 to stop offset 0, not from EARLIEST to LATEST: the server then sends one
+    # message, where it streamed the whole partition up to LATEST at once (the driver parsed
+    # all it received before the probe closed: 0.65 s of CPU for 20,000 messages). When
+    # retention removed offset 0 the server starts at its first offset (and sends on past
+    # the stop offset): the first message is the earliest either way.
     firsts = await asyncio.gather(
         *(
-            _first_offset(client, s, p, latest[s][str(p)], timeout, start=StartPosition.EARLIEST)
+            _first_offset(client, s, p, latest[s][str(p)], timeout, start_offset=0, stop_offset=0)
             for s, p in keys
         )
     )

@@ -12,19 +12,23 @@ import asyncio
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from liftbridge_client import errors
-from liftbridge_client.exactly_once.sequencer import ProducerState
 from liftbridge_client.models import Message
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.packing import MAGIC, PackedRow, is_packed, unpack
 from liftbridge_client.spark._offsets import PartitionRange
 from liftbridge_client.spark._options import SourceOptions
-from liftbridge_client.spark._runtime import TaskRuntime
+from liftbridge_client.spark._runtime import TaskRuntime, borrow, give_back
 from liftbridge_client.spark._schema import HEADER_TYPE, arrow_schema
 from liftbridge_client.subscription import Subscription
+
+if TYPE_CHECKING:  # the exactly-once layer is loaded by read_committed reads only
+    from liftbridge_client.exactly_once.sequencer import ProducerState
+    from liftbridge_client.spark._committed_stream import StatesAt
 
 __all__ = ["RangePartition", "read_range"]
 
@@ -45,8 +49,10 @@ class RangePartition:
 
     range: PartitionRange
     options: SourceOptions
-    # isolation=read_committed: the producer states at ``range.start`` (streaming reads)
+    # isolation=read_committed: the producer states at ``range.start`` (given), or where a
+    # streaming read's task finds them and saves those at ``range.end``
     states: tuple[ProducerState, ...] = ()
+    states_at: StatesAt | None = None
 
 
 def data_loss(options: SourceOptions, what: str) -> None:
@@ -160,12 +166,23 @@ def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
         yield _to_batch(messages, part.options.include_headers)
 
 
+def _runtime_key(options: SourceOptions) -> tuple[object, ...]:
+    return ("read", options.brokers, options.nats_servers, options.connect_timeout)
+
+
 def new_runtime(options: SourceOptions) -> TaskRuntime:
-    return TaskRuntime(
+    """A read task's runtime: reused from the task before in this process when it can be
+    (`_runtime.borrow`); hand it back with `end_runtime`."""
+    return borrow(
+        _runtime_key(options),
         options.brokers,
         options.nats_servers,
         ClientOptions(connect_timeout=options.connect_timeout, metadata_refresh_interval=None),
     )
+
+
+def end_runtime(options: SourceOptions, runtime: TaskRuntime, *, ok: bool) -> None:
+    give_back(_runtime_key(options), runtime, ok=ok)
 
 
 def message_chunks(
@@ -178,6 +195,7 @@ def message_chunks(
         return
     own = runtime is None
     task = new_runtime(options) if runtime is None else runtime
+    ok = False
     try:
         client = task.client
         sub = client.subscribe(r.stream, r.partition, start_offset=r.start, stop_offset=r.end - 1)
@@ -206,8 +224,8 @@ def message_chunks(
                 yield messages
                 expected = messages[-1].offset + 1
         finally:
-            if not own:  # the runtime's close() closes it otherwise
-                task.run(sub.close())
+            task.run(sub.close())
+        ok = True
     finally:
         if own:
-            task.close(drain=False)
+            end_runtime(options, task, ok=ok)

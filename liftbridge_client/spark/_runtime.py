@@ -9,19 +9,26 @@ The event loop is one per process, made on first use and never closed: Spark run
 tasks of a worker process one after another in the same process, and grpc.aio binds its
 completion-queue poller to the first loop it met, so a process that closed a loop and
 opened another gets "Event loop is closed" errors from gRPC's poller thread.
+
+Read tasks share their client too (`borrow` / `give_back`): the next read task of the same
+worker process (the next partition, the next micro-batch) reuses the connection instead of
+connecting again. A client is reused only after a task that ended cleanly and within
+`REUSE_IDLE` seconds (the loop does not run between tasks, so nothing answers the server's
+keepalives meanwhile); otherwise it is closed and the next task connects anew.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from liftbridge_client.client import Client
 from liftbridge_client.options import ClientOptions
 
-__all__ = ["TaskRuntime", "run"]
+__all__ = ["REUSE_IDLE", "TaskRuntime", "borrow", "give_back", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -73,3 +80,36 @@ class TaskRuntime:
             run(client.close(drain=drain))
         except Exception:
             log.warning("closing the Liftbridge client failed", exc_info=True)
+
+
+REUSE_IDLE = 20.0
+
+# One idle runtime per connection settings: a worker process runs one task at a time.
+_idle: dict[tuple[object, ...], tuple[TaskRuntime, float]] = {}
+
+
+def borrow(
+    key: tuple[object, ...],
+    brokers: Sequence[str],
+    nats_servers: Sequence[str],
+    options: ClientOptions,
+) -> TaskRuntime:
+    """A runtime for ``key``: the one a task of this process gave back, or a new one."""
+    entry = _idle.pop(key, None)
+    if entry is not None:
+        runtime, since = entry
+        if time.monotonic() - since <= REUSE_IDLE:
+            return runtime
+        runtime.close(drain=False)
+    return TaskRuntime(brokers, nats_servers, options)
+
+
+def give_back(key: tuple[object, ...], runtime: TaskRuntime, *, ok: bool) -> None:
+    """Keep ``runtime`` for the next task if its task ended cleanly, else close it."""
+    if not ok:
+        runtime.close(drain=False)
+        return
+    previous = _idle.pop(key, None)
+    if previous is not None and previous[0] is not runtime:
+        previous[0].close(drain=False)
+    _idle[key] = (runtime, time.monotonic())

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource
 
 from liftbridge_client.errors import InvalidInputError
-from liftbridge_client.spark._batch import BatchReader, BatchWriter
 from liftbridge_client.spark._options import SinkOptions, SourceOptions, get_option
 from liftbridge_client.spark._schema import check_sink_schema, read_schema_ddl
-from liftbridge_client.spark._streaming import StreamReader, StreamWriter
+
+if TYPE_CHECKING:
+    from liftbridge_client.spark._batch import BatchReader, BatchWriter
+    from liftbridge_client.spark._streaming import StreamReader, StreamWriter
+
+# The readers and writers (and the client under them) are imported when Spark asks for
+# one: the processes that only ask for the schema do not load them.
 
 __all__ = ["LiftbridgeDataSource"]
 
@@ -34,12 +39,18 @@ class LiftbridgeDataSource(DataSource):
         return read_schema_ddl(_include_headers(self.options))
 
     def reader(self, schema: Any) -> BatchReader:
+        from liftbridge_client.spark._batch import BatchReader
+
         return BatchReader(SourceOptions.parse(self.options, streaming=False))
 
     def streamReader(self, schema: Any) -> StreamReader:
+        from liftbridge_client.spark._streaming import StreamReader
+
         return StreamReader(SourceOptions.parse(self.options, streaming=True))
 
     def writer(self, schema: Any, overwrite: bool) -> BatchWriter:
+        from liftbridge_client.spark._batch import BatchWriter
+
         if overwrite:
             raise InvalidInputError("Liftbridge streams are append-only: use mode('append')")
         options = SinkOptions.parse(self.options)
@@ -47,5 +58,7 @@ class LiftbridgeDataSource(DataSource):
 
     def streamWriter(self, schema: Any, overwrite: bool) -> StreamWriter:
         # Complete and update modes append their result rows, as the Kafka sink does.
+        from liftbridge_client.spark._streaming import StreamWriter
+
         options = SinkOptions.parse(self.options, streaming=True)
         return StreamWriter(options, check_sink_schema(schema, stream_option=options.stream))

@@ -21,7 +21,6 @@ from pyspark.sql.datasource import (
 
 from liftbridge_client.client import Client
 from liftbridge_client.errors import FeatureNotSupportedError
-from liftbridge_client.exactly_once.sequencer import Checkpoint
 from liftbridge_client.spark import _positions
 from liftbridge_client.spark._batch import (
     LiftbridgePartition,
@@ -34,11 +33,13 @@ from liftbridge_client.spark._batch import (
     write_task,
 )
 from liftbridge_client.spark._committed_stream import (
-    advance,
-    refs_of,
+    Plan,
+    StatesAt,
+    ensure_store,
+    next_plan,
     split_offsets,
-    states_for,
-    with_states,
+    store_end,
+    with_plan,
 )
 from liftbridge_client.spark._offsets import (
     OffsetMap,
@@ -102,7 +103,7 @@ class StreamReader(DataSourceStreamReader):
         self._last_end: OffsetMap | None = None  # for pyspark < 4.2 (no start given)
         self._target: OffsetMap | None = None  # Trigger.AvailableNow: read up to here
         self._committed = options.isolation == "read_committed"
-        self._last_states: Checkpoint | None = None  # read_committed: states at _last_end
+        self._last_plan: Plan | None = None  # read_committed: the plan at _last_end
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -111,7 +112,7 @@ class StreamReader(DataSourceStreamReader):
             "_last_end": None,
             "_target": None,
             "_committed": self._committed,
-            "_last_states": None,
+            "_last_plan": None,
         }
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -148,8 +149,9 @@ class StreamReader(DataSourceStreamReader):
         offsets = runtime.run(initial())
         self._last_end = offsets
         if self._committed:
-            self._last_states = Checkpoint(refs_of(offsets))
-            return with_states(offsets, self._last_states)
+            runtime.run(ensure_store(client, self._options.states_stream))
+            self._last_plan = Plan.new(self._options.states_stream, offsets)
+            return with_plan(offsets, self._last_plan)
         return offsets
 
     def getDefaultReadLimit(self) -> Any:
@@ -169,9 +171,9 @@ class StreamReader(DataSourceStreamReader):
         runtime = self._run()
         client = runtime.client
         options = self._options
-        known, states = self._last_end, self._last_states
+        known, plan = self._last_end, self._last_plan
         if start is not None:
-            known, states = split_offsets(start)
+            known, plan = split_offsets(start)
 
         async def latest() -> tuple[OffsetMap, OffsetMap | None]:
             partitions = await _positions.list_partitions(client, options)
@@ -206,8 +208,21 @@ class StreamReader(DataSourceStreamReader):
                 "the reader a micro-batch's start offsets)",
                 feature="exactly_once",
             )
-        self._last_states = runtime.run(advance(client, begin, end, states, options.poll_timeout))
-        return with_states(end, self._last_states)
+        if plan is None:
+            raise FeatureNotSupportedError(
+                "isolation=read_committed: this query's checkpoint was started with "
+                "read_uncommitted; start it with a new checkpointLocation",
+                feature="exactly_once",
+            )
+        moves = any(
+            stop > begin.get(stream, {}).get(pid, stop)
+            for stream, ends in end.items()
+            for pid, stop in ends.items()
+        )
+        # Metadata only: where the tasks about to run will append their snapshots.
+        store_at = runtime.run(store_end(client, plan.store)) if moves else -1
+        self._last_plan = next_plan(plan, begin, end, store_at)
+        return with_plan(end, self._last_plan)
 
     def _max_rows(self, limit: Any) -> int | None:
         if limit is None:  # pyspark < 4.2: the option is applied here
@@ -219,8 +234,10 @@ class StreamReader(DataSourceStreamReader):
     def partitions(
         self, start: Mapping[str, Any], end: Mapping[str, Any]
     ) -> Sequence[InputPartition]:
-        begin, states = split_offsets(start)
-        stop, _ = split_offsets(end)
+        begin, plan = split_offsets(start)
+        # The end's plan names the run: Spark may call initialOffset again for a first
+        # batch's start (a new run id each time), never for an end it logged.
+        stop, end_plan = split_offsets(end)
         missing = {
             s: [int(p) for p in pids if p not in begin.get(s, {})] for s, pids in stop.items()
         }
@@ -230,10 +247,26 @@ class StreamReader(DataSourceStreamReader):
             missing = {s: pids for s, pids in missing.items() if pids}
             begin = runtime.run(_with_new_partitions(client, self._options, begin, missing))
         if self._committed:  # one task per partition, from the states at its start
+            if plan is None or end_plan is None:
+                raise FeatureNotSupportedError(
+                    "isolation=read_committed: these offsets carry no producer states plan; "
+                    "start the query with a new checkpointLocation",
+                    feature="exactly_once",
+                )
             ranges = plan_ranges(begin, stop)
+            horizon = self._options.idle_horizon_ns
             return [
                 LiftbridgePartition(
-                    RangePartition(r, self._options, states_for(states, r.stream, r.partition))
+                    RangePartition(
+                        r,
+                        self._options,
+                        states_at=StatesAt(
+                            end_plan.store,
+                            end_plan.run,
+                            plan.position(r.stream, r.partition),
+                            horizon,
+                        ),
+                    )
                 )
                 for r in ranges
             ]

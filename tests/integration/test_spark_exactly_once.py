@@ -273,7 +273,7 @@ def test_streaming_read_committed_carries_producer_states_across_batches_and_res
     first = sorted(r.v for r in spark.read.parquet(str(tmp_path / "out")).collect())
     assert first == ["plain", "r10"]  # the transaction is not committed yet
     asyncio.run(phase_two(intents))
-    run_query()  # restarted from the checkpoint: the states come from its offsets
+    run_query()  # restarted from the checkpoint: the states come from the states stream
     got = sorted(r.v for r in spark.read.parquet(str(tmp_path / "out")).collect())
     assert got == ["plain", "r10", "r11", "t0", "t1", "t2"]
     assert sorted(got) == sorted(

@@ -146,6 +146,15 @@ def test_checkpoint_prunes_producers_older_than_the_horizon() -> None:
     assert [s.producer for s in kept.states] == [A]
 
 
+def test_checkpoint_prunes_nothing_when_the_newest_clock_is_within_the_horizon() -> None:
+    seq = Sequencer()
+    log = Log(seq)
+    log.put(A, 10 << 4, Flags.OUTSIDE_TXN)  # clocks far below a week of ticks
+    log.put(B, 3 << 4, Flags.OUTSIDE_TXN)
+    kept = seq.checkpoint(prune_horizon_ns=7 * 24 * 3600 * 10**9)
+    assert [s.producer for s in kept.states] == sorted([A, B])
+
+
 def test_bad_checkpoint_is_a_typed_error() -> None:
     with pytest.raises(errors.InvalidInputError, match="checkpoint"):
         Checkpoint.from_json('{"offsets": 3}')

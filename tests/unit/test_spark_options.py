@@ -263,25 +263,64 @@ def test_available_now_caps_at_the_target_and_holds_new_partitions() -> None:
     assert _up_to(begin, latest, target) == {"s": {"0": 20, "1": 8, "2": 3}}
 
 
-def test_read_committed_offsets_carry_the_producer_states() -> None:
-    from liftbridge_client.exactly_once.sequencer import Checkpoint, PartitionRef, ProducerState
+def test_read_committed_offsets_carry_a_plan_not_the_producer_states() -> None:
     from liftbridge_client.spark._committed_stream import (
+        NO_STATES,
         STATES_KEY,
+        Plan,
+        next_plan,
         split_offsets,
-        states_for,
-        with_states,
+        with_plan,
     )
 
-    ref = PartitionRef("orders", 1)
-    states = Checkpoint({ref: 7}, (ProducerState(ref, b"\x01" * 6, 42, 5),))
     offsets = {"orders": {"0": 3, "1": 7}}
-    carried = json.loads(json.dumps(with_states(offsets, states)))  # as Spark stores it
+    plan = Plan.new("states", offsets)
+    carried = json.loads(json.dumps(with_plan(offsets, plan)))  # as Spark stores it
     assert isinstance(carried[STATES_KEY], str)
     back, restored = split_offsets(carried)
     assert back == offsets
-    assert restored == states
-    assert states_for(restored, "orders", 1) == states.states
-    assert states_for(restored, "orders", 0) == ()
+    assert restored == plan
+    assert restored.position("orders", 1) == NO_STATES
+    # Partition 1 moves: its snapshot is searched from the states stream's end at planning;
+    # partition 0 does not: it keeps its position, so an idle batch gives equal offsets.
+    end = {"orders": {"0": 3, "1": 9}, "new": {"0": 0}}
+    moved = next_plan(plan, offsets, end, 40)
+    assert moved.positions == {"orders": {"0": NO_STATES, "1": 40}, "new": {"0": NO_STATES}}
+    assert next_plan(moved, end, end, 99) == moved
     assert split_offsets(offsets) == (offsets, None)
     with pytest.raises(InvalidInputError, match=STATES_KEY):
         split_offsets({**offsets, STATES_KEY: 3})
+    # The development format (states inline in the offsets) is refused, naming the fix.
+    inline = json.dumps({"offsets": [], "producers": []})
+    with pytest.raises(InvalidInputError, match="new checkpointLocation"):
+        split_offsets({**offsets, STATES_KEY: inline})
+
+
+def test_producer_state_snapshots_round_trip_in_parts_under_the_message_limit() -> None:
+    from liftbridge_client.exactly_once.sequencer import PartitionRef, ProducerState
+    from liftbridge_client.spark import _committed_stream as cs
+
+    ref = PartitionRef("orders", 2)
+    states = tuple(
+        ProducerState(ref, i.to_bytes(6, "big"), (1 << 63) + i, -1 if i % 2 else i)
+        for i in range(cs.PART_STATES * 2 + 5)
+    )
+    parts = cs.encode_states(states)
+    assert len(parts) == 3
+    assert all(len(p) < 1 << 20 for p in parts)
+    assert cs.decode_states(ref, parts) == states
+    assert cs.decode_states(ref, cs.encode_states(())) == ()
+
+
+@pytest.mark.parametrize("option", ["committedStatesStream", "producerIdleHorizonMs"])
+def test_read_committed_state_options_only_for_streaming_read_committed(option: str) -> None:
+    base = {"brokers": "127.0.0.1:1", "stream": "s", option: "5"}
+    with pytest.raises(InvalidInputError, match=option):
+        SourceOptions.parse(base, streaming=True)
+    with pytest.raises(InvalidInputError, match=option):
+        SourceOptions.parse({**base, "isolation": "read_committed"}, streaming=False)
+    parsed = SourceOptions.parse({**base, "isolation": "read_committed"}, streaming=True)
+    if option == "producerIdleHorizonMs":
+        assert parsed.idle_horizon_ns == 5_000_000
+    else:
+        assert parsed.states_stream == "5"

@@ -1,0 +1,50 @@
+"""Read tasks of one worker process share a connection (`_runtime.borrow` / `give_back`):
+only after a clean task, and only while it has not been idle too long."""
+
+from __future__ import annotations
+
+import pytest
+
+from liftbridge_client.options import ClientOptions
+from liftbridge_client.spark import _runtime
+
+KEY = ("read", ("127.0.0.1:1",), (), 1.0)
+
+
+def borrow() -> _runtime.TaskRuntime:
+    return _runtime.borrow(KEY, ["127.0.0.1:1"], [], ClientOptions())
+
+
+@pytest.fixture(autouse=True)
+def _empty_pool() -> None:
+    _runtime._idle.clear()
+
+
+def test_a_clean_task_hands_its_runtime_to_the_next() -> None:
+    first = borrow()
+    _runtime.give_back(KEY, first, ok=True)
+    assert borrow() is first
+    assert borrow() is not first  # taken: a second borrower gets its own
+
+
+def test_a_failed_task_closes_its_runtime() -> None:
+    first = borrow()
+    _runtime.give_back(KEY, first, ok=False)
+    assert borrow() is not first
+
+
+def test_an_idle_runtime_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = borrow()
+    _runtime.give_back(KEY, first, ok=True)
+    monkeypatch.setattr(_runtime, "REUSE_IDLE", -1.0)
+    assert borrow() is not first
+
+
+def test_other_connection_settings_get_other_runtimes() -> None:
+    first = borrow()
+    _runtime.give_back(KEY, first, ok=True)
+    other = _runtime.borrow(
+        ("read", ("127.0.0.1:2",), (), 1.0), ["127.0.0.1:2"], [], ClientOptions()
+    )
+    assert other is not first
+    assert borrow() is first
