@@ -126,10 +126,18 @@ def publish(
     asyncio.run(_publish(addresses, stream, messages))
 
 
-def create_stream(addresses: Sequence[str], subject: str, name: str, **settings: Any) -> None:
+def create_stream(
+    addresses: Sequence[str],
+    subject: str,
+    name: str,
+    config: StreamConfig | None = None,
+    **settings: Any,
+) -> None:
+    """Create a stream; ``settings`` are `StreamConfig` fields (or pass ``config``)."""
+
     async def go() -> None:
         async with Client(addresses, options=OPTIONS) as client:
-            await client.create_stream(subject, name, StreamConfig(**settings))
+            await client.create_stream(subject, name, config or StreamConfig(**settings))
 
     asyncio.run(go())
 

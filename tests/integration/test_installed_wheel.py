@@ -33,7 +33,7 @@ USER_FILES = {
         import sys
         from pathlib import Path
 
-        from liftbridge_client import Client, StartPosition, StopPosition
+        from liftbridge_client import Client, StartPosition, StopPosition, StreamConfig
         from liftbridge_client.testing import nats_server_binary
 
 
@@ -58,7 +58,7 @@ USER_FILES = {
         async def test_cluster(liftbridge_cluster, unique_stream):
             async with Client(liftbridge_cluster.addresses) as client:
                 await client.create_stream(
-                    unique_stream.subject, unique_stream.name, replication_factor=3
+                    unique_stream.subject, unique_stream.name, StreamConfig(replication_factor=3)
                 )
                 ack = await client.publish(unique_stream.name, b"replicated")
                 assert ack.offset == 0
