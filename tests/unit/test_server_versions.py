@@ -17,6 +17,7 @@ from liftbridge_client.testing import (
     Cluster,
     ConfigError,
     NodeConfig,
+    ProvisionError,
     SingleNode,
     SnapshotMissingError,
     _deployments,
@@ -40,7 +41,10 @@ def node_config(tmp_path: Path, **kw: object) -> NodeConfig:
 
 
 def test_known_versions_and_aliases() -> None:
-    assert [v.name for v in KNOWN_VERSIONS] == ["v1.9.0", "v1.7.1", MASTER_VERSION]
+    names = [v.name for v in KNOWN_VERSIONS]
+    assert names == ["v1.9.0", "v1.7.1", MASTER_VERSION, "v1.9.0+lbc.1"]
+    assert server_version("v1.9.0+lbc.1").patched_from == "v1.9.0"
+    assert not server_version("v1.9.0+lbc.1").is_release
     assert server_version("master").name == MASTER_VERSION
     assert server_version("default").name == "v1.9.0"
     assert not server_version("master").is_release
@@ -55,6 +59,8 @@ def test_known_versions_and_aliases() -> None:
         ("v1.9.0", False),
         ("v1.7.1", False),
         ("v1.0.0", False),
+        ("v1.9.0+lbc.1", False),  # patched v1.9.0: no telemetry, rejects the key
+        ("v1.9.1+lbc.1", True),
         ("v1.9.1", True),
         ("v26.01.1", True),
         (MASTER_VERSION, True),
@@ -163,6 +169,52 @@ def test_master_build_unpacks_the_snapshot_and_stamps_the_cache(
     assert goflags == "-mod=mod"
     assert not _provision.liftbridge_needs_build("master")  # the stamp is trusted
     assert _provision.binary_version(binary) is None  # master reports "dev"
+
+
+def test_patched_build_applies_the_patches_in_order_and_stamps_their_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LIFTBRIDGE_CLIENT_CACHE", str(tmp_path / "cache"))
+    module = tmp_path / "modcache" / "liftbridge@v1.9.0"
+    module.mkdir(parents=True)
+    (module / "a.go").write_text("one\n")
+    module.chmod(0o555)  # like the Go module cache
+    patches = tmp_path / "patches"
+    (patches / "v1.9.0+lbc.1").mkdir(parents=True)
+    for name, old, new in (("0001-x.patch", "one", "two"), ("0002-y.patch", "two", "three")):
+        (patches / "v1.9.0+lbc.1" / name).write_text(
+            f"--- a/a.go\n+++ b/a.go\n@@ -1 +1 @@\n-{old}\n+{new}\n"
+        )
+    monkeypatch.setenv("LIFTBRIDGE_PATCHES", str(patches))
+    # A stand-in `go`: `mod download` names the module dir; `build` copies the patched
+    # source into a script that reports v1.9.0, as the real patched binary does.
+    write_script(
+        tmp_path / "gobin" / "go",
+        f'if [ "$1" = mod ]; then echo \'{{"Dir": "{module}"}}\'; exit 0; fi\n'
+        "out=$4; { printf '#!/bin/sh\\necho \"liftbridge version v1.9.0\"\\n# '; "
+        'cat a.go; } > "$out"; chmod +x "$out"',
+    )
+    monkeypatch.setenv("PATH", f"{tmp_path / 'gobin'}:/usr/bin:/bin")
+    binary = _provision.liftbridge_binary("v1.9.0+lbc.1")
+    assert "# three" in binary.read_text()  # both patches, in name order
+    stamp = (binary.parent / ".built-from").read_text()
+    assert stamp.startswith("v1.9.0+lbc.1 patches-sha256:")
+    assert not _provision.liftbridge_needs_build("v1.9.0+lbc.1")
+    # Editing a patch makes the cached build stale.
+    (patches / "v1.9.0+lbc.1" / "0002-y.patch").write_text(
+        "--- a/a.go\n+++ b/a.go\n@@ -1 +1 @@\n-two\n+four\n"
+    )
+    assert _provision.liftbridge_needs_build("v1.9.0+lbc.1")
+
+
+def test_patched_build_refuses_to_run_without_its_patches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LIFTBRIDGE_CLIENT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LIFTBRIDGE_PATCHES", str(tmp_path / "none"))
+    assert not _provision.snapshot_available("v1.9.0+lbc.1")
+    with pytest.raises(ProvisionError, match=r"no patches for Liftbridge v1\.9\.0\+lbc\.1"):
+        _provision.liftbridge_binary("v1.9.0+lbc.1")
 
 
 _PLUGIN_TESTS = """
