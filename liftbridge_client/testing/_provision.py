@@ -295,25 +295,38 @@ def patched_source(go: str, spec: ServerVersion, out_dir: Path) -> Path:
     shutil.copytree(source_dir, copy)
     for path in [copy, *copy.rglob("*")]:  # the module cache is read-only
         path.chmod(path.stat().st_mode | 0o200)
+    # The copy gets a repository of its own: inside another work tree (a cache under a
+    # checkout) `git apply` skips paths outside its subdirectory and still succeeds.
+    _git(git, ["init", "-q"], copy, "cannot prepare the source copy")
     for patch in files:
-        try:
-            completed = subprocess.run(
-                [git, "apply", "--whitespace=nowarn", os.fspath(patch)],
-                cwd=copy,
-                capture_output=True,
-                text=True,
-                timeout=_VERSION_TIMEOUT * 6,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise ProvisionError(f"cannot apply {patch}: {exc}") from exc
-        if completed.returncode != 0:
-            raise ProvisionError(
-                f"{patch} does not apply to Liftbridge {spec.patched_from}:\n"
-                f"{_tail(completed.stdout + completed.stderr)}"
-            )
+        _git(
+            git, ["apply", "--whitespace=nowarn", os.fspath(patch)], copy, f"{patch} does not apply"
+        )
+    # Proof the patches are in, whatever git said: each one reverses cleanly, newest first.
+    for patch in reversed(files):
+        _git(git, ["apply", "--check", "-R", os.fspath(patch)], copy, f"{patch} is not applied")
+        _git(git, ["apply", "-R", os.fspath(patch)], copy, f"{patch} does not reverse")
+    for patch in files:
+        _git(git, ["apply", os.fspath(patch)], copy, f"{patch} does not apply")
     return copy
+
+
+def _git(git: str, args: list[str], cwd: Path, failure: str) -> None:
+    """Run ``git args`` in ``cwd``; raise :class:`ProvisionError` with ``failure`` if it fails."""
+    try:
+        completed = subprocess.run(
+            [git, *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=60.0,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ProvisionError(f"{failure}: {exc}") from exc
+    if completed.returncode != 0:
+        raise ProvisionError(f"{failure}:\n{_tail(completed.stdout + completed.stderr)}")
 
 
 def master_snapshot() -> Path:

@@ -174,6 +174,9 @@ def test_master_build_unpacks_the_snapshot_and_stamps_the_cache(
 def test_patched_build_applies_the_patches_in_order_and_stamps_their_hash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The cache inside a git work tree, as a cache under a checkout is: there `git apply`
+    # run in a subdirectory skips the patch's paths and still exits 0.
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     monkeypatch.setenv("LIFTBRIDGE_CLIENT_CACHE", str(tmp_path / "cache"))
     module = tmp_path / "modcache" / "liftbridge@v1.9.0"
     module.mkdir(parents=True)

@@ -1,0 +1,192 @@
+"""Deterministic scenarios for the leader-epoch defects that v1.9.0+lbc.1 patches.
+
+Each scenario drives a 3-node :class:`Cluster` (loopback, SIGSTOP/SIGKILL only, no
+network namespace) into one defect's precondition by construction, not by timing luck, and
+returns what each replica's log holds afterwards. docs/compatibility.md explains the
+mechanisms; the patches are in ``patches/liftbridge/v1.9.0+lbc.1/``.
+
+- :func:`empty_leader_divergence`: a leader takes in messages its followers never get
+  (they are paused), dies; a follower with an empty log becomes leader, takes other
+  messages at the same offsets; the old leader comes back. v1.9.0's new leader started its
+  epoch at offset -1, read that as "no later epoch" and answered its log end offset, so the
+  old leader kept its own messages under offsets where the leader has different ones: two
+  replicas in the ISR disagree on committed offsets. The patched leader answers -1 and the
+  old leader truncates everything it had.
+
+Run one by hand (from tests/):
+``python -m faults.epoch_scenarios --rounds 3 --out /tmp/epoch`` (stock and patched, in turn).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from liftbridge_client import AckPolicy, Client, ClientOptions, RetryPolicy, errors
+from liftbridge_client.testing import Cluster, LiftbridgeNode
+
+OPTIONS = ClientOptions(
+    ack_wait=5.0,
+    rpc_timeout=3.0,
+    retry=RetryPolicy(attempts=10, initial_backoff=0.2, max_backoff=1.0),
+)
+# Generous bounds: the machine is shared and a failover takes the 3 s leader timeout plus a
+# metadata election; nothing here asserts on time.
+FAILOVER_WAIT = 60.0
+ISR_WAIT = 90.0
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What a scenario left behind: each replica's log (offset -> value) and who led."""
+
+    version: str
+    old_leader: str
+    new_leader: str
+    logs: dict[str, dict[int, str]]
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def divergent_offsets(self) -> list[int]:
+        """Offsets that two replicas both hold with different values."""
+        offsets = sorted({o for log in self.logs.values() for o in log})
+        bad = []
+        for offset in offsets:
+            values = {log[offset] for log in self.logs.values() if offset in log}
+            if len(values) > 1:
+                bad.append(offset)
+        return bad
+
+    def to_dict(self) -> dict[str, object]:
+        return {**dataclasses.asdict(self), "divergent": self.divergent_offsets()}
+
+
+@contextlib.contextmanager
+def paused(nodes: list[LiftbridgeNode]) -> Iterator[None]:
+    """SIGSTOP ``nodes`` for the block (SIGCONT after it, whatever happens)."""
+    pids = [node.process.pid for node in nodes]
+    try:
+        for pid in pids:
+            if pid:
+                os.kill(pid, signal.SIGSTOP)
+        yield
+    finally:
+        for pid in pids:
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
+
+async def wait_leader(
+    client: Client,
+    stream: str,
+    among: set[str],
+    *,
+    full_isr: bool = False,
+    min_hw: int = -1,
+    timeout: float,
+) -> str:
+    """The partition's leader once it is one of ``among``, with a full ISR if asked and a
+    high watermark of at least ``min_hw``."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            info = await client.fetch_partition_metadata(stream, 0)
+            last = (info.leader, sorted(info.isr), info.high_watermark)
+            full = set(info.isr) == set(info.replicas)
+            if info.leader in among and (full or not full_isr) and info.high_watermark >= min_hw:
+                return str(info.leader)
+        except errors.LiftbridgeError as exc:
+            last = repr(exc)
+        await asyncio.sleep(0.3)
+    raise TimeoutError(f"no leader among {sorted(among)} after {timeout} s (last: {last})")
+
+
+async def read_replica(
+    address: str, addresses: list[str], stream: str, last: int
+) -> dict[int, str]:
+    """Offsets 0..``last`` as one replica holds them (an ISR-replica read pinned to it)."""
+    pinned = dataclasses.replace(OPTIONS, address_overrides=dict.fromkeys(addresses, address))
+    got: dict[int, str] = {}
+    deadline = time.monotonic() + 60
+    # A node just restarted may refuse connections or not be in the ISR yet: retry.
+    while time.monotonic() < deadline and len(got) <= last:
+        start = max(got) + 1 if got else 0
+        try:
+            async with (
+                Client([address], options=pinned) as one,
+                one.subscribe(
+                    stream, 0, start_offset=start, stop_offset=last, read_isr_replica=True
+                ) as sub,
+            ):
+                async for message in sub:
+                    got[message.offset] = message.value.decode()
+        except errors.StopPositionReached:
+            break
+        except errors.LiftbridgeError:
+            await asyncio.sleep(0.5)
+    return got
+
+
+async def empty_leader_divergence(cluster: Cluster, version: str) -> Outcome:
+    """The -1 epoch start: see the module docstring. Needs a started 3-node cluster."""
+    name = f"epoch-{uuid.uuid4().hex[:8]}"
+    async with Client(cluster.addresses, nats_servers=[cluster.nats_url], options=OPTIONS) as c:
+        # min ISR 1: the lone leader must take messages while both followers are paused.
+        await c.create_stream(f"epoch.{name}", name, replication_factor=3, min_isr=1)
+        everyone = {node.server_id for node in cluster.nodes}
+        old = await wait_leader(c, name, everyone, full_isr=True, timeout=ISR_WAIT)
+        others = [node for node in cluster.nodes if node.server_id != old]
+        with paused(others):
+            for i in range(10):
+                await c.publish(name, f"old-{i}".encode(), ack_policy=AckPolicy.LEADER)
+            cluster.node(old).kill()
+        # The followers, resumed, report the dead leader; one of them (empty log) leads.
+        new = await wait_leader(c, name, {n.server_id for n in others}, timeout=FAILOVER_WAIT)
+        for i in range(5):
+            await c.publish(name, f"new-{i}".encode(), ack_policy=AckPolicy.LEADER)
+        await asyncio.to_thread(cluster.node(old).start)
+        # The 5 new messages committed (so on every ISR replica) with the old leader back.
+        await wait_leader(c, name, {new}, full_isr=True, min_hw=4, timeout=ISR_WAIT)
+        info = await c.fetch_partition_metadata(name, 0)
+        last = int(info.high_watermark)
+    addresses = {node.server_id: node.address for node in cluster.nodes}
+    logs = {
+        node: await read_replica(address, list(addresses.values()), name, last)
+        for node, address in addresses.items()
+    }
+    return Outcome(version, old, new, logs, notes=[f"high watermark {last}"])
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--versions", default="v1.9.0,v1.9.0+lbc.1", help="comma list")
+    parser.add_argument("--rounds", type=int, default=1, help="per version, interleaved")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    versions = [v for v in args.versions.split(",") if v]
+    divergent = dict.fromkeys(versions, 0)
+    for round_ in range(args.rounds):
+        for version in versions:
+            with Cluster(3, base_dir=args.out / f"{version}-{round_}", versions=version) as cl:
+                outcome = asyncio.run(empty_leader_divergence(cl, version))
+            divergent[version] += bool(outcome.divergent_offsets())
+            print(json.dumps(outcome.to_dict()), flush=True)
+    for version, count in divergent.items():
+        print(f"{version}: divergent in {count} of {args.rounds} rounds", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
