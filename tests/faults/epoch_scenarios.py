@@ -55,6 +55,13 @@ class Outcome:
     new_leader: str
     logs: dict[str, dict[int, str]]
     notes: list[str] = dataclasses.field(default_factory=list)
+    acked: list[str] = dataclasses.field(default_factory=list)  # values acked with ALL
+    stream: str = ""
+
+    def acked_lost(self) -> list[str]:
+        """Acked values the new leader's log does not hold."""
+        held = set(self.logs.get(self.new_leader, {}).values())
+        return [value for value in self.acked if value not in held]
 
     def divergent_offsets(self) -> list[int]:
         """Offsets that two replicas both hold with different values."""
@@ -67,7 +74,11 @@ class Outcome:
         return bad
 
     def to_dict(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "divergent": self.divergent_offsets()}
+        return {
+            **dataclasses.asdict(self),
+            "divergent": self.divergent_offsets(),
+            "acked_lost": self.acked_lost(),
+        }
 
 
 @contextlib.contextmanager
@@ -165,26 +176,91 @@ async def empty_leader_divergence(cluster: Cluster, version: str) -> Outcome:
         node: await read_replica(address, list(addresses.values()), name, last)
         for node, address in addresses.items()
     }
-    return Outcome(version, old, new, logs, notes=[f"high watermark {last}"])
+    return Outcome(version, old, new, logs, notes=[f"high watermark {last}"], stream=name)
+
+
+async def restart_truncation_loss(cluster: Cluster, version: str) -> Outcome:
+    """The HW fallback: see the module docstring. Needs a started 3-node cluster."""
+    name = f"hwloss-{uuid.uuid4().hex[:8]}"
+    async with Client(cluster.addresses, nats_servers=[cluster.nats_url], options=OPTIONS) as c:
+        await c.create_stream(f"epoch.{name}", name, replication_factor=3, min_isr=2)
+        everyone = {node.server_id for node in cluster.nodes}
+        old = await wait_leader(c, name, everyone, full_isr=True, timeout=ISR_WAIT)
+        spare, witness = [node for node in cluster.nodes if node.server_id != old]
+        notes = [f"paused {spare.server_id}; ISR {{{old}, {witness.server_id}}}"]
+        with paused([spare]):
+            # Out of the ISR: ALL acks then mean the leader and `witness` only.
+            await wait_isr(c, name, {old, witness.server_id}, timeout=ISR_WAIT)
+            acked = []
+            for i in range(20):
+                await c.publish(name, f"acked-{i}".encode(), ack_policy=AckPolicy.ALL)
+                acked.append(f"acked-{i}")
+            # Killed before its next HW checkpoint (every 5 s): its HW on disk is behind.
+            witness.kill()
+            cluster.node(old).kill()
+        # `witness` recovers as a follower of the dead leader, asks it for the epoch's end
+        # offset (no responders), then is elected: it is the only other ISR replica.
+        await asyncio.to_thread(witness.start, wait=False)
+        new = await wait_leader(c, name, {witness.server_id}, timeout=FAILOVER_WAIT)
+        await asyncio.to_thread(cluster.node(old).start)
+        await wait_leader(c, name, {new}, full_isr=True, timeout=ISR_WAIT)
+        info = await c.fetch_partition_metadata(name, 0)
+        last = int(info.high_watermark)
+    addresses = {node.server_id: node.address for node in cluster.nodes}
+    logs = {
+        node: await read_replica(address, list(addresses.values()), name, last)
+        for node, address in addresses.items()
+    }
+    notes.append(f"high watermark {last}")
+    return Outcome(version, old, new, logs, notes=notes, acked=acked, stream=name)
+
+
+async def wait_isr(client: Client, stream: str, isr: set[str], *, timeout: float) -> None:
+    """Wait until the partition's ISR is exactly ``isr``."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(errors.LiftbridgeError):
+            info = await client.fetch_partition_metadata(stream, 0)
+            last = sorted(info.isr)
+            if set(info.isr) == isr:
+                return
+        await asyncio.sleep(0.3)
+    raise TimeoutError(f"ISR never became {sorted(isr)} in {timeout} s (last: {last})")
+
+
+SCENARIOS = {
+    "divergence": empty_leader_divergence,
+    "hw-loss": restart_truncation_loss,
+}
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--versions", default="v1.9.0,v1.9.0+lbc.1", help="comma list")
     parser.add_argument("--rounds", type=int, default=1, help="per version, interleaved")
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="divergence")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     versions = [v for v in args.versions.split(",") if v]
+    scenario = SCENARIOS[args.scenario]
     divergent = dict.fromkeys(versions, 0)
+    lost = dict.fromkeys(versions, 0)
     for round_ in range(args.rounds):
         for version in versions:
-            with Cluster(3, base_dir=args.out / f"{version}-{round_}", versions=version) as cl:
-                outcome = asyncio.run(empty_leader_divergence(cl, version))
+            base = args.out / f"{args.scenario}-{version}-{round_}"
+            with Cluster(3, base_dir=base, versions=version, log_level="debug") as cluster:
+                outcome = asyncio.run(scenario(cluster, version))
             divergent[version] += bool(outcome.divergent_offsets())
+            lost[version] += bool(outcome.acked_lost())
             print(json.dumps(outcome.to_dict()), flush=True)
-    for version, count in divergent.items():
-        print(f"{version}: divergent in {count} of {args.rounds} rounds", flush=True)
+    for version in versions:
+        print(
+            f"{args.scenario} {version}: divergent in {divergent[version]}, acked lost in "
+            f"{lost[version]} of {args.rounds} rounds",
+            flush=True,
+        )
     return 0
 
 
