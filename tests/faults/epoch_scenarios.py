@@ -12,9 +12,15 @@ mechanisms; the patches are in ``patches/liftbridge/v1.9.0+lbc.1/``.
   old leader kept its own messages under offsets where the leader has different ones: two
   replicas in the ISR disagree on committed offsets. The patched leader answers -1 and the
   old leader truncates everything it had.
+- :func:`restart_truncation_loss`: with one follower paused out of the ISR, 20 messages are
+  acked ALL by the leader and the other follower, which is then killed before its next HW
+  checkpoint, and the leader after it. The follower restarts, asks the dead leader where
+  its epoch ended, gets "no responders" and (v1.9.0) truncates to its checkpointed HW; it
+  is then elected, being the only other ISR member, and the acked messages are gone. The
+  patched follower keeps asking until it is elected itself, and keeps its log.
 
-Run one by hand (from tests/):
-``python -m faults.epoch_scenarios --rounds 3 --out /tmp/epoch`` (stock and patched, in turn).
+Run by hand (from tests/): ``python -m faults.epoch_scenarios --scenario hw-loss --rounds 3
+--out /tmp/epoch`` (stock and patched in turn; ``--scenario divergence`` for the other).
 """
 
 from __future__ import annotations

@@ -294,6 +294,25 @@ def test_plugin_selects_tests_by_the_default_server_version(tmp_path: Path) -> N
     assert "unknown Liftbridge server version 'v0.1'" in bad.stdout + bad.stderr
 
 
+def test_a_patched_default_runs_the_tests_of_its_release(tmp_path: Path) -> None:
+    patches = tmp_path / "patches" / "v1.9.0+lbc.1"
+    patches.mkdir(parents=True)
+    (patches / "0001-x.patch").write_text("")
+    (tmp_path / "test_release_only.py").write_text(
+        'import pytest\n\n\n@pytest.mark.server_versions("v1.9.0", "master")\n'
+        "def test_release_only():\n    pass\n"
+    )
+    run = _run_plugin(
+        tmp_path,
+        LIFTBRIDGE_SERVER_VERSION="v1.9.0+lbc.1",
+        LIFTBRIDGE_PATCHES=str(tmp_path / "patches"),
+    )
+    # The v1.9.0-or-master test runs; the v1.7.1-only and master-snapshot ones do not.
+    assert "2 passed, 2 deselected" in run.stdout, run.stdout
+    assert "test_release_only" not in run.stdout
+    assert "test_only_on_v1_7_1: runs against v1.7.1 only" in run.stdout
+
+
 def test_switching_a_node_version_rewrites_its_telemetry_setting(tmp_path: Path) -> None:
     node = LiftbridgeNode(node_config(tmp_path), tmp_path / "n", binary=FAKE_BINARY)
     assert TELEMETRY_OFF_LINE not in node.config_path.read_text()
