@@ -18,6 +18,9 @@ mechanisms; the patches are in ``patches/liftbridge/v1.9.0+lbc.1/``.
   its epoch ended, gets "no responders" and (v1.9.0) truncates to its checkpointed HW; it
   is then elected, being the only other ISR member, and the acked messages are gone. The
   patched follower keeps asking until it is elected itself, and keeps its log.
+- :func:`epoch_boundary_divergence` (5 nodes): a follower-recorded epoch start answers the
+  returning old leader one offset too high, and it keeps its own entry at the boundary
+  (stock v1.9.0: 2 of 2 rounds; run by hand only, it takes about a minute per version).
 
 Run by hand (from tests/): ``python -m faults.epoch_scenarios --scenario hw-loss --rounds 3
 --out /tmp/epoch`` (stock and patched in turn; ``--scenario divergence`` for the other).
@@ -235,10 +238,56 @@ async def wait_isr(client: Client, stream: str, isr: set[str], *, timeout: float
     raise TimeoutError(f"ISR never became {sorted(isr)} in {timeout} s (last: {last})")
 
 
+async def epoch_boundary_divergence(cluster: Cluster, version: str) -> Outcome:
+    """Where a follower-recorded epoch starts: needs a started 5-node cluster.
+
+    The stream's replicas are A (first leader), M and F. A takes offset 5 alone (M and F
+    paused) and dies; M leads epoch 2 and writes offsets 5-9, which F replicates, recording
+    epoch 2 as starting at offset 5 (the first offset it saw in it; a leader records the
+    offset *before* its epoch: M recorded 4). M dies and F leads. A comes back and asks F
+    where epoch 1 ended: F answers 5, A keeps its own offset 5 and rejoins the ISR. Five
+    nodes so that Raft keeps a quorum while A and M are both down.
+    """
+    name = f"boundary-{uuid.uuid4().hex[:8]}"
+    async with Client(cluster.addresses, nats_servers=[cluster.nats_url], options=OPTIONS) as c:
+        await c.create_stream(f"epoch.{name}", name, replication_factor=3, min_isr=1)
+        everyone = {node.server_id for node in cluster.nodes}
+        a = await wait_leader(c, name, everyone, full_isr=True, timeout=ISR_WAIT)
+        info = await c.fetch_partition_metadata(name, 0)
+        followers = [cluster.node(r) for r in info.replicas if r != a]
+        for i in range(5):
+            await c.publish(name, f"e1-{i}".encode(), ack_policy=AckPolicy.ALL)
+        with paused(followers):
+            await c.publish(name, b"a-only-5", ack_policy=AckPolicy.LEADER)
+            cluster.node(a).kill()
+        m = await wait_leader(c, name, {n.server_id for n in followers}, timeout=FAILOVER_WAIT)
+        f = next(n.server_id for n in followers if n.server_id != m)
+        for i in range(5, 10):
+            await c.publish(name, f"e2-{i}".encode(), ack_policy=AckPolicy.LEADER)
+        # Committed: F holds 5-9 (and A is out of the ISR, so F alone can elect itself).
+        await wait_isr(c, name, {m, f}, timeout=ISR_WAIT)
+        await wait_leader(c, name, {m}, min_hw=9, timeout=ISR_WAIT)
+        cluster.node(m).kill()
+        await wait_leader(c, name, {f}, timeout=FAILOVER_WAIT)
+        await asyncio.to_thread(cluster.node(a).start)
+        await wait_isr(c, name, {a, f}, timeout=ISR_WAIT)
+        info = await c.fetch_partition_metadata(name, 0)
+        last = int(info.high_watermark)
+    addresses = {node.server_id: node.address for node in cluster.nodes}
+    logs = {
+        node: await read_replica(addresses[node], list(addresses.values()), name, last)
+        for node in (a, f)
+    }
+    notes = [f"A={a} M={m} F={f}; high watermark {last}"]
+    return Outcome(version, a, f, logs, notes=notes, stream=name)
+
+
 SCENARIOS = {
     "divergence": empty_leader_divergence,
     "hw-loss": restart_truncation_loss,
+    "boundary": epoch_boundary_divergence,
 }
+SIZES = {"boundary": 5}  # nodes; 3 otherwise
 
 
 def main(argv: list[str]) -> int:
@@ -256,7 +305,8 @@ def main(argv: list[str]) -> int:
     for round_ in range(args.rounds):
         for version in versions:
             base = args.out / f"{args.scenario}-{version}-{round_}"
-            with Cluster(3, base_dir=base, versions=version, log_level="debug") as cluster:
+            size = SIZES.get(args.scenario, 3)
+            with Cluster(size, base_dir=base, versions=version, log_level="debug") as cluster:
                 outcome = asyncio.run(scenario(cluster, version))
             divergent[version] += bool(outcome.divergent_offsets())
             lost[version] += bool(outcome.acked_lost())
