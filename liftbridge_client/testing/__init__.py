@@ -2,7 +2,8 @@
 
 Provisioning (:func:`liftbridge_binary`, :func:`nats_server_binary`) builds the pinned
 Liftbridge release (:data:`LIFTBRIDGE_VERSION`) once into a per-version cache; the other
-:data:`KNOWN_VERSIONS` (v1.7.1, and master from a source snapshot) on demand. Deployments
+:data:`KNOWN_VERSIONS` (v1.7.1, master from a source snapshot, and
+:data:`PATCHED_VERSION`, v1.9.0 with this project's server patches) on demand. Deployments
 start servers on 127.0.0.1 only, each in its own temporary directory with its log:
 
 - :class:`SingleNode`: one node with embedded NATS.
@@ -72,6 +73,7 @@ from liftbridge_client.testing._tls import ServerTLS, TestPKI, make_pki
 from liftbridge_client.testing._versions import (
     KNOWN_VERSIONS,
     MASTER_VERSION,
+    PATCHED_VERSION,
     ServerVersion,
     server_version,
 )
@@ -86,6 +88,7 @@ __all__ = [
     "KNOWN_VERSIONS",
     "LIFTBRIDGE_VERSION",
     "MASTER_VERSION",
+    "PATCHED_VERSION",
     "PROBE_STREAM_PREFIX",
     "AddressedCluster",
     "AuthzPolicy",

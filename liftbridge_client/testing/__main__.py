@@ -23,7 +23,7 @@ from types import FrameType
 from liftbridge_client.testing._deployments import Cluster, SingleNode
 from liftbridge_client.testing._errors import HarnessError, SnapshotMissingError
 from liftbridge_client.testing._provision import LIFTBRIDGE_VERSION, provision
-from liftbridge_client.testing._versions import KNOWN_VERSIONS
+from liftbridge_client.testing._versions import KNOWN_VERSIONS, server_version
 
 
 def _provision(args: argparse.Namespace) -> int:
@@ -49,10 +49,10 @@ def _provision(args: argparse.Namespace) -> int:
     return 0
 
 
-def _docker_image(_: argparse.Namespace) -> int:
+def _docker_image(args: argparse.Namespace) -> int:
     from liftbridge_client.testing._docker_images import build_images
 
-    report = build_images()
+    report = build_images(version=server_version(args.server_version).name)
     print(f"liftbridge   {report.liftbridge_image}")
     print(f"nats-server  {' '.join(report.nats_images)}")
     print(f"took {report.seconds:.2f} s")
@@ -118,12 +118,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument(
         "--server-version",
         metavar="VERSION",
-        help=f"v1.9.0, v1.7.1 or master (default {LIFTBRIDGE_VERSION})",
+        help=f"v1.9.0, v1.7.1, master or v1.9.0+lbc.1 (default {LIFTBRIDGE_VERSION})",
     )
     run.set_defaults(func=_run)
-    commands.add_parser(
+    image = commands.add_parser(
         "docker-image", help="build the Liftbridge and nats-server images locally"
-    ).set_defaults(func=_docker_image)
+    )
+    image.add_argument(
+        "--server-version",
+        metavar="VERSION",
+        default=LIFTBRIDGE_VERSION,
+        help=f"v1.9.0 or v1.9.0+lbc.1 (tagged v1.9.0-lbc.1; default {LIFTBRIDGE_VERSION})",
+    )
+    image.set_defaults(func=_docker_image)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

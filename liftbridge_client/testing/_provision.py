@@ -12,6 +12,12 @@ module proxy; ``master-50ac358b41eb`` is built from a source snapshot of that co
 that pseudo-version. A master build reports ``dev``, so its cache entry is trusted by a
 stamp file naming the commit.
 
+``v1.9.0+lbc.1`` is the v1.9.0 module source with the patches of
+``patches/liftbridge/v1.9.0+lbc.1/*.patch`` (``$LIFTBRIDGE_PATCHES``; in a clone of this
+repository, its ``patches/liftbridge``) applied in name order with ``git apply``, then built
+with ``go build``. It reports ``v1.9.0``, so its stamp names the version and a hash of the
+patches: editing a patch rebuilds it.
+
 The build first tries ``go install <module>@<version>``. Some module proxies refuse the
 version-list lookup that ``go install`` makes for its deprecation check; the fallback then
 downloads the module source with ``go mod download`` and runs ``go build`` inside it. The
@@ -26,6 +32,7 @@ Environment variables:
 - ``LIFTBRIDGE_BIN``: use this Liftbridge binary for the default version; nothing is built
   or checked. Other versions are always provisioned.
 - ``LIFTBRIDGE_MASTER_SNAPSHOT``: the master source snapshot (a ``.tar.gz``).
+- ``LIFTBRIDGE_PATCHES``: the directory holding one patch directory per patched version.
 - ``LIFTBRIDGE_CLIENT_CACHE``: the cache root (default ``~/.cache/liftbridge-client``).
 - ``NATS_SERVER_BIN``: use this ``nats-server`` binary.
 """
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -68,6 +76,9 @@ __all__ = [
     "liftbridge_needs_build",
     "master_snapshot",
     "nats_server_binary",
+    "patch_files",
+    "patched_source",
+    "patches_root",
     "provision",
     "snapshot_available",
 ]
@@ -82,6 +93,7 @@ ENV_LIFTBRIDGE_BIN = "LIFTBRIDGE_BIN"
 ENV_CACHE = "LIFTBRIDGE_CLIENT_CACHE"
 ENV_NATS_SERVER_BIN = "NATS_SERVER_BIN"
 ENV_MASTER_SNAPSHOT = "LIFTBRIDGE_MASTER_SNAPSHOT"
+ENV_PATCHES = "LIFTBRIDGE_PATCHES"
 _STAMP = ".built-from"
 
 _BUILD_TIMEOUT = 20 * 60.0
@@ -214,9 +226,107 @@ def _installed(spec: ServerVersion, target: Path) -> bool:
         return binary_version(target) == spec.name
     stamp = target.parent / _STAMP
     try:
-        return os.access(target, os.X_OK) and stamp.read_text().strip() == spec.name
+        return os.access(target, os.X_OK) and stamp.read_text().strip() == _stamp_text(spec)
     except OSError:
         return False
+
+
+def _stamp_text(spec: ServerVersion) -> str:
+    """What the stamp of a build of ``spec`` says: its name (and a hash of its patches)."""
+    if not spec.is_patched:
+        return spec.name
+    try:
+        files = patch_files(spec.name)
+    except ProvisionError:
+        return f"{spec.name} (patches missing)"
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{spec.name} patches-sha256:{digest.hexdigest()[:16]}"
+
+
+def patches_root() -> Path:
+    """Where patch directories live.
+
+    ``$LIFTBRIDGE_PATCHES``, else ``<checkout>/patches/liftbridge``.
+    """
+    configured = os.environ.get(ENV_PATCHES)
+    if configured:
+        return Path(configured).expanduser()
+    root = _checkout_root() or Path.cwd()
+    return root / "patches" / "liftbridge"
+
+
+def patch_files(version: str) -> list[Path]:
+    """The patches of a patched ``version``, in the order they apply (by file name).
+
+    Raises :class:`ProvisionError` when there are none: building the bare release under
+    the patched name would hide the difference every test of it is about.
+    """
+    directory = patches_root() / version
+    files = sorted(directory.glob("*.patch"))
+    if not files:
+        raise ProvisionError(
+            f"no patches for Liftbridge {version} in {directory} (set ${ENV_PATCHES} to the "
+            "directory holding <version>/*.patch)"
+        )
+    return files
+
+
+def patched_source(go: str, spec: ServerVersion, out_dir: Path) -> Path:
+    """Copy ``spec``'s release source into ``out_dir``, apply its patches; return the copy.
+
+    The release source comes from the Go module proxy (or the local module cache, so an
+    offline machine that built the release once can build this too).
+    """
+    assert spec.patched_from is not None
+    files = patch_files(spec.name)
+    git = shutil.which("git")
+    if git is None:
+        raise ProvisionError(
+            f"cannot build Liftbridge {spec.name}: `git` (to apply patches) is missing"
+        )
+    module = f"{LIFTBRIDGE_MODULE}@{spec.patched_from}"
+    ok, output = _run_go([go, "mod", "download", "-json", module], env=_go_env())
+    source_dir = _module_dir(output) if ok else None
+    if source_dir is None:
+        raise ProvisionError(f"cannot download {module}. `go mod download` said:\n{_tail(output)}")
+    copy = out_dir / "src"
+    shutil.copytree(source_dir, copy)
+    for path in [copy, *copy.rglob("*")]:  # the module cache is read-only
+        path.chmod(path.stat().st_mode | 0o200)
+    # The copy gets a repository of its own: inside another work tree (a cache under a
+    # checkout) `git apply` skips paths outside its subdirectory and still succeeds.
+    _git(git, ["init", "-q"], copy, "cannot prepare the source copy")
+    for patch in files:
+        _git(
+            git, ["apply", "--whitespace=nowarn", os.fspath(patch)], copy, f"{patch} does not apply"
+        )
+    # Proof the patches are in, whatever git said: each one reverses cleanly, newest first.
+    for patch in reversed(files):
+        _git(git, ["apply", "--check", "-R", os.fspath(patch)], copy, f"{patch} is not applied")
+        _git(git, ["apply", "-R", os.fspath(patch)], copy, f"{patch} does not reverse")
+    for patch in files:
+        _git(git, ["apply", os.fspath(patch)], copy, f"{patch} does not apply")
+    return copy
+
+
+def _git(git: str, args: list[str], cwd: Path, failure: str) -> None:
+    """Run ``git args`` in ``cwd``; raise :class:`ProvisionError` with ``failure`` if it fails."""
+    try:
+        completed = subprocess.run(
+            [git, *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=60.0,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ProvisionError(f"{failure}: {exc}") from exc
+    if completed.returncode != 0:
+        raise ProvisionError(f"{failure}:\n{_tail(completed.stdout + completed.stderr)}")
 
 
 def master_snapshot() -> Path:
@@ -238,6 +348,11 @@ def snapshot_available(version: str) -> bool:
     spec = server_version(version)
     if spec.is_release or not liftbridge_needs_build(spec.name):
         return True
+    if spec.is_patched:
+        try:
+            return bool(patch_files(spec.name))
+        except ProvisionError:
+            return False
     return master_snapshot().is_file()
 
 
@@ -294,7 +409,7 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
 def _install(spec: ServerVersion, target: Path) -> None:
     """Build ``spec`` into a temporary directory and rename it to ``target``."""
     version = spec.name
-    snapshot = None if spec.is_release else master_snapshot()
+    snapshot = master_snapshot() if spec.snapshot is not None else None
     if snapshot is not None and not snapshot.is_file():
         raise SnapshotMissingError(
             f"cannot build Liftbridge {version}: its source snapshot {snapshot} is missing "
@@ -312,7 +427,9 @@ def _install(spec: ServerVersion, target: Path) -> None:
     started = time.monotonic()
     _log.info("building Liftbridge %s with %s (takes about a minute)", version, go)
     with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent.parent) as tmp:
-        if snapshot is None:
+        if spec.is_patched:
+            built = _build_patched(go, spec, Path(tmp))
+        elif snapshot is None:
             built = _build_liftbridge(go, version, Path(tmp))
             got = binary_version(built)
             if got != version:
@@ -322,8 +439,8 @@ def _install(spec: ServerVersion, target: Path) -> None:
         else:
             built = _build_snapshot(go, snapshot, Path(tmp))
         os.replace(built, target)
-        if snapshot is not None:
-            (target.parent / _STAMP).write_text(version + "\n")
+        if not spec.is_release:
+            (target.parent / _STAMP).write_text(_stamp_text(spec) + "\n")
     _log.info("built %s in %.1f s", target, time.monotonic() - started)
 
 
@@ -357,6 +474,24 @@ def _build_liftbridge(go: str, version: str, out_dir: Path) -> Path:
             f"building Liftbridge {version} in {source_dir} failed. `go build` said:\n"
             f"{_tail(output)}"
         )
+    return binary
+
+
+def _build_patched(go: str, spec: ServerVersion, out_dir: Path, **env: str) -> Path:
+    """Build ``spec`` (a release plus patches) into ``out_dir``; return the binary's path."""
+    source = patched_source(go, spec, out_dir)
+    binary = out_dir / "liftbridge"
+    # The copy is outside the module cache: -mod=mod lets go use the cached dependencies.
+    ok, output = _run_go(
+        [go, "build", "-trimpath", "-o", os.fspath(binary), "."],
+        env=_go_env(GOFLAGS="-mod=mod", **env),
+        cwd=source,
+    )
+    if not ok or not binary.is_file():
+        raise ProvisionError(f"building Liftbridge {spec.name} failed:\n{_tail(output)}")
+    got = binary_version(binary)
+    if got != spec.patched_from:
+        raise ProvisionError(f"{binary} reports {got!r}, expected {spec.patched_from!r}")
     return binary
 
 

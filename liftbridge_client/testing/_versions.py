@@ -9,6 +9,9 @@ proves it is that version, and whether its config must switch telemetry off.
   pseudo-version). It reports ``dev``, so its cache entry carries a stamp file instead. It
   sends telemetry to an outside host unless its config says ``telemetry.enabled: false``,
   while the releases reject that key: :func:`needs_telemetry_off` tells them apart.
+- ``v1.9.0+lbc.1`` is v1.9.0 from the Go module proxy with this project's patches applied
+  (``patches/liftbridge/v1.9.0+lbc.1/`` in the repository; docs/compatibility.md says what
+  they fix). It reports ``v1.9.0``, so its cache entry carries a stamp file too.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ __all__ = [
     "MASTER_COMMIT",
     "MASTER_SNAPSHOT_NAME",
     "MASTER_VERSION",
+    "PATCHED_VERSION",
     "TELEMETRY_OFF_LINE",
     "ServerVersion",
     "needs_telemetry_off",
@@ -37,10 +41,14 @@ MASTER_COMMIT = "50ac358b41eb"
 MASTER_VERSION = f"master-{MASTER_COMMIT}"
 MASTER_SNAPSHOT_NAME = f"liftbridge-{MASTER_COMMIT}.tar.gz"
 
+PATCHED_VERSION = "v1.9.0+lbc.1"
+"""v1.9.0 with the project's server patches (acked-message loss at a leader failover)."""
+
 TELEMETRY_OFF_LINE = "telemetry.enabled: false"
 """The line (as rendered by the harness) that keeps a master build from phoning home."""
 
-_RELEASE_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+# A release, or a release with build metadata (``+lbc.1``: patched, same config keys).
+_RELEASE_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)(?:\+[0-9A-Za-z.-]+)?$")
 # Releases up to this one have no telemetry and reject the telemetry.* keys.
 _LAST_RELEASE_WITHOUT_TELEMETRY = (1, 9, 0)
 
@@ -51,11 +59,17 @@ class ServerVersion:
 
     name: str  # what tests and the CLI call it
     snapshot: str | None = None  # file name of a source snapshot; None: the Go module proxy
+    patched_from: str | None = None  # the release whose source the project's patches change
 
     @property
     def is_release(self) -> bool:
-        """True for a tagged release fetched from the Go module proxy."""
-        return self.snapshot is None
+        """True for a tagged release fetched from the Go module proxy, unchanged."""
+        return self.snapshot is None and self.patched_from is None
+
+    @property
+    def is_patched(self) -> bool:
+        """True for a release built with the patches in ``patches/liftbridge/<name>/``."""
+        return self.patched_from is not None
 
     @property
     def telemetry_off(self) -> bool:
@@ -67,6 +81,7 @@ KNOWN_VERSIONS: tuple[ServerVersion, ...] = (
     ServerVersion(DEFAULT_VERSION),
     ServerVersion("v1.7.1"),
     ServerVersion(MASTER_VERSION, snapshot=MASTER_SNAPSHOT_NAME),
+    ServerVersion(PATCHED_VERSION, patched_from=DEFAULT_VERSION),
 )
 """Every version the harness provisions (``make servers``), the default first."""
 
@@ -85,6 +100,8 @@ def server_version(name: str) -> ServerVersion:
 
 def needs_telemetry_off(version: str) -> bool:
     """True unless ``version`` is a release up to v1.9.0 (which has no telemetry).
+
+    A patched release (``v1.9.0+lbc.1``) counts as its release.
 
     Anything else - master builds, ``dev``, an unparsable string - is treated as a build
     that may send telemetry, so its config must disable it.

@@ -194,7 +194,8 @@ def _marker_versions(item: pytest.Item, name: str) -> list[str] | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark cluster tests; deselect tests for other versions or without the master snapshot.
 
-    A test marked ``server_versions`` runs only when the default version is listed (the
+    A test marked ``server_versions`` runs only when the default version (or the release a
+    patched default is built from) is listed (the
     summary names each one left out). A test needing a version whose source snapshot is
     absent is deselected (with a line in the summary), unless ``$CI`` is set: then it stays
     and fails with the provisioning error.
@@ -208,7 +209,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "liftbridge_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
         only = _marker_versions(item, "server_versions")
-        if only is not None and default not in only:
+        # A patched release (v1.9.0+lbc.1) runs what its release runs.
+        base = server_version(default).patched_from
+        if only is not None and default not in only and base not in only:
             dropped.append(item)
             off_version.append(f"{item.nodeid}: runs against {', '.join(only)} only")
             continue

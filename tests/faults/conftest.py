@@ -11,6 +11,7 @@ sessions are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -32,9 +33,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def fault_profile() -> Profile:
-    """The profile of this session."""
-    return profile_from_env()
+def fault_profile(liftbridge_server_version: str) -> Profile:
+    """The profile of this session; ``FAULTS_VERSION`` unset, ``--liftbridge-version``'s."""
+    profile = profile_from_env()
+    if not os.environ.get("FAULTS_VERSION"):
+        profile = dataclasses.replace(profile, version=liftbridge_server_version)
+    return profile
 
 
 @pytest.fixture(scope="session")

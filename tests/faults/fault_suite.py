@@ -3,9 +3,10 @@
 A profile says which fault kinds run, how many rounds of each and how long their faults
 last. ``FAULTS_PROFILE`` picks one (``short`` inside ``make test``, ``standard`` for
 ``make test-faults``, ``long`` for benchmark-style runs); ``FAULTS_KINDS`` (comma list),
-``FAULTS_ROUNDS``, ``FAULTS_CYCLES``, ``FAULTS_FAULT_S``, ``FAULTS_QUIET_S``,
-``FAULTS_TIMEOUTS`` (``harness`` or ``server``), ``FAULTS_VERSION`` and ``FAULTS_STRICT``
-(``1``: any anomaly fails its round) override its parts.
+``FAULTS_ROUNDS``, ``FAULTS_SEED`` (added to each round's seed), ``FAULTS_CYCLES``,
+``FAULTS_FAULT_S``, ``FAULTS_QUIET_S``, ``FAULTS_TIMEOUTS`` (``harness``, ``equal`` or
+``server``), ``FAULTS_VERSION`` (else the plugin's ``--liftbridge-version``) and
+``FAULTS_STRICT`` (``1``: any anomaly fails its round) override its parts.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Profile:
     timeouts: str = "harness"
     version: str = LIFTBRIDGE_VERSION
     strict: bool = False  # every anomaly fails its round, known server defects included
+    seed: int = 0  # added to every round's seed, so repeated sessions draw other faults
 
     def round_timeout(self) -> float:
         """A bound on one round, whatever happens: setup, faults, recovery, reads."""
@@ -50,7 +52,7 @@ class Profile:
 
     def runner_args(self, kind: str, round_: int, out: Path) -> list[str]:
         """The runner's command line for one round (seeded by kind and round)."""
-        seed = (KINDS.index(kind) + 1) * 1000 + round_
+        seed = (KINDS.index(kind) + 1) * 1000 + round_ + self.seed
         options = {
             "kind": kind,
             "round": round_,
@@ -103,13 +105,14 @@ def profile_from_env(environ: Mapping[str, str] | None = None) -> Profile:
         ("FAULTS_QUIET_S", "quiet_s", float),
         ("FAULTS_TIMEOUTS", "timeouts", str),
         ("FAULTS_VERSION", "version", str),
+        ("FAULTS_SEED", "seed", int),
     ):
         if env.get(key):
             changes[field] = cast(env[key])
     if env.get("FAULTS_STRICT", "") not in ("", "0"):
         changes["strict"] = True
-    if changes.get("timeouts", "harness") not in ("harness", "server"):
-        raise ValueError("FAULTS_TIMEOUTS must be harness or server")
+    if changes.get("timeouts", "harness") not in ("harness", "equal", "server"):
+        raise ValueError("FAULTS_TIMEOUTS must be harness, equal or server")
     return dataclasses.replace(profile, **changes)
 
 

@@ -36,6 +36,12 @@ def test_overrides_and_their_errors() -> None:
     assert args[-1] == "--strict"
     assert args[args.index("--timeouts") + 1] == "server"
     assert profile.round_timeout() > PROFILES["long"].round_timeout() - 1  # server timeouts: longer
+    equal = profile_from_env({"FAULTS_TIMEOUTS": "equal", "FAULTS_VERSION": "v1.9.0+lbc.1"})
+    args = equal.runner_args("kill-leader", 0, Path("/tmp/x"))
+    assert args[args.index("--timeouts") + 1] == "equal"
+    assert args[args.index("--version") + 1] == "v1.9.0+lbc.1"
+    with pytest.raises(ValueError, match="harness, equal or server"):
+        profile_from_env({"FAULTS_TIMEOUTS": "fast"})
     with pytest.raises(ValueError, match="unknown"):
         profile_from_env({"FAULTS_KINDS": "flood"})
     with pytest.raises(ValueError, match="FAULTS_PROFILE"):

@@ -17,6 +17,7 @@ from liftbridge_client.testing import (
     Cluster,
     ConfigError,
     NodeConfig,
+    ProvisionError,
     SingleNode,
     SnapshotMissingError,
     _deployments,
@@ -40,7 +41,10 @@ def node_config(tmp_path: Path, **kw: object) -> NodeConfig:
 
 
 def test_known_versions_and_aliases() -> None:
-    assert [v.name for v in KNOWN_VERSIONS] == ["v1.9.0", "v1.7.1", MASTER_VERSION]
+    names = [v.name for v in KNOWN_VERSIONS]
+    assert names == ["v1.9.0", "v1.7.1", MASTER_VERSION, "v1.9.0+lbc.1"]
+    assert server_version("v1.9.0+lbc.1").patched_from == "v1.9.0"
+    assert not server_version("v1.9.0+lbc.1").is_release
     assert server_version("master").name == MASTER_VERSION
     assert server_version("default").name == "v1.9.0"
     assert not server_version("master").is_release
@@ -55,6 +59,8 @@ def test_known_versions_and_aliases() -> None:
         ("v1.9.0", False),
         ("v1.7.1", False),
         ("v1.0.0", False),
+        ("v1.9.0+lbc.1", False),  # patched v1.9.0: no telemetry, rejects the key
+        ("v1.9.1+lbc.1", True),
         ("v1.9.1", True),
         ("v26.01.1", True),
         (MASTER_VERSION, True),
@@ -165,6 +171,55 @@ def test_master_build_unpacks_the_snapshot_and_stamps_the_cache(
     assert _provision.binary_version(binary) is None  # master reports "dev"
 
 
+def test_patched_build_applies_the_patches_in_order_and_stamps_their_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cache inside a git work tree, as a cache under a checkout is: there `git apply`
+    # run in a subdirectory skips the patch's paths and still exits 0.
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    monkeypatch.setenv("LIFTBRIDGE_CLIENT_CACHE", str(tmp_path / "cache"))
+    module = tmp_path / "modcache" / "liftbridge@v1.9.0"
+    module.mkdir(parents=True)
+    (module / "a.go").write_text("one\n")
+    module.chmod(0o555)  # like the Go module cache
+    patches = tmp_path / "patches"
+    (patches / "v1.9.0+lbc.1").mkdir(parents=True)
+    for name, old, new in (("0001-x.patch", "one", "two"), ("0002-y.patch", "two", "three")):
+        (patches / "v1.9.0+lbc.1" / name).write_text(
+            f"--- a/a.go\n+++ b/a.go\n@@ -1 +1 @@\n-{old}\n+{new}\n"
+        )
+    monkeypatch.setenv("LIFTBRIDGE_PATCHES", str(patches))
+    # A stand-in `go`: `mod download` names the module dir; `build` copies the patched
+    # source into a script that reports v1.9.0, as the real patched binary does.
+    write_script(
+        tmp_path / "gobin" / "go",
+        f'if [ "$1" = mod ]; then echo \'{{"Dir": "{module}"}}\'; exit 0; fi\n'
+        "out=$4; { printf '#!/bin/sh\\necho \"liftbridge version v1.9.0\"\\n# '; "
+        'cat a.go; } > "$out"; chmod +x "$out"',
+    )
+    monkeypatch.setenv("PATH", f"{tmp_path / 'gobin'}:/usr/bin:/bin")
+    binary = _provision.liftbridge_binary("v1.9.0+lbc.1")
+    assert "# three" in binary.read_text()  # both patches, in name order
+    stamp = (binary.parent / ".built-from").read_text()
+    assert stamp.startswith("v1.9.0+lbc.1 patches-sha256:")
+    assert not _provision.liftbridge_needs_build("v1.9.0+lbc.1")
+    # Editing a patch makes the cached build stale.
+    (patches / "v1.9.0+lbc.1" / "0002-y.patch").write_text(
+        "--- a/a.go\n+++ b/a.go\n@@ -1 +1 @@\n-two\n+four\n"
+    )
+    assert _provision.liftbridge_needs_build("v1.9.0+lbc.1")
+
+
+def test_patched_build_refuses_to_run_without_its_patches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LIFTBRIDGE_CLIENT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LIFTBRIDGE_PATCHES", str(tmp_path / "none"))
+    assert not _provision.snapshot_available("v1.9.0+lbc.1")
+    with pytest.raises(ProvisionError, match=r"no patches for Liftbridge v1\.9\.0\+lbc\.1"):
+        _provision.liftbridge_binary("v1.9.0+lbc.1")
+
+
 _PLUGIN_TESTS = """
 import pytest
 
@@ -237,6 +292,25 @@ def test_plugin_selects_tests_by_the_default_server_version(tmp_path: Path) -> N
     bad = _run_plugin(tmp_path, LIFTBRIDGE_SERVER_VERSION="v0.1")
     assert bad.returncode != 0
     assert "unknown Liftbridge server version 'v0.1'" in bad.stdout + bad.stderr
+
+
+def test_a_patched_default_runs_the_tests_of_its_release(tmp_path: Path) -> None:
+    patches = tmp_path / "patches" / "v1.9.0+lbc.1"
+    patches.mkdir(parents=True)
+    (patches / "0001-x.patch").write_text("")
+    (tmp_path / "test_release_only.py").write_text(
+        'import pytest\n\n\n@pytest.mark.server_versions("v1.9.0", "master")\n'
+        "def test_release_only():\n    pass\n"
+    )
+    run = _run_plugin(
+        tmp_path,
+        LIFTBRIDGE_SERVER_VERSION="v1.9.0+lbc.1",
+        LIFTBRIDGE_PATCHES=str(tmp_path / "patches"),
+    )
+    # The v1.9.0-or-master test runs; the v1.7.1-only and master-snapshot ones do not.
+    assert "2 passed, 2 deselected" in run.stdout, run.stdout
+    assert "test_release_only" not in run.stdout
+    assert "test_only_on_v1_7_1: runs against v1.7.1 only" in run.stdout
 
 
 def test_switching_a_node_version_rewrites_its_telemetry_setting(tmp_path: Path) -> None:

@@ -76,6 +76,8 @@ def test_missing_docker_cli_is_a_provision_error(monkeypatch: pytest.MonkeyPatch
 
 def test_image_tag_carries_the_server_version() -> None:
     assert liftbridge_image("v1.9.0") == "liftbridge-client/liftbridge:v1.9.0"
+    # A docker tag cannot hold "+": the patched version is tagged with "-".
+    assert liftbridge_image("v1.9.0+lbc.1") == "liftbridge-client/liftbridge:v1.9.0-lbc.1"
 
 
 def read_settings(path: Path) -> dict[str, object]:
