@@ -158,8 +158,16 @@ class MetadataCache:
         part = await self.partition(stream, partition)
         address = self._address_of(part.leader)
         if address is None:
-            part = (await self.refresh()).streams[stream].partitions[partition]
-            address = self._address_of(part.leader)
+            # No leader known: ask again. The answer may lack the stream (deleted, or from a
+            # broker that restarted and has not loaded it yet): NOT_FOUND, as the server says.
+            info = (await self.refresh()).streams.get(stream)
+            found = info.partitions.get(partition) if info is not None else None
+            if found is None:
+                raise errors.NotFoundError(
+                    f"stream {stream} partition {partition} is not in the metadata",
+                    details="No such partition",
+                )
+            address = self._address_of(found.leader)
         if address is None:
             raise errors.UnavailableError(
                 f"partition {stream}/{partition} has no known leader", details="no leader"

@@ -82,6 +82,21 @@ async def test_leader_and_replica_addresses(cluster: FakeCluster) -> None:
         await cache.stream("nope")
 
 
+async def test_a_leader_lookup_whose_refresh_lacks_the_stream_is_not_found(
+    cluster: FakeCluster,
+) -> None:
+    """No leader cached, and the refresh answers without the stream (a broker that
+    restarted and has not loaded it): NotFoundError, which publishers and subscriptions
+    handle, not a KeyError (the fault suite's gRPC publishers got `PublishError: publish
+    failed: KeyError`)."""
+    cluster.streams["s"].partitions[0].leader = ""
+    cache = cluster.metadata_cache(OPTIONS)
+    await cache.refresh()
+    del cluster.streams["s"]
+    with pytest.raises(errors.NotFoundError, match="not in the metadata"):
+        await cache.leader_address("s", 0)
+
+
 async def test_the_cached_leader_address_never_looks_anything_up(cluster: FakeCluster) -> None:
     cache = cluster.metadata_cache(OPTIONS)
     assert cache.cached_leader_address("s", 0) is None  # nothing cached yet: no lookup either
