@@ -141,6 +141,11 @@ def report(out: Path, status: int | str) -> tuple[list[str], dict[str, Any]]:
         ]
         if final.get("lost_in_log"):
             lines.append(f"lost values in the final log: {final['lost_in_log']}")
+    exits_path = out / "server-exits.json"
+    exits = json.loads(exits_path.read_text()) if exits_path.exists() else {}
+    if exits:
+        # The servers are not under test: their crashes are reported (logs in servers/).
+        lines.append(f"servers that exited on their own (exit status): {exits}")
     lines.append("verdict: " + ("PASS" if not why else "FAIL: " + "; ".join(why)))
     summary = {
         "out": str(out),
@@ -150,6 +155,7 @@ def report(out: Path, status: int | str) -> tuple[list[str], dict[str, Any]]:
         "trends": [t.__dict__ | {"flagged": t.flagged} for t in trends],
         "final": final,
         "failures": why,
+        "server_exits": exits,
         "load_avg": os.getloadavg(),
     }
     return lines, summary
