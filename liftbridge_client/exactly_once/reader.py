@@ -17,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import traceback
 import uuid as _uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Self, TypeVar
 
 from liftbridge_client import errors
 from liftbridge_client._subscribe.spec import SubscribeArgs
@@ -56,6 +57,7 @@ log = logging.getLogger(__name__)
 
 _ZERO = bytes(16)
 _DONE = object()
+_T = TypeVar("_T")
 
 
 def uuid_of(message: Message) -> _uuid.UUID | None:
@@ -239,6 +241,8 @@ class CommittedReader:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        while not self._queue.empty():  # unread: an error there would keep this reader alive
+            _clear_frames(self._queue.get_nowait())
         with contextlib.suppress(asyncio.QueueFull):  # full: then no reader is blocked on it
             self._queue.put_nowait(_DONE)  # wakes a reader blocked in another task
         if self._direct is not None:
@@ -286,7 +290,11 @@ class CommittedReader:
 
     async def _next_read(self) -> object:
         if self._direct is not None:
-            return await anext(self._direct, _DONE)
+            try:
+                return await anext(self._direct, _DONE)
+            except Exception as exc:
+                _clear_frames(exc)  # as a feeder's error (see _clear_frames)
+                raise
         while True:
             if self._closed or (self._running == 0 and self._queue.empty()):
                 return _DONE
@@ -311,13 +319,30 @@ class CommittedReader:
             if item is _DONE:
                 raise StopAsyncIteration
             if isinstance(item, BaseException):
-                raise item
+                error, item = _clear_frames(item), None
+                try:
+                    raise error
+                finally:
+                    del error  # no cycle: error -> its traceback -> this frame -> error
             assert isinstance(item, Message)
             if self._seq.queue(envelope_of(item, self._uuid_of)) is QueueOutcome.ACK_COMMIT_REPLAY:
                 ref, begin, end = self._seq.replay_range()
                 self.replays += 1
                 replayed = await read_range(self._client, ref.stream, ref.partition, begin, end)
                 self._seq.start_replay(envelope_of(m, self._uuid_of) for m in replayed)
+
+
+def _clear_frames(item: _T) -> _T:
+    """A feeder's error with the locals of its traceback's frames cleared (the lines stay).
+
+    Those frames (the feeder's, the subscription's) hold the reader as ``self``, and the
+    error is in cycles with them, so an ended reader and its Sequencer ring (thousands of
+    messages) would wait for the cyclic garbage collector, which rarely runs in a large
+    process: the soak saw 3-4 MiB kept per resumed reader.
+    """
+    if isinstance(item, BaseException):
+        traceback.clear_frames(item.__traceback__)
+    return item
 
 
 def read_committed(

@@ -1,0 +1,71 @@
+"""A CommittedReader ended by an error is freed when dropped, ring and all (found by the soak).
+
+The soak (``make soak``) resumes its read_committed reader from its checkpoint whenever a
+failover ends it (``StreamDeletedEnd`` from a restarted node that has not reloaded the
+stream). Each ended reader stayed in memory with its Sequencer ring (4096 messages, about
+47,000 Python blocks, 3-4 MiB) until the cyclic garbage collector ran, which in a large
+process is rare: the error's traceback held the feeders' frames, and through their
+``self`` the reader, in reference cycles (the error left in the reader's queue, the error
+and the frame that raised it). Deleting the stream ends the reader the same way here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from liftbridge_client import Client, errors
+from liftbridge_client.exactly_once import CommittedReader, ExactlyOncePublisher
+from liftbridge_client.testing import Deployment, StreamNames
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def no_cyclic_gc() -> Iterator[None]:
+    """Only reference counting frees objects during the test."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@pytest.mark.parametrize("partitions", [1, 2])
+async def test_a_reader_ended_by_an_error_is_freed_without_the_cyclic_gc(
+    liftbridge_server: Deployment,
+    stream_names: StreamNames,
+    no_cyclic_gc: None,
+    partitions: int,
+) -> None:
+    async with Client(liftbridge_server.addresses) as client:
+        name, subject = stream_names("ended")
+        await client.create_stream(subject, name, partitions=partitions)
+        publisher = ExactlyOncePublisher(client)
+        for i in range(40):
+            await publisher.publish_committed(name, f"v{i}".encode(), partition=i % partitions)
+        parts = [(name, p) for p in range(partitions)]
+        reader = CommittedReader(client, parts)
+        alive = weakref.ref(reader)
+        read = 0
+        ended = None
+        try:  # not pytest.raises: its ExceptionInfo would keep the error (and all) alive
+            async with reader:
+                async for _message in reader:
+                    read += 1
+                    if read == 40:
+                        await client.delete_stream(name)
+        except errors.StreamDeletedEnd as exc:
+            ended = type(exc).__name__
+        assert (read, ended) == (40, "StreamDeletedEnd")
+        del reader
+        await asyncio.sleep(0.2)  # the feeders' last turns
+        assert alive() is None, "the ended reader is still referenced: " + ", ".join(
+            sorted({type(o).__name__ for o in gc.get_referrers(alive())})
+        )
