@@ -184,6 +184,7 @@ TABLE_COLUMNS = (
     ("fds", "fds", "{}"),
     ("tasks", "tasks", "{}"),
     ("threads", "thr", "{}"),
+    ("py_kblocks", "py kblocks", "{:.0f}"),
     ("acked", "acked", "{}"),
     ("consumed", "consumed", "{}"),
     ("lat_p50_ms", "p50 ms", "{:.1f}"),
@@ -198,6 +199,9 @@ TABLE_COLUMNS = (
 def _cell(row: Mapping[str, Any], key: str, fmt: str) -> str:
     if key == "t":
         return fmt.format(float(row["t"]) / 60)
+    if key == "py_kblocks":
+        blocks = row.get("py_blocks")
+        return "-" if blocks is None else fmt.format(blocks / 1000)
     if key == "errors_total":
         return str(sum(row.get("errors", {}).values()))
     if key in ("server_rss_mib", "server_fds"):
