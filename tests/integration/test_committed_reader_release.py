@@ -37,20 +37,26 @@ def no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-@pytest.mark.parametrize("partitions", [1, 2])
+@pytest.mark.parametrize("partitions", [1, 2, "2 streams"])
 async def test_a_reader_ended_by_an_error_is_freed_without_the_cyclic_gc(
     liftbridge_server: Deployment,
     stream_names: StreamNames,
     no_cyclic_gc: None,
-    partitions: int,
+    partitions: int | str,
 ) -> None:
     async with Client(liftbridge_server.addresses) as client:
         name, subject = stream_names("ended")
-        await client.create_stream(subject, name, partitions=partitions)
+        count = partitions if isinstance(partitions, int) else 1
+        await client.create_stream(subject, name, partitions=count)
         publisher = ExactlyOncePublisher(client)
         for i in range(40):
-            await publisher.publish_committed(name, f"v{i}".encode(), partition=i % partitions)
-        parts = [(name, p) for p in range(partitions)]
+            await publisher.publish_committed(name, f"v{i}".encode(), partition=i % count)
+        parts = [(name, p) for p in range(count)]
+        if partitions == "2 streams":
+            # As in the soak: one partition ends, the other's feeder is live and cancelled.
+            other, other_subject = stream_names("live")
+            await client.create_stream(other_subject, other)
+            parts.append((other, 0))
         reader = CommittedReader(client, parts)
         alive = weakref.ref(reader)
         read = 0
