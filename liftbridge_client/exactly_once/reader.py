@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import traceback
 import uuid as _uuid
@@ -319,7 +320,7 @@ class CommittedReader:
             if item is _DONE:
                 raise StopAsyncIteration
             if isinstance(item, BaseException):
-                error, item = _clear_frames(item), None
+                error, item = _detached(_clear_frames(item)), None
                 try:
                     raise error
                 finally:
@@ -343,6 +344,24 @@ def _clear_frames(item: _T) -> _T:
     if isinstance(item, BaseException):
         traceback.clear_frames(item.__traceback__)
     return item
+
+
+def _detached(error: BaseException) -> BaseException:
+    """A copy of a feeder's ``error`` to raise to the caller, with its cause and traceback.
+
+    The subscription that raised ``error`` keeps it (its end reason), in a cycle with its
+    own frames; raised as is, it would gain this reader's frame, and the cycle would keep
+    the reader too. An error that cannot be copied is raised as is.
+    """
+    try:
+        clone = copy.copy(error)
+    except Exception:
+        return error
+    if type(clone) is not type(error) or clone is error:
+        return error
+    clone.__cause__, clone.__context__ = error.__cause__, error.__context__
+    clone.__suppress_context__ = error.__suppress_context__
+    return clone.with_traceback(error.__traceback__)
 
 
 def read_committed(

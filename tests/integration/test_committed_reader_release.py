@@ -15,12 +15,13 @@ import asyncio
 import gc
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from liftbridge_client import Client, errors
+from liftbridge_client import Client, ClientOptions, errors
 from liftbridge_client.exactly_once import CommittedReader, ExactlyOncePublisher
-from liftbridge_client.testing import Deployment, StreamNames
+from liftbridge_client.testing import Deployment, SingleNode, StreamNames
 
 pytestmark = pytest.mark.integration
 
@@ -75,3 +76,41 @@ async def test_a_reader_ended_by_an_error_is_freed_without_the_cyclic_gc(
         assert alive() is None, "the ended reader is still referenced: " + ", ".join(
             sorted({type(o).__name__ for o in gc.get_referrers(alive())})
         )
+
+
+async def test_a_reader_ended_by_a_node_restart_is_freed_without_the_cyclic_gc(
+    tmp_path: Path, no_cyclic_gc: None
+) -> None:
+    # The soak's case: the node is killed and restarted under a live reader; the
+    # subscription resubscribes and is told "No such partition" before the node has
+    # reloaded the stream. That error is also the subscription's end reason, in a cycle
+    # with the subscription's frames, so it must not carry the reader's frame.
+    with SingleNode(base_dir=tmp_path) as node:
+        options = ClientOptions(resubscribe_wait=60.0, rpc_timeout=3.0)
+        async with Client(node.addresses, options=options) as client:
+            await client.create_stream("release.restart", "release-restart", partitions=2)
+            publisher = ExactlyOncePublisher(client)
+            for i in range(100):
+                await publisher.publish_committed("release-restart", b"v%d" % i, partition=i % 2)
+            reader = CommittedReader(client, [("release-restart", 0), ("release-restart", 1)])
+            alive = weakref.ref(reader)
+
+            async def restart() -> None:
+                await asyncio.sleep(1.0)
+                await asyncio.to_thread(node.node.kill)
+                await asyncio.sleep(0.5)
+                await asyncio.to_thread(node.node.start)
+
+            restarting = asyncio.create_task(restart())
+            read, ended = 0, None
+            try:
+                async with asyncio.timeout(60), reader:
+                    async for _message in reader:
+                        read += 1
+            except errors.StreamDeletedEnd as exc:
+                ended = type(exc).__name__
+            await restarting
+            assert (read, ended) == (100, "StreamDeletedEnd")
+            del reader
+            await asyncio.sleep(0.2)
+            assert alive() is None, "the ended reader is still referenced"
