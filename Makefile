@@ -49,7 +49,7 @@ integration: servers
 # One pytest run, so its summary counts unit and integration tests together (the fault
 # suite's short profile included; fault-tools installs iptables/iproute2 if root on Debian).
 test: lint typecheck proto-check servers fault-tools
-	$(BIN)/pytest tests $(PYTEST_ARGS)
+	$(BIN)/pytest tests --ignore=tests/faults/test_soak_smoke.py $(PYTEST_ARGS)
 
 # The dependency ranges of pyproject.toml at both ends (docs/compatibility.md): tests/unit
 # and the NATS and h2 integration files in throwaway venvs (.venv-deps-low, .venv-deps-high;
@@ -73,6 +73,17 @@ fault-tools:
 
 test-faults: servers fault-tools
 	FAULTS_PROFILE=$(FAULTS_PROFILE) $(BIN)/pytest tests/faults $(PYTEST_ARGS)
+
+# The soak (tests/faults/soak.py; docs/testing.md): one client publishing and consuming
+# for SOAK_MINUTES through leader kills, partitions and pauses, a sample of its RSS, fds,
+# tasks, threads and latency every SOAK_INTERVAL seconds; fails when one of them grows or
+# an acked message was never consumed. Report in .faults/soak-<stamp>/.
+SOAK_MINUTES ?= 30
+SOAK_INTERVAL ?= 30
+
+.PHONY: soak
+soak: servers fault-tools
+	PYTHONPATH=tests:. $(BIN)/python -m faults.soak --minutes $(SOAK_MINUTES) --interval $(SOAK_INTERVAL)
 
 # The whole integration suite once per server version (v1.9.0 is what `make test` runs).
 COMPAT_VERSIONS ?= v1.9.0 v1.7.1 master

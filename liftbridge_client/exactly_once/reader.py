@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
+import traceback
 import uuid as _uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Self, TypeVar
 
 from liftbridge_client import errors
 from liftbridge_client._subscribe.spec import SubscribeArgs
@@ -58,6 +60,7 @@ log = logging.getLogger(__name__)
 _ZERO = bytes(16)
 _DONE = object()
 _STOP_WAIT = 2.0  # seconds close() waits for the feeders
+_T = TypeVar("_T")
 
 
 def uuid_of(message: Message) -> _uuid.UUID | None:
@@ -244,6 +247,8 @@ class CommittedReader:
             await task.wait(_STOP_WAIT)
         self._tasks.clear()
         await self._supervisor.aclose(_STOP_WAIT)
+        while not self._queue.empty():  # unread: an error there would keep this reader alive
+            _clear_frames(self._queue.get_nowait())
         with contextlib.suppress(asyncio.QueueFull):  # full: then no reader is blocked on it
             self._queue.put_nowait(_DONE)  # wakes a reader blocked in another task
         if self._direct is not None:
@@ -297,7 +302,11 @@ class CommittedReader:
 
     async def _next_read(self) -> object:
         if self._direct is not None:
-            return await anext(self._direct, _DONE)
+            try:
+                return await anext(self._direct, _DONE)
+            except Exception as exc:
+                _clear_frames(exc)  # as a feeder's error (see _clear_frames)
+                raise
         while True:
             if self._closed or (self._running == 0 and self._queue.empty()):
                 return _DONE
@@ -323,13 +332,48 @@ class CommittedReader:
             if item is _DONE:
                 raise StopAsyncIteration
             if isinstance(item, BaseException):
-                raise item
+                error, item = _detached(_clear_frames(item)), None
+                try:
+                    raise error
+                finally:
+                    del error  # no cycle: error -> its traceback -> this frame -> error
             assert isinstance(item, Message)
             if self._seq.queue(envelope_of(item, self._uuid_of)) is QueueOutcome.ACK_COMMIT_REPLAY:
                 ref, begin, end = self._seq.replay_range()
                 self.replays += 1
                 replayed = await read_range(self._client, ref.stream, ref.partition, begin, end)
                 self._seq.start_replay(envelope_of(m, self._uuid_of) for m in replayed)
+
+
+def _clear_frames(item: _T) -> _T:
+    """A feeder's error with the locals of its traceback's frames cleared (the lines stay).
+
+    Those frames (the feeder's, the subscription's) hold the reader as ``self``, and the
+    error is in cycles with them, so an ended reader and its Sequencer ring (thousands of
+    messages) would wait for the cyclic garbage collector, which rarely runs in a large
+    process: the soak saw 3-4 MiB kept per resumed reader.
+    """
+    if isinstance(item, BaseException):
+        traceback.clear_frames(item.__traceback__)
+    return item
+
+
+def _detached(error: BaseException) -> BaseException:
+    """A copy of a feeder's ``error`` to raise to the caller, with its cause and traceback.
+
+    The subscription that raised ``error`` keeps it (its end reason), in a cycle with its
+    own frames; raised as is, it would gain this reader's frame, and the cycle would keep
+    the reader too. An error that cannot be copied is raised as is.
+    """
+    try:
+        clone = copy.copy(error)
+    except Exception:
+        return error
+    if type(clone) is not type(error) or clone is error:
+        return error
+    clone.__cause__, clone.__context__ = error.__cause__, error.__context__
+    clone.__suppress_context__ = error.__suppress_context__
+    return clone.with_traceback(error.__traceback__)
 
 
 def read_committed(
