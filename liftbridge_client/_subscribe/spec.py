@@ -302,6 +302,9 @@ STOP_BEFORE_START = "Stop offset is before start offset"
 LOG_CLOSED = "commit log was closed"
 SEGMENT_CLOSED = "segment has been closed"  # INTERNAL when subscribing to a paused partition
 SEGMENT_NOT_FOUND = "segment not found"  # INTERNAL: a reverse read of an empty partition
+# UNKNOWN mid-stream when the log under the reader changed (a truncation at a leader change):
+# the server gives up on that reader, not on the partition.
+READER_LOST = "failed to reinitialize reader"
 LOG_DELETED = "commit log was deleted"  # NOT_FOUND ending a subscription: the stream was deleted
 
 
@@ -352,8 +355,14 @@ def classify(exc: errors.LiftbridgeError, spec: SubscribeSpec, phase: Phase) -> 
         if spec.stop is StopPosition.LATEST or phase is Phase.RESUBSCRIBING:
             return Verdict(Action.END, _end(errors.StopPositionReached, f"{where}: {details}", exc))
         return Verdict(Action.FAIL, exc)
-    if isinstance(exc, _RESUBSCRIBE_ON) or (
-        isinstance(exc, errors.InternalServerError) and LOG_CLOSED in details
+    if (
+        isinstance(exc, _RESUBSCRIBE_ON)
+        or (isinstance(exc, errors.InternalServerError) and LOG_CLOSED in details)
+        or (
+            isinstance(exc, errors.UnknownServerError)
+            and phase is Phase.STREAMING
+            and READER_LOST in details
+        )
     ):
         return Verdict(Action.RESUBSCRIBE, exc)
     if isinstance(exc, errors.NotFoundError) and phase is not Phase.OPENING:

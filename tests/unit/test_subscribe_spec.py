@@ -320,6 +320,14 @@ CASES: list[tuple[dict[str, Any], Phase, grpc.StatusCode, str, Action, type[Exce
         errors.StopPositionReached,
     ),
     ({}, Phase.STREAMING, OK_.UNKNOWN, "EOF", Action.FAIL, errors.UnknownServerError),
+    (  # seen by the soak after a leader kill: the server lost its reader, not the partition
+        {},
+        Phase.STREAMING,
+        OK_.UNKNOWN,
+        "failed to reinitialize reader: segment not found",
+        Action.RESUBSCRIBE,
+        errors.UnknownServerError,
+    ),
     (
         {},
         Phase.STREAMING,
