@@ -100,10 +100,14 @@ def get_or_create(builder: Any, attempts: int = 3, pause: float = 1.0) -> SparkS
             try:
                 return cast("SparkSession", builder.getOrCreate())
             except PySparkRuntimeError as exc:
-                gc.collect()
                 if attempt == attempts or exc.getCondition() != "JAVA_GATEWAY_EXITED":
                     raise
-                log.warning("Spark's JVM did not start (%s): starting it again", exc)
+                failure = str(exc)
+            # Out of the except block: the exception's frames, which hold PySpark's pipe to
+            # the dead launcher, are gone now, so the pipe is closed here (inside the
+            # catch_warnings), not by a later collection in some other test's setup.
+            gc.collect()
+        log.warning("Spark's JVM did not start (%s): starting it again", failure)
         time.sleep(pause)
     raise AssertionError("unreachable")
 

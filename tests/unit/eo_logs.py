@@ -24,12 +24,17 @@ Entry = dict[str, Any]  # {"j": partition name, "b": begin, "e": end, "u": uuid 
 
 @st.composite
 def logs(
-    draw: st.DrawFn, max_size: int = 40, zero_producer: bool = True, monotonic: bool = False
+    draw: st.DrawFn,
+    max_size: int = 40,
+    zero_producer: bool = True,
+    monotonic: bool = False,
+    clock_base: int = 0,
 ) -> list[Entry]:
     """``zero_producer``: let a producer have the all-zero id, which real ones never have
     (the multicast bit is set) and which collides with messages without a UUID.
     ``monotonic``: each producer's new messages get rising clocks, as a publisher's do
-    (only re-sent copies repeat one); else clocks are drawn freely."""
+    (only re-sent copies repeat one); else clocks are drawn freely.
+    ``clock_base`` is added to every clock (real clocks are far above any prune horizon)."""
     producers = PRODUCERS if zero_producer else PRODUCERS[:2]
     last_clock = dict.fromkeys(producers, 0)
     count = draw(st.integers(0, max_size))
@@ -52,7 +57,7 @@ def logs(
             else:
                 clock = draw(st.integers(1, 24))
             flags = draw(st.sampled_from([0, 0, 1, 1, 1, 2, 2, 3]))
-            u = build_uuid(producer, clock, flags).bytes.hex()
+            u = build_uuid(producer, clock_base + clock, flags).bytes.hex()
             sent.append((j, u))
         b = next_offset[j]
         next_offset[j] = b + 1
