@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -126,31 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--only", default="batch,available_now,floor_batch,floor_available_now")
     args = parser.parse_args(argv)
-    for var in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
-        os.environ[var] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
-
-    from liftbridge_client.spark import register
+    from bench.spark import session  # imports liftbridge_client: not at module level
     from liftbridge_client.testing import SingleNode
 
     paths = args.only.split(",")
     times: dict[str, list[float]] = {p: [] for p in paths}
     cpus: dict[str, list[float]] = {p: [] for p in paths}
     with tempfile.TemporaryDirectory(prefix="bench-an-") as tmp, SingleNode() as node:
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("bench.spark_available_now")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.sql.warehouse.dir", f"{tmp}/warehouse")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        spark = session(2, Path(tmp))  # bench.spark's: local, UI off, 127.0.0.1
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
         spark.dataSource.register(FloorSource)
         server = node.node.process.pid
         assert server is not None  # started by the with

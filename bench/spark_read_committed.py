@@ -18,12 +18,12 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.spark import session
 from liftbridge_client import Client, StreamConfig
 from liftbridge_client.exactly_once import UUID_HEADER
 from liftbridge_client.exactly_once.uuids import Flags, build_uuid_bytes, unix_ns_to_clock
@@ -82,29 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         help="read_uncommitted: the same query reading every message (for the ratio)",
     )
     args = parser.parse_args(argv)
-    for var in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
-        os.environ[var] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
-
-    from liftbridge_client.spark import register
     from liftbridge_client.testing import SingleNode
 
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-rc-") as tmp, SingleNode() as node:
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("bench.spark_read_committed")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.sql.warehouse.dir", f"{tmp}/warehouse")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        spark = session(2, Path(tmp))  # bench.spark's: local, UI off, 127.0.0.1
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
         for rep in range(args.reps):
             stream = f"rc-{rep}-{os.getpid()}"
             committed = asyncio.run(publish(node.address, stream, args.producers, args.txns))
