@@ -1,0 +1,44 @@
+"""`make test-deps` leaves out exactly the unit test files that need an extra its venvs
+lack: found by reading the imports, so a new Spark test cannot break the run again."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_script() -> ModuleType:
+    path = ROOT / "scripts" / "test_deps.py"
+    spec = importlib.util.spec_from_file_location("test_deps_script_under_test", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_real_tree() -> None:
+    found = load_script().extra_only_unit_tests()
+    # The file whose absence failed CI, and ones that must stay in the deps run.
+    assert "tests/unit/test_spark_runtime.py" in found
+    assert "tests/unit/test_docs_site.py" in found
+    assert "tests/unit/test_nats_fastparse.py" not in found
+    assert "tests/unit/test_deps_script.py" not in found
+
+
+def test_module_level_imports_only(tmp_path: Path) -> None:
+    unit = tmp_path / "tests" / "unit"
+    unit.mkdir(parents=True)
+    (unit / "test_a.py").write_text("from liftbridge_client.spark import _runtime\n")
+    (unit / "test_b.py").write_text("import pyspark.sql as s\n")
+    (unit / "test_c.py").write_text("def f():\n    import pyspark\n")  # lazily: runs fine
+    (unit / "test_d.py").write_text("from liftbridge_client.sparkle import x\nimport benchmark\n")
+    (unit / "test_e.py").write_text("from bench.stats import median\n")
+    (unit / "test_f.py").write_text("from . import helper\n")
+    found = load_script().extra_only_unit_tests(tmp_path)
+    assert found == ["tests/unit/test_a.py", "tests/unit/test_b.py", "tests/unit/test_e.py"]
