@@ -306,6 +306,8 @@ SEGMENT_NOT_FOUND = "segment not found"  # INTERNAL: a reverse read of an empty 
 # the server gives up on that reader, not on the partition.
 READER_LOST = "failed to reinitialize reader"
 LOG_DELETED = "commit log was deleted"  # NOT_FOUND ending a subscription: the stream was deleted
+# INTERNAL refusing a stop timestamp older than the partition's oldest message.
+STOP_TIME_BEFORE_LOG = "timestamp is before the beginning of the log"
 
 
 def _end(kind: type[_E], text: str, cause: errors.LiftbridgeError) -> _E:
@@ -381,6 +383,22 @@ def classify(exc: errors.LiftbridgeError, spec: SubscribeSpec, phase: Phase) -> 
                 errors.PartitionPausedEnd,
                 f"{where}: the partition is paused ({details}); subscribe with resume=True "
                 "to resume it",
+                exc,
+            ),
+        )
+    if (
+        isinstance(exc, errors.InternalServerError)
+        and spec.stop is StopPosition.TIMESTAMP
+        and STOP_TIME_BEFORE_LOG in details
+    ):
+        # Nothing is at or before the stop time: an empty read, as with a stop offset
+        # before the start (the server only refuses stop times this way, start times
+        # before the log start at its oldest message).
+        return Verdict(
+            Action.END,
+            _end(
+                errors.StopPositionReached,
+                f"{where}: the stop time is before the partition's oldest message",
                 exc,
             ),
         )

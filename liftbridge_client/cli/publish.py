@@ -25,7 +25,12 @@ from liftbridge_client.cli._connect import check_transport
 from liftbridge_client.cli._exit import status_for
 from liftbridge_client.cli._inputs import messages, split_key
 from liftbridge_client.cli._output import counted, err_console, print_json
-from liftbridge_client.cli._params import DURATION_UNITS, HEADER, POSITIVE_DURATION
+from liftbridge_client.cli._params import (
+    DURATION_UNITS,
+    HEADER,
+    POSITIVE_DURATION,
+    format_duration,
+)
 from liftbridge_client.cli._partitions import check_partition
 from liftbridge_client.client import Client
 from liftbridge_client.models import Ack, AckPolicy
@@ -223,6 +228,18 @@ def publish(
                 f"PartitionPausedError: {part} is paused: it drops what NATS brings it. "
                 "Publish with -t grpc (that resumes it), or resume it with "
                 f"`liftbridge subscribe {stream} {flag} --resume`",
+                status_for(exc),
+            ) from exc
+        except errors.AckTimeoutError as exc:
+            # The library's text names a correlation id; the user needs the flag and the
+            # fact that the message may be stored all the same (a resend can duplicate it).
+            notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+            raise CommandError(
+                f"AckTimeoutError: no ack within --ack-wait {format_duration(ack_wait)} "
+                f"(--ack {ack}){notes}. The server may still have stored the message, so "
+                "publishing again can duplicate it. Give it longer with --ack-wait (e.g. "
+                f"--ack-wait 30s), or check the partition's leader with `liftbridge metadata "
+                f"{stream}`",
                 status_for(exc),
             ) from exc
         except errors.ConnectionClosedError as exc:

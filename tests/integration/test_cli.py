@@ -199,6 +199,12 @@ def test_subscribe_never_ends_silently(cli: Cli, unique_stream: StreamName) -> N
     assert f"partition 0 of stream {name} is offset 2, from 20" in past.stderr
     future = cli("subscribe", name, "--time", "2100-01-01T00:00:00Z", status=9)
     assert future.stderr.startswith("no messages at or after --time 2100-01-01T00:00:00")
+    # The server refuses a stop time older than the log (INTERNAL): still an empty read.
+    old = cli("subscribe", name, "--stop-time", "2001-01-01T00:00:00Z", status=9)
+    assert (old.stdout, old.stderr.split(":")[0]) == (
+        "",
+        "no messages before --stop-time 2001-01-01T00",
+    )
     # The newest message is at least a moment old: none in the last millisecond.
     cli("publish", name, "d", "-p", "0")
     time.sleep(0.05)
@@ -249,6 +255,13 @@ def test_hints_name_the_flags_not_the_api(cli: Cli, unique_stream: StreamName) -
     )
     for result in (paused, dropped, no_such):
         assert not re.search(r"\w+=(True|\[|Transport)|partition gave", result.stderr)
+
+    # 2,000 pipelined publishes cannot all be acked within 1 ms: the hint names the flag.
+    late = cli("publish", name, *["v"] * 2000, "-p", "0", "--ack-wait", "1ms", status=6)
+    assert late.stderr.startswith("error: AckTimeoutError: no ack within --ack-wait 1ms")
+    assert "publishes failed" in late.stderr
+    assert "--ack-wait 30s" in late.stderr
+    assert "correlation id" not in late.stderr
 
     one = cli("publish", name, "solo", "-p", "0")
     assert one.stderr.startswith(f"published 1 message to {name} in ")

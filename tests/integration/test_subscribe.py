@@ -172,6 +172,26 @@ async def test_timestamp_start_and_stop(client: Client, stream: str) -> None:
     assert isinstance(sub.end_reason, errors.StopPositionReached)
 
 
+async def test_a_stop_time_before_the_oldest_message_is_an_empty_read(
+    client: Client, stream: str
+) -> None:
+    """The server refuses it with INTERNAL "timestamp is before the beginning of the log";
+    nothing lies at or before that time, so the read ends empty, as a stop offset before
+    the start does (a start time before the log starts at the oldest message instead)."""
+    await publish(client, stream, b"a", b"b")
+    async with client.subscribe(
+        stream, start=StartPosition.EARLIEST, stop_timestamp_ns=1_000_000_000
+    ) as sub:
+        got = await drain(sub)
+    assert got == []
+    assert isinstance(sub.end_reason, errors.StopPositionReached)
+    assert isinstance(sub.end_reason.__cause__, errors.InternalServerError)
+    async with client.subscribe(
+        stream, start_timestamp_ns=1_000_000_000, stop=StopPosition.LATEST
+    ) as sub:
+        assert values(await drain(sub)) == [b"a", b"b"]
+
+
 async def test_time_delta_starts_that_many_seconds_back(client: Client, stream: str) -> None:
     await publish(client, stream, b"before0", b"before1")
     await asyncio.sleep(0.8)

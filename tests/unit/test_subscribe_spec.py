@@ -246,6 +246,22 @@ CASES: list[tuple[dict[str, Any], Phase, grpc.StatusCode, str, Action, type[Exce
         Action.FAIL,
         errors.InvalidArgumentError,
     ),
+    (  # v1.9.0 refuses a stop time older than the log: nothing to read
+        {"stop_timestamp_ns": 5},
+        Phase.OPENING,
+        OK_.INTERNAL,
+        "Failed to lookup offset for timestamp: timestamp is before the beginning of the log",
+        Action.END,
+        errors.StopPositionReached,
+    ),
+    (  # the same text without a stop time is not ours to explain
+        {"start_timestamp_ns": 5},
+        Phase.OPENING,
+        OK_.INTERNAL,
+        "Failed to lookup offset for timestamp: timestamp is before the beginning of the log",
+        Action.FAIL,
+        errors.InternalServerError,
+    ),
     ({}, Phase.OPENING, OK_.NOT_FOUND, "No such partition", Action.FAIL, errors.NotFoundError),
     (
         {},
