@@ -330,7 +330,10 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(liftbridge_server: De
     assert "connection refused" in nats_down.stderr
     noisy = run_cli(liftbridge_server, "--debug", "publish", "s", "v", env=nats_env)
     assert "Errno 111" in noisy.stderr
-    unknown = run_cli(liftbridge_server, "server", "--server-version", "v0.1", "--port", "0")
+    # Both ports free (the defaults may be taken by a developer's own server).
+    unknown = run_cli(
+        liftbridge_server, "server", "--server-version", "v0.1", "--port", "0", "--nats-port", "0"
+    )
     assert unknown.returncode == 1
     assert unknown.stderr.splitlines()[-1].startswith("error: unknown Liftbridge server version")
     usage = run_cli(liftbridge_server, "subscribe", "s", "--since", "soon")

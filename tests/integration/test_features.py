@@ -187,7 +187,13 @@ async def stream_led_by_each_broker(
     for _ in range(3 * len(brokers)):
         name = stream_names()
         await client.create_stream(name.subject, name.name, StreamConfig(replication_factor=1))
-        metadata = await client.fetch_metadata(name.name)
+        # The broker asked may not have applied the creation yet: ask until it lists it.
+        async with asyncio.timeout(30):
+            while True:
+                metadata = await client.fetch_metadata(name.name)
+                if name.name in metadata.streams:
+                    break
+                await asyncio.sleep(0.1)
         addresses = {b.id: b.address for b in metadata.brokers}
         found.setdefault(addresses[metadata.streams[name.name].partitions[0].leader], name.name)
         if set(found) == set(brokers):
