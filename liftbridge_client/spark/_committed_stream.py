@@ -176,9 +176,20 @@ def decode_states(ref: PartitionRef, values: Iterable[bytes]) -> tuple[ProducerS
     return tuple(out)
 
 
+# Replicas of a states stream the query creates: Kafka's choice for its internal topics
+# (offsets.topic.replication.factor), capped by the cluster's size.
+STORE_REPLICAS = 3
+
+
 async def ensure_store(client: Client, store: str) -> None:
-    """Create the states stream (one partition, subject = its name) unless it exists."""
-    await client.create_stream(store, store, StreamConfig(partitions=1), exist_ok=True)
+    """Create the states stream (one partition, subject = its name, on up to
+    `STORE_REPLICAS` servers) unless it exists: the server's default of one replica would
+    fail the query whenever that one server is down."""
+    if store in (await client.fetch_metadata(store)).streams:
+        return
+    replicas = max(1, min(STORE_REPLICAS, len((await client.fetch_metadata()).brokers)))
+    config = StreamConfig(partitions=1, replication_factor=replicas)
+    await client.create_stream(store, store, config, exist_ok=True)
 
 
 async def store_end(client: Client, store: str) -> int:
