@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.message import DecodeError
 from h2.errors import ErrorCodes
 from h2_server import H2Server, ServerStream
 
@@ -317,6 +318,43 @@ async def test_the_window_reopens_only_as_the_consumer_reads(
     assert stalled_at >= STREAM_WINDOW // 2
     assert len(await read_all(c)) == total - 1  # reading reopens it: everything arrives
     assert server.requests[0].sent == total * (len(payload) + 5)
+
+
+async def test_read_ready_takes_what_arrived_and_a_bad_message_fails_after_the_good_ones(
+    serve: Serve,
+) -> None:
+    """read_ready: up to the limit, without waiting; a message that does not decode ends
+    the call, but the ones before it are still returned and the failure comes next."""
+    sent = asyncio.Event()
+
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        for i in range(5):
+            s.message(b"m%d" % i)
+        s.message(b"bad")
+        s.message(b"m6")
+        sent.set()
+        await asyncio.Event().wait()
+
+    def decode(raw: bytes) -> bytes:
+        if raw == b"bad":
+            raise DecodeError("not a message")
+        return raw
+
+    server, pool = await serve(script)
+    c = pool.server_stream(server.address, PATH, b"request", decode)
+    assert c.read_ready(10) == []  # not started: nothing is here, nothing waits
+    assert await c.read() == b"m0"
+    async with asyncio.timeout(5):
+        await sent.wait()
+    await wait_until(lambda: c.read_ready(0) == [] and len(c._inbox) == 6, what="arrival")
+    assert c.read_ready(2) == [b"m1", b"m2"]
+    assert c.read_ready(10) == [b"m3", b"m4"]  # the bad one ends it; m6 is dropped
+    with pytest.raises(H2RpcError) as info:
+        await c.read()
+    assert info.value.code() is grpc.StatusCode.INTERNAL
+    assert "failed to parse" in info.value.details()
+    await wait_until(lambda: server.requests[0].reset_code == ErrorCodes.CANCEL, what="reset")
 
 
 async def test_concurrent_calls_share_one_connection(serve: Serve) -> None:

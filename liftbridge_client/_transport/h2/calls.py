@@ -245,6 +245,38 @@ class _Call(Generic[T]):
             self._fail(error, True)
             raise error from exc
 
+    def read_ready(self, limit: int) -> list[T]:
+        """Up to ``limit`` messages that are here already (no suspension), decoded; their
+        window goes back once for all of them, not per message. A message that fails to
+        decode fails the call: the ones before it are returned, the failure is raised by
+        the next read (at once if it was the first)."""
+        inbox = self._inbox
+        n = min(limit, len(inbox))
+        if n <= 0:
+            return []
+        if n == len(inbox):
+            raws = list(inbox)
+            inbox.clear()
+        else:
+            raws = [inbox.popleft() for _ in range(n)]
+        self._held -= sum(map(len, raws)) + 5 * n
+        self._settle()
+        decode = self._decode
+        try:
+            return [decode(raw) for raw in raws]
+        except DecodeError as exc:
+            error = H2RpcError(StatusCode.INTERNAL, f"failed to parse a response message: {exc}")
+            out: list[T] = []
+            for raw in raws:  # the good ones before it (rare: only after a decode failure)
+                try:
+                    out.append(decode(raw))
+                except DecodeError:
+                    break
+            self._fail(error, True)
+            if not out:
+                raise error from exc
+            return out
+
     async def read(self) -> T | None:
         """The next message; None when the call ended with an OK status."""
         inbox = self._inbox
