@@ -37,6 +37,7 @@ from liftbridge_client._subscribe.spec import (
 from liftbridge_client._transport.errors_map import map_rpc_error
 from liftbridge_client._transport.grpc import BrokerPool
 from liftbridge_client._transport.h2 import ServerStreamCall
+from liftbridge_client._transport.h2.connection import STREAM_WINDOW
 from liftbridge_client._util import validate as _validate
 from liftbridge_client.models import Message, StartPosition, owned_message_from_proto
 from liftbridge_client.options import ClientOptions, StreamTransport
@@ -134,6 +135,7 @@ class Subscription:
         self._progress = Progress(self._spec.reverse)
         self._resubscribes = 0
         self._lock = asyncio.Lock()
+        self._receive_window = STREAM_WINDOW
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "ended" if self._finished else "open"
@@ -175,6 +177,23 @@ class Subscription:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def receive_window(self) -> int:
+        """Bytes the server may send ahead of the reader on the h2 stream transport: what
+        a reader that stops reading holds at most, and twice what each flow-control
+        write (WINDOW_UPDATE) hands back. Default and minimum 1 MiB; a larger one, set
+        before the subscription opens, costs a long fast read fewer writes (each can
+        wake the server and cost the reader its core). grpc.aio sizes its own."""
+        return self._receive_window
+
+    @receive_window.setter
+    def receive_window(self, size: int) -> None:
+        if not STREAM_WINDOW <= size <= 2**31 - 1:
+            raise errors.InvalidInputError(
+                f"receive_window must be {STREAM_WINDOW} to 2**31 - 1 bytes, got {size}"
+            )
+        self._receive_window = size
 
     # ------------------------------------------------------------ lifecycle
 
@@ -667,7 +686,11 @@ class Subscription:
     def _open_call(self, address: str, request: api_pb2.SubscribeRequest) -> SubscribeCall:
         if self._options.stream_transport is StreamTransport.H2:
             return self._pool.h2().server_stream(
-                address, _SUBSCRIBE_PATH, request.SerializeToString(), _decode_message
+                address,
+                _SUBSCRIBE_PATH,
+                request.SerializeToString(),
+                _decode_message,
+                window=self._receive_window,
             )
         return self._pool.stub(address).Subscribe(request)
 

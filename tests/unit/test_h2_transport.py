@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import grpc
+import h2.events
 import pytest
 from google.protobuf.message import DecodeError
 from h2.errors import ErrorCodes
@@ -290,12 +291,12 @@ async def test_a_compressed_message_is_refused_and_the_call_reset(
     await wait_until(lambda: server.requests[0].reset_code == ErrorCodes.CANCEL, what="reset")
 
 
-async def test_the_window_reopens_only_as_the_consumer_reads(
-    serve: Serve,
-) -> None:
-    """A consumer that stops reading stops the server after one stream window."""
+@pytest.mark.parametrize("window", [STREAM_WINDOW, 4 * STREAM_WINDOW], ids=["default", "4x"])
+async def test_the_window_reopens_only_as_the_consumer_reads(serve: Serve, window: int) -> None:
+    """A consumer that stops reading stops the server after one stream window (the
+    call's own, when it asks for a larger one)."""
     payload = b"x" * 1000
-    total = 4 * STREAM_WINDOW // len(payload)
+    total = 4 * window // len(payload)
     blocked = asyncio.Event()
 
     async def script(s: ServerStream) -> None:
@@ -308,16 +309,54 @@ async def test_the_window_reopens_only_as_the_consumer_reads(
         s.trailers(0)
 
     server, pool = await serve(script)
-    c = call(pool, server)
+    c = pool.server_stream(server.address, PATH, b"request", identity, window=window)
     assert await c.read() == payload
     async with asyncio.timeout(5):
         await blocked.wait()
     await asyncio.sleep(0.1)  # the server would go on here if anything reopened its window
     stalled_at = server.requests[0].sent
-    assert stalled_at <= STREAM_WINDOW + len(payload) + 5
-    assert stalled_at >= STREAM_WINDOW // 2
+    assert stalled_at <= window + len(payload) + 5
+    assert stalled_at >= window // 2
     assert len(await read_all(c)) == total - 1  # reading reopens it: everything arrives
     assert server.requests[0].sent == total * (len(payload) + 5)
+
+
+def stream_window_updates(server: H2Server, stream_id: int) -> list[int]:
+    """The increments of the WINDOW_UPDATEs the client sent for ``stream_id``."""
+    return [
+        ev.delta or 0
+        for ev in server.events
+        if isinstance(ev, h2.events.WindowUpdated) and ev.stream_id == stream_id
+    ]
+
+
+async def test_a_larger_window_hands_back_the_same_bytes_in_fewer_updates(serve: Serve) -> None:
+    """The flow-control writes of a long read: with a 4x window, a quarter as many
+    WINDOW_UPDATEs (plus the one that opens it, sent with the headers), for the same bytes."""
+    payload = b"y" * 1000
+    total = 8 * STREAM_WINDOW // len(payload)
+
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        for _ in range(total):
+            while s.send_window() < len(payload) + 5:
+                await s.wait_window()
+            s.message(payload)
+        s.trailers(0)
+
+    counts = {}
+    for window in (STREAM_WINDOW, 4 * STREAM_WINDOW):
+        server, pool = await serve(script)
+        c = pool.server_stream(server.address, PATH, b"request", identity, window=window)
+        assert len(await read_all(c)) == total
+        updates = stream_window_updates(server, server.requests[0].stream_id)
+        if window > STREAM_WINDOW:
+            assert updates[0] == window - STREAM_WINDOW  # opened with the request
+            updates = updates[1:]
+        assert all(u >= window // 2 for u in updates)  # h2 hands back half at a time
+        counts[window] = len(updates)
+    assert counts[STREAM_WINDOW] >= 12  # 8 MiB read, 512 KiB per update
+    assert counts[4 * STREAM_WINDOW] <= counts[STREAM_WINDOW] // 3
 
 
 async def test_read_ready_takes_what_arrived_and_a_bad_message_fails_after_the_good_ones(

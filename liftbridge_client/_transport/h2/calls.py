@@ -39,11 +39,10 @@ T = TypeVar("T")
 Connect = Callable[[], Awaitable[Connection]]
 Decode = Callable[[bytes], T]
 
-# Window bytes handed back in batches of at least this much (or when the reader
-# has caught up), so a window update is not computed per message.
-_ACK_BATCH: Final = STREAM_WINDOW // 16
-# Complete messages held beyond this stop the window from reopening.
-_HOLD_LIMIT: Final = STREAM_WINDOW
+# Window bytes handed back in batches of at least 1/16 of the call's receive window (or
+# when the reader has caught up), so a window update is not computed per message; complete
+# messages held beyond the window stop it from reopening.
+_ACK_SHARE: Final = 16
 # A writer waits while more than this is queued and not yet sent (send window full).
 SEND_HIGH_WATER: Final = 1024 * 1024
 
@@ -60,8 +59,11 @@ class _Call(Generic[T]):
         timeout: float | None = None,
         max_message: int = DEFAULT_MAX_MESSAGE,
         sink: Callable[[list[bytes]], None] | None = None,
+        window: int = STREAM_WINDOW,
     ) -> None:
         self._connect = connect
+        self._window = max(window, STREAM_WINDOW)  # the receive window (see start_stream)
+        self._ack_batch = self._window // _ACK_SHARE
         # Takes the messages of each received chunk as they arrive, in order, instead of
         # the reader (which then only learns how the call ended): the window goes back at
         # once.
@@ -126,7 +128,7 @@ class _Call(Generic[T]):
             raise
         if self._error is not None:  # cancelled meanwhile
             return
-        self._sid = conn.start_stream(self, self._path, self._timeout)
+        self._sid = conn.start_stream(self, self._path, self._timeout, self._window)
         self._conn = conn
         if self._timeout is not None:
             self._deadline = asyncio.get_running_loop().call_later(self._timeout, self._expire)
@@ -202,7 +204,11 @@ class _Call(Generic[T]):
     def _settle(self) -> None:
         """Hand back to the window what no held message accounts for (partial, padding)."""
         excess = self._unacked - self._held
-        if excess > 0 and (excess >= _ACK_BATCH or not self._inbox) and self._held <= _HOLD_LIMIT:
+        if (
+            excess > 0
+            and (excess >= self._ack_batch or not self._inbox)
+            and self._held <= self._window
+        ):
             self._unacked -= excess
             conn = self._conn
             if conn is not None:
@@ -211,7 +217,7 @@ class _Call(Generic[T]):
     def _take(self) -> bytes:
         raw = self._inbox.popleft()
         self._held -= len(raw) + 5
-        if self._unacked - self._held >= _ACK_BATCH or not self._inbox:
+        if self._unacked - self._held >= self._ack_batch or not self._inbox:
             self._settle()
         return raw
 
@@ -357,8 +363,11 @@ class ServerStreamCall(_Call[T]):
         *,
         timeout: float | None = None,
         max_message: int = DEFAULT_MAX_MESSAGE,
+        window: int = STREAM_WINDOW,
     ) -> None:
-        super().__init__(connect, path, decode, timeout=timeout, max_message=max_message)
+        super().__init__(
+            connect, path, decode, timeout=timeout, max_message=max_message, window=window
+        )
         self._request = encode_message(request)
 
     def _started(self) -> None:
