@@ -516,6 +516,12 @@ class _LazyHeaders(Mapping[str, bytes]):
         return repr(self._get())
 
 
+def message_headers(pb: api_pb2.Message) -> Mapping[str, bytes]:
+    """The headers `Message.headers` gives for ``pb`` (without the server's own), copied
+    out now: for readers that take a message's fields without a `Message`."""
+    return _LazyHeaders(pb)._get() if pb.headers else _EMPTY
+
+
 def owned_message_from_proto(pb: api_pb2.Message) -> Message:
     """`message_from_proto` for a protobuf the caller hands over (never changed again).
 

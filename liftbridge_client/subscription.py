@@ -37,6 +37,7 @@ from liftbridge_client._subscribe.spec import (
 from liftbridge_client._transport.errors_map import map_rpc_error
 from liftbridge_client._transport.grpc import BrokerPool
 from liftbridge_client._transport.h2 import ServerStreamCall
+from liftbridge_client._transport.h2.connection import STREAM_WINDOW
 from liftbridge_client._util import validate as _validate
 from liftbridge_client.models import Message, StartPosition, owned_message_from_proto
 from liftbridge_client.options import ClientOptions, StreamTransport
@@ -134,6 +135,7 @@ class Subscription:
         self._progress = Progress(self._spec.reverse)
         self._resubscribes = 0
         self._lock = asyncio.Lock()
+        self._receive_window = STREAM_WINDOW
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "ended" if self._finished else "open"
@@ -175,6 +177,23 @@ class Subscription:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def receive_window(self) -> int:
+        """Bytes the server may send ahead of the reader on the h2 stream transport: what
+        a reader that stops reading holds at most, and twice what each flow-control
+        write (WINDOW_UPDATE) hands back. Default and minimum 1 MiB; a larger one, set
+        before the subscription opens, costs a long fast read fewer writes (each can
+        wake the server and cost the reader its core). grpc.aio sizes its own."""
+        return self._receive_window
+
+    @receive_window.setter
+    def receive_window(self, size: int) -> None:
+        if not STREAM_WINDOW <= size <= 2**31 - 1:
+            raise errors.InvalidInputError(
+                f"receive_window must be {STREAM_WINDOW} to 2**31 - 1 bytes, got {size}"
+            )
+        self._receive_window = size
 
     # ------------------------------------------------------------ lifecycle
 
@@ -317,7 +336,76 @@ class Subscription:
                 raise StopAsyncIteration from None  # close() cancelled the call under us
             raise  # our reader was cancelled (a timeout): the subscription stays open
 
+    async def next_protos(self, limit: int) -> list[api_pb2.Message]:
+        """The next messages as their decoded protobufs (wire field names), for readers that
+        build columns rather than `Message` objects (the Spark source): at least one,
+        waiting for it as ``async for`` does, plus up to ``limit`` in all of those that have
+        arrived already; ``[]`` where iteration would stop. The same guarantees as
+        iterating (failover, no replayed offset). Forward subscriptions only."""
+        if self._spec.reverse:
+            raise ValueError("next_protos() reads forward subscriptions only")
+        call = self._call
+        if (
+            type(call) is ServerStreamCall
+            and self._pending is None
+            and not self._closed
+            and not self._lock.locked()
+        ):
+            try:
+                out = self._accepted(call.read_ready(limit))
+            except grpc.RpcError:
+                out = []  # the call failed: the path below reads the failure and acts on it
+            if out:
+                return out
+        try:
+            async with self._lock:
+                while True:
+                    call = self._call
+                    if call is None or self._pending is not None or self._closed:
+                        got = await self._next_proto()
+                        assert not isinstance(got, Message)  # forward: never emulated
+                        return [got]
+                    try:
+                        if type(call) is ServerStreamCall:
+                            out = self._accepted(call.read_ready(limit))
+                            if out:
+                                return out
+                            pb: object = await call.read()
+                        else:
+                            pb = await self._read_call(call)
+                    except grpc.RpcError as exc:
+                        self._broken(exc)
+                        continue
+                    if not isinstance(pb, api_pb2.Message):
+                        self._broken(None)
+                        continue
+                    if self._progress.accept(pb.offset):
+                        return [pb]
+                    log.debug("%r: dropping replayed offset %d", self, pb.offset)
+        except StopAsyncIteration:
+            return []
+        except asyncio.CancelledError:
+            if self._closed and not _being_cancelled():
+                return []  # close() cancelled the call under us
+            raise
+
+    def _accepted(self, pbs: list[api_pb2.Message]) -> list[api_pb2.Message]:
+        """``pbs`` without replayed offsets (recording the others as delivered)."""
+        accept = self._progress.accept
+        out = [pb for pb in pbs if accept(pb.offset)]
+        if len(out) < len(pbs):
+            log.debug("%r: dropped %d replayed offsets", self, len(pbs) - len(out))
+        return out
+
     async def _next(self) -> Message:
+        got = await self._next_proto()
+        if isinstance(got, Message):
+            return got  # a reverse read's emulation delivers Messages
+        return owned_message_from_proto(got)  # never used again
+
+    async def _next_proto(self) -> api_pb2.Message | Message:
+        """The next message's protobuf (a `Message` when reverse reads are emulated);
+        StopAsyncIteration at the end."""
         while True:
             if self._closed or self._finished:
                 raise StopAsyncIteration
@@ -334,7 +422,7 @@ class Subscription:
             if not self._progress.accept(pb.offset):
                 log.debug("%r: dropping replayed offset %d", self, pb.offset)
                 continue
-            return owned_message_from_proto(pb)  # pb is never used again
+            return pb
 
     async def _next_emulated(self, reader: ReverseReader) -> Message:
         message = await reader.next()
@@ -598,7 +686,11 @@ class Subscription:
     def _open_call(self, address: str, request: api_pb2.SubscribeRequest) -> SubscribeCall:
         if self._options.stream_transport is StreamTransport.H2:
             return self._pool.h2().server_stream(
-                address, _SUBSCRIBE_PATH, request.SerializeToString(), _decode_message
+                address,
+                _SUBSCRIBE_PATH,
+                request.SerializeToString(),
+                _decode_message,
+                window=self._receive_window,
             )
         return self._pool.stub(address).Subscribe(request)
 

@@ -31,7 +31,7 @@ from liftbridge_client.spark._committed_stream import load_states, save_states
 from liftbridge_client.spark._read import (
     BATCH_ROWS,
     RangePartition,
-    _to_batch,
+    _batch_of,
     data_loss,
     end_runtime,
     message_chunks,
@@ -87,10 +87,10 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
                     if not _is_ack(env.uuid):
                         out.append(env.message)
             if len(out) >= BATCH_ROWS:
-                yield _to_batch(out, options.include_headers)
+                yield _batch_of(out, options.include_headers)
                 out = []
         if out:
-            yield _to_batch(out, options.include_headers)
+            yield _batch_of(out, options.include_headers)
         if at is not None:
             # Only once the whole range was read: the next micro-batch starts from it.
             end_states = sequencer.checkpoint(at.horizon_ns).states

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from liftbridge_client import errors
-from liftbridge_client.models import Message
+from liftbridge_client._proto import api_pb2
+from liftbridge_client.models import Message, message_headers, owned_message_from_proto
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.packing import MAGIC, PackedRow, is_packed, unpack
 from liftbridge_client.spark._offsets import PartitionRange
@@ -35,6 +37,11 @@ __all__ = ["RangePartition", "read_range"]
 log = logging.getLogger(__name__)
 
 BATCH_ROWS = 4096  # messages per Arrow record batch handed to Spark
+# A task reads its range as fast as it can and holds one subscription: a 4 MiB receive
+# window costs it a quarter of the flow-control writes of the default 1 MiB.
+RECEIVE_WINDOW = 4 * 1024 * 1024
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_NO_HEADERS: Mapping[str, bytes] = {}
 
 # Liftbridge (v1.9.0) cannot tell a partition's first offset, and a subscription to a
 # partition whose every message was removed by retention waits for the next message, even
@@ -64,23 +71,106 @@ def data_loss(options: SourceOptions, what: str) -> None:
     log.warning("%s (skipped: failOnDataLoss=false)", what)
 
 
-async def _take(sub: Subscription, count: int, end: int, timeout: float) -> list[Message]:
-    """Up to ``count`` messages below ``end``; fewer when the range (or the stream) ends."""
-    out: list[Message] = []
+async def _take(sub: Subscription, count: int, end: int, timeout: float) -> list[api_pb2.Message]:
+    """Up to ``count`` messages below ``end``, as protobufs (no `Message` objects: their
+    fields go straight into columns); fewer when the range (or the stream) ends."""
+    out: list[api_pb2.Message] = []
     try:
         async with asyncio.timeout(timeout):
-            async for message in sub:
-                if message.offset >= end:
+            while len(out) < count:
+                got = await sub.next_protos(count - len(out))
+                if not got:
                     break
-                out.append(message)
-                if message.offset == end - 1 or len(out) >= count:
+                if got[-1].offset >= end - 1:  # offsets ascend: the range ends in here
+                    out.extend(pb for pb in got if pb.offset < end)
                     break
+                out.extend(got)
     except TimeoutError:
+        if out:  # the next call goes on from here (and times out if nothing more comes)
+            return out
         raise errors.LiftbridgeTimeoutError(
             f"reading {sub.stream}/{sub.partition}: no message for {timeout}s below offset "
             f"{end} (option pollTimeoutMs)"
         ) from None
     return out
+
+
+def _micros(nanos: list[int]) -> pa.Array:
+    """Nanoseconds since the epoch as Spark's timestamps (microseconds, UTC), floored."""
+    ns = pa.array(nanos, pa.int64())
+    if len(ns) and pc.min(ns).as_py() < 0:  # Arrow truncates toward zero; Python floors
+        return pa.array([t // 1000 for t in nanos], pa.int64()).cast(_TIMESTAMP)
+    return pc.divide(ns, 1000).cast(_TIMESTAMP)
+
+
+def _header_column(per_row: list[Mapping[str, bytes]]) -> pa.Array:
+    """The headers column from each row's headers (offsets, keys and values built flat)."""
+    offsets = [0]
+    names: list[str] = []
+    values: list[bytes] = []
+    total = 0
+    for headers in per_row:
+        if headers:
+            names.extend(headers.keys())
+            values.extend(headers.values())
+            total += len(headers)
+        offsets.append(total)
+    entries = pa.StructArray.from_arrays(
+        [pa.array(names, pa.string()), pa.array(values, pa.binary())],
+        fields=list(HEADER_TYPE.value_type),
+    )
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), entries, type=HEADER_TYPE)
+
+
+def _assemble(
+    keys: list[bytes | None],
+    values: pa.Array,
+    stream: pa.Array,
+    subjects: list[str],
+    partition: pa.Array,
+    offsets: list[int],
+    nanos: list[int],
+    headers: list[Mapping[str, bytes]] | None,
+) -> pa.RecordBatch:
+    columns: list[pa.Array] = [
+        pa.array(keys, pa.binary()),
+        values,
+        stream,
+        pa.array(subjects, pa.string()),
+        partition,
+        pa.array(offsets, pa.int64()),
+        _micros(nanos),
+    ]
+    if headers is not None:
+        columns.append(_header_column(headers))
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(headers is not None))
+
+
+def _any_magic(values: pa.Array) -> bool:
+    return bool(pc.any(pc.starts_with(values, pattern=MAGIC)).as_py())
+
+
+def _protos_batch(
+    pbs: list[api_pb2.Message], stream: str, partition: int, include_headers: bool
+) -> pa.RecordBatch:
+    """One Arrow batch straight from the subscription's protobufs, column by column.
+
+    Every message of a subscription is of its stream and partition: those columns are
+    repeated constants. A packed message gives each of its rows (see `_rows_of`)."""
+    values = pa.array([pb.value for pb in pbs], pa.binary())
+    if _any_magic(values):
+        return _batch_of([owned_message_from_proto(pb) for pb in pbs], include_headers)
+    n = len(pbs)
+    return _assemble(
+        [pb.key or None for pb in pbs],
+        values,
+        pa.repeat(pa.scalar(stream, pa.string()), n),
+        [pb.subject for pb in pbs],
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        [pb.offset for pb in pbs],
+        [pb.timestamp for pb in pbs],
+        [message_headers(pb) for pb in pbs] if include_headers else None,
+    )
 
 
 def _rows_of(m: Message) -> list[PackedRow] | None:
@@ -94,76 +184,53 @@ def _rows_of(m: Message) -> list[PackedRow] | None:
         raise errors.FramingError(f"{m.stream}/{m.partition} offset {m.offset}: {exc}") from exc
 
 
-def _to_batch(messages: list[Message], include_headers: bool) -> pa.RecordBatch:
+def _batch_of(messages: list[Message], include_headers: bool) -> pa.RecordBatch:
     """One Arrow batch of the messages' rows: a packed message gives each of its rows, with
     the message's stream, subject, partition, offset and timestamp."""
-    if any(m.value[:4] == MAGIC for m in messages):
-        return _packed_batch(messages, include_headers)
-    columns: list[pa.Array] = [
-        pa.array([m.key or None for m in messages], pa.binary()),
-        pa.array([m.value for m in messages], pa.binary()),
-        pa.array([m.stream for m in messages], pa.string()),
-        pa.array([m.subject for m in messages], pa.string()),
-        pa.array([m.partition for m in messages], pa.int32()),
-        pa.array([m.offset for m in messages], pa.int64()),
-        pa.array([m.timestamp_ns // 1000 for m in messages], pa.int64()).cast(
-            pa.timestamp("us", tz="UTC")
-        ),
-    ]
-    if include_headers:
-        headers = [[{"key": k, "value": v} for k, v in m.headers.items()] for m in messages]
-        columns.append(pa.array(headers, HEADER_TYPE))
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
-
-
-def _packed_batch(messages: list[Message], include_headers: bool) -> pa.RecordBatch:
     keys: list[bytes | None] = []
     values: list[bytes] = []
-    headers: list[list[dict[str, object]]] = []
+    headers: list[Mapping[str, bytes]] = []
     streams: list[str] = []
     subjects: list[str] = []
     partitions: list[int] = []
     offsets: list[int] = []
-    micros: list[int] = []
+    nanos: list[int] = []
     for m in messages:
         rows = _rows_of(m)
         if rows is None:
             keys.append(m.key or None)
             values.append(m.value)
             if include_headers:
-                headers.append([{"key": k, "value": v} for k, v in m.headers.items()])
+                headers.append(m.headers)
             n = 1
         else:
             keys.extend(r.key for r in rows)
             values.extend(r.value for r in rows)
             if include_headers:
-                headers.extend(
-                    [{"key": k, "value": v} for k, v in (r.headers or {}).items()] for r in rows
-                )
+                headers.extend(r.headers or _NO_HEADERS for r in rows)
             n = len(rows)
         streams += [m.stream] * n
         subjects += [m.subject] * n
         partitions += [m.partition] * n
         offsets += [m.offset] * n
-        micros += [m.timestamp_ns // 1000] * n
-    columns: list[pa.Array] = [
-        pa.array(keys, pa.binary()),
+        nanos += [m.timestamp_ns] * n
+    return _assemble(
+        keys,
         pa.array(values, pa.binary()),
         pa.array(streams, pa.string()),
-        pa.array(subjects, pa.string()),
+        subjects,
         pa.array(partitions, pa.int32()),
-        pa.array(offsets, pa.int64()),
-        pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-    ]
-    if include_headers:
-        columns.append(pa.array(headers, HEADER_TYPE))
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+        offsets,
+        nanos,
+        headers if include_headers else None,
+    )
 
 
 def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
     """Messages ``[start, end)`` of one partition; everything is closed however it stops."""
-    for messages in message_chunks(part):
-        yield _to_batch(messages, part.options.include_headers)
+    r, include_headers = part.range, part.options.include_headers
+    for pbs in proto_chunks(part):
+        yield _protos_batch(pbs, r.stream, r.partition, include_headers)
 
 
 def _runtime_key(options: SourceOptions) -> tuple[object, ...]:
@@ -188,8 +255,17 @@ def end_runtime(options: SourceOptions, runtime: TaskRuntime, *, ok: bool) -> No
 def message_chunks(
     part: RangePartition, runtime: TaskRuntime | None = None
 ) -> Iterator[list[Message]]:
-    """The messages ``[start, end)`` of one partition in chunks of up to `BATCH_ROWS`, with
-    the data-loss checks. A given ``runtime`` is left open; else one is made and closed."""
+    """`proto_chunks` as `Message` objects (for readers that need them whole)."""
+    for pbs in proto_chunks(part, runtime):
+        yield [owned_message_from_proto(pb) for pb in pbs]
+
+
+def proto_chunks(
+    part: RangePartition, runtime: TaskRuntime | None = None
+) -> Iterator[list[api_pb2.Message]]:
+    """The messages ``[start, end)`` of one partition in chunks of up to `BATCH_ROWS`, as
+    protobufs, with the data-loss checks. A given ``runtime`` is left open; else one is
+    made and closed."""
     r, options = part.range, part.options
     if r.start >= r.end:
         return
@@ -199,6 +275,7 @@ def message_chunks(
     try:
         client = task.client
         sub = client.subscribe(r.stream, r.partition, start_offset=r.start, stop_offset=r.end - 1)
+        sub.receive_window = RECEIVE_WINDOW
         task.run(sub.__aenter__())
         try:
             expected = r.start

@@ -16,6 +16,7 @@ import pytest
 from liftbridge_client import Client, ClientOptions, StartPosition, StreamTransport, Transport
 from liftbridge_client._transport.h2 import ServerStreamCall
 from liftbridge_client._transport.h2.connection import STREAM_WINDOW
+from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.testing import Deployment, StreamNames
 
 pytestmark = pytest.mark.integration
@@ -24,9 +25,12 @@ MESSAGES = 6000  # of 1 KiB: 6 MiB waiting, six stream windows
 VALUE = b"x" * 1024
 
 
+@pytest.mark.parametrize("window", [None, 4 * STREAM_WINDOW], ids=["default", "4x"])
 async def test_a_slow_consumer_buffers_at_most_one_window(
-    liftbridge_server: Deployment, stream_names: StreamNames
+    liftbridge_server: Deployment, stream_names: StreamNames, window: int | None
 ) -> None:
+    """The default window, or the larger one the subscription asked for (receive_window)."""
+    limit = window or STREAM_WINDOW
     name, subject = stream_names("slow")
     options = ClientOptions(stream_transport=StreamTransport.H2, transport=Transport.NATS)
     async with Client(
@@ -36,7 +40,13 @@ async def test_a_slow_consumer_buffers_at_most_one_window(
         futures = [await client.send(name, VALUE) for _ in range(MESSAGES)]
         await asyncio.gather(*futures)
         peak = 0
-        async with client.subscribe(name, start=StartPosition.EARLIEST) as sub:
+        sub = client.subscribe(name, start=StartPosition.EARLIEST)
+        if window is not None:
+            sub.receive_window = window
+        with pytest.raises(InvalidInputError):
+            sub.receive_window = STREAM_WINDOW - 1  # less than h2's initial window
+        assert sub.receive_window == limit
+        async with sub:
             call = sub._call
             assert isinstance(call, ServerStreamCall)
             for expected in range(150):
@@ -47,8 +57,10 @@ async def test_a_slow_consumer_buffers_at_most_one_window(
                 peak = max(peak, held)
             # The server had far more to send; the call holds one window at most, plus
             # one message (1 KiB value + stream, subject, headers...) partly acked.
-            assert peak <= STREAM_WINDOW + 2048
-            assert peak >= STREAM_WINDOW // 4  # the window was used, not starved
+            assert peak <= limit + 2048
+            assert peak >= limit // 4  # the window was used, not starved
+            if window is not None:  # more than the default window could have held
+                assert peak > STREAM_WINDOW + 2048
             # Draining fast reopens the window: everything arrives, in order.
             async with asyncio.timeout(30):
                 for expected in range(150, MESSAGES):

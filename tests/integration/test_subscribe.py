@@ -113,6 +113,17 @@ def offsets(messages: Sequence[Message]) -> list[int]:
     return [m.offset for m in messages]
 
 
+async def read_protos(sub: Subscription, count: int, timeout: float = 5.0) -> list[api_pb2.Message]:
+    """``count`` messages through `Subscription.next_protos` (the Spark source's reads)."""
+    out: list[api_pb2.Message] = []
+    async with asyncio.timeout(timeout):
+        while len(out) < count:
+            got = await sub.next_protos(count - len(out))
+            assert got, f"the subscription ended after {len(out)} of {count}"
+            out.extend(got)
+    return out
+
+
 # ---------------------------------------------------------------- handshake, start positions
 
 
@@ -130,6 +141,36 @@ async def test_handshake_is_hidden_and_earliest_to_latest_reads_everything(
     assert all(m.stream == stream and m.partition == 0 and m.timestamp_ns > 0 for m in got)
     assert isinstance(sub.end_reason, errors.StopPositionReached)
     assert str(sub.end_reason).endswith("Stop offset reached")
+
+
+async def test_next_protos_gives_what_iterating_gives_in_batches_and_ends_the_same(
+    client: Client, stream: str
+) -> None:
+    """The protobufs of `next_protos` carry what the Messages of ``async for`` carry, in
+    batches of at most the limit, and it returns [] where iteration stops."""
+    sent = [b"m%d" % i for i in range(40)] + [b""]  # an empty value too
+    await publish(client, stream, *sent)
+    async with client.subscribe(stream, start_offset=3, stop_offset=40) as sub:
+        expected = await drain(sub)
+    async with client.subscribe(stream, start_offset=3, stop_offset=40) as sub:
+        got: list[api_pb2.Message] = []
+        sizes = []
+        async with asyncio.timeout(5.0):
+            while batch := await sub.next_protos(7):
+                sizes.append(len(batch))
+                got.extend(batch)
+        assert await sub.next_protos(7) == []
+        assert isinstance(sub.end_reason, errors.StopPositionReached)
+    assert max(sizes) <= 7
+    assert [(p.offset, p.value, p.stream, p.partition, p.timestamp) for p in got] == [
+        (m.offset, m.value, m.stream, m.partition, m.timestamp_ns) for m in expected
+    ]
+    assert [p.offset for p in got] == list(range(3, 41))
+    assert sub.last_offset == 40
+    backwards = client.subscribe(stream, start_offset=3, reverse=True)
+    with pytest.raises(ValueError, match="forward"):
+        await backwards.next_protos(1)
+    await backwards.close()
 
 
 async def test_new_only_sees_only_what_is_published_after_it_is_established(
@@ -477,8 +518,12 @@ async def _wait_for_new_leader(client: Client, stream: str, dead: str, timeout: 
 
 
 @KILLS_A_LEADER
+@pytest.mark.parametrize("protos", [False, True], ids=["messages", "next_protos"])
 async def test_leader_failover_resubscribes_without_gap_or_duplicate(
-    liftbridge_cluster: Cluster, stream_names: StreamNames, stream_transport: StreamTransport
+    liftbridge_cluster: Cluster,
+    stream_names: StreamNames,
+    stream_transport: StreamTransport,
+    protos: bool,
 ) -> None:
     options = ClientOptions(
         transport=Transport.GRPC,
@@ -501,18 +546,25 @@ async def test_leader_failover_resubscribes_without_gap_or_duplicate(
 
         async with client.subscribe(stream, start=StartPosition.EARLIEST) as sub:
             assert sub.broker == old_address
-            received = await read(sub, 3)  # part of what is there: the rest is in flight
+            # part of what is there: the rest is in flight
+            received = [
+                (m.offset, m.value) for m in await (read_protos if protos else read)(sub, 3)
+            ]
 
             await asyncio.to_thread(liftbridge_cluster.node(old_leader).kill)  # SIGKILL
             new_leader = await _wait_for_new_leader(client, stream, old_leader, timeout=20)
             await publish(client, stream, *after)  # through the surviving nodes
 
-            received += await read(sub, len(before) + len(after) - 3, timeout=25)
+            rest = len(before) + len(after) - 3
+            if protos:
+                received += [(m.offset, m.value) for m in await read_protos(sub, rest, 25)]
+            else:
+                received += [(m.offset, m.value) for m in await read(sub, rest, timeout=25)]
             assert sub.resubscribes >= 1
             assert sub.broker == liftbridge_cluster.node(new_leader).address
 
-        assert offsets(received) == list(range(10))
-        assert values(received) == before + after
+        assert [offset for offset, _ in received] == list(range(10))
+        assert [value for _, value in received] == before + after
         await asyncio.to_thread(liftbridge_cluster.node(old_leader).start)
         # Whole again (every node serving, metadata complete) before the next test uses it.
         await asyncio.to_thread(liftbridge_cluster.wait_ready)

@@ -12,7 +12,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import grpc
+import h2.events
 import pytest
+from google.protobuf.message import DecodeError
 from h2.errors import ErrorCodes
 from h2_server import H2Server, ServerStream
 
@@ -289,12 +291,12 @@ async def test_a_compressed_message_is_refused_and_the_call_reset(
     await wait_until(lambda: server.requests[0].reset_code == ErrorCodes.CANCEL, what="reset")
 
 
-async def test_the_window_reopens_only_as_the_consumer_reads(
-    serve: Serve,
-) -> None:
-    """A consumer that stops reading stops the server after one stream window."""
+@pytest.mark.parametrize("window", [STREAM_WINDOW, 4 * STREAM_WINDOW], ids=["default", "4x"])
+async def test_the_window_reopens_only_as_the_consumer_reads(serve: Serve, window: int) -> None:
+    """A consumer that stops reading stops the server after one stream window (the
+    call's own, when it asks for a larger one)."""
     payload = b"x" * 1000
-    total = 4 * STREAM_WINDOW // len(payload)
+    total = 4 * window // len(payload)
     blocked = asyncio.Event()
 
     async def script(s: ServerStream) -> None:
@@ -307,16 +309,91 @@ async def test_the_window_reopens_only_as_the_consumer_reads(
         s.trailers(0)
 
     server, pool = await serve(script)
-    c = call(pool, server)
+    c = pool.server_stream(server.address, PATH, b"request", identity, window=window)
     assert await c.read() == payload
     async with asyncio.timeout(5):
         await blocked.wait()
     await asyncio.sleep(0.1)  # the server would go on here if anything reopened its window
     stalled_at = server.requests[0].sent
-    assert stalled_at <= STREAM_WINDOW + len(payload) + 5
-    assert stalled_at >= STREAM_WINDOW // 2
+    assert stalled_at <= window + len(payload) + 5
+    assert stalled_at >= window // 2
     assert len(await read_all(c)) == total - 1  # reading reopens it: everything arrives
     assert server.requests[0].sent == total * (len(payload) + 5)
+
+
+def stream_window_updates(server: H2Server, stream_id: int) -> list[int]:
+    """The increments of the WINDOW_UPDATEs the client sent for ``stream_id``."""
+    return [
+        ev.delta or 0
+        for ev in server.events
+        if isinstance(ev, h2.events.WindowUpdated) and ev.stream_id == stream_id
+    ]
+
+
+async def test_a_larger_window_hands_back_the_same_bytes_in_fewer_updates(serve: Serve) -> None:
+    """The flow-control writes of a long read: with a 4x window, a quarter as many
+    WINDOW_UPDATEs (plus the one that opens it, sent with the headers), for the same bytes."""
+    payload = b"y" * 1000
+    total = 8 * STREAM_WINDOW // len(payload)
+
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        for _ in range(total):
+            while s.send_window() < len(payload) + 5:
+                await s.wait_window()
+            s.message(payload)
+        s.trailers(0)
+
+    counts = {}
+    for window in (STREAM_WINDOW, 4 * STREAM_WINDOW):
+        server, pool = await serve(script)
+        c = pool.server_stream(server.address, PATH, b"request", identity, window=window)
+        assert len(await read_all(c)) == total
+        updates = stream_window_updates(server, server.requests[0].stream_id)
+        if window > STREAM_WINDOW:
+            assert updates[0] == window - STREAM_WINDOW  # opened with the request
+            updates = updates[1:]
+        assert all(u >= window // 2 for u in updates)  # h2 hands back half at a time
+        counts[window] = len(updates)
+    assert counts[STREAM_WINDOW] >= 12  # 8 MiB read, 512 KiB per update
+    assert counts[4 * STREAM_WINDOW] <= counts[STREAM_WINDOW] // 3
+
+
+async def test_read_ready_takes_what_arrived_and_a_bad_message_fails_after_the_good_ones(
+    serve: Serve,
+) -> None:
+    """read_ready: up to the limit, without waiting; a message that does not decode ends
+    the call, but the ones before it are still returned and the failure comes next."""
+    sent = asyncio.Event()
+
+    async def script(s: ServerStream) -> None:
+        s.respond()
+        for i in range(5):
+            s.message(b"m%d" % i)
+        s.message(b"bad")
+        s.message(b"m6")
+        sent.set()
+        await asyncio.Event().wait()
+
+    def decode(raw: bytes) -> bytes:
+        if raw == b"bad":
+            raise DecodeError("not a message")
+        return raw
+
+    server, pool = await serve(script)
+    c = pool.server_stream(server.address, PATH, b"request", decode)
+    assert c.read_ready(10) == []  # not started: nothing is here, nothing waits
+    assert await c.read() == b"m0"
+    async with asyncio.timeout(5):
+        await sent.wait()
+    await wait_until(lambda: c.read_ready(0) == [] and len(c._inbox) == 6, what="arrival")
+    assert c.read_ready(2) == [b"m1", b"m2"]
+    assert c.read_ready(10) == [b"m3", b"m4"]  # the bad one ends it; m6 is dropped
+    with pytest.raises(H2RpcError) as info:
+        await c.read()
+    assert info.value.code() is grpc.StatusCode.INTERNAL
+    assert "failed to parse" in info.value.details()
+    await wait_until(lambda: server.requests[0].reset_code == ErrorCodes.CANCEL, what="reset")
 
 
 async def test_concurrent_calls_share_one_connection(serve: Serve) -> None:

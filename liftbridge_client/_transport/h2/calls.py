@@ -39,11 +39,10 @@ T = TypeVar("T")
 Connect = Callable[[], Awaitable[Connection]]
 Decode = Callable[[bytes], T]
 
-# Window bytes handed back in batches of at least this much (or when the reader
-# has caught up), so a window update is not computed per message.
-_ACK_BATCH: Final = STREAM_WINDOW // 16
-# Complete messages held beyond this stop the window from reopening.
-_HOLD_LIMIT: Final = STREAM_WINDOW
+# Window bytes handed back in batches of at least 1/16 of the call's receive window (or
+# when the reader has caught up), so a window update is not computed per message; complete
+# messages held beyond the window stop it from reopening.
+_ACK_SHARE: Final = 16
 # A writer waits while more than this is queued and not yet sent (send window full).
 SEND_HIGH_WATER: Final = 1024 * 1024
 
@@ -60,8 +59,11 @@ class _Call(Generic[T]):
         timeout: float | None = None,
         max_message: int = DEFAULT_MAX_MESSAGE,
         sink: Callable[[list[bytes]], None] | None = None,
+        window: int = STREAM_WINDOW,
     ) -> None:
         self._connect = connect
+        self._window = max(window, STREAM_WINDOW)  # the receive window (see start_stream)
+        self._ack_batch = self._window // _ACK_SHARE
         # Takes the messages of each received chunk as they arrive, in order, instead of
         # the reader (which then only learns how the call ended): the window goes back at
         # once.
@@ -126,7 +128,7 @@ class _Call(Generic[T]):
             raise
         if self._error is not None:  # cancelled meanwhile
             return
-        self._sid = conn.start_stream(self, self._path, self._timeout)
+        self._sid = conn.start_stream(self, self._path, self._timeout, self._window)
         self._conn = conn
         if self._timeout is not None:
             self._deadline = asyncio.get_running_loop().call_later(self._timeout, self._expire)
@@ -202,7 +204,11 @@ class _Call(Generic[T]):
     def _settle(self) -> None:
         """Hand back to the window what no held message accounts for (partial, padding)."""
         excess = self._unacked - self._held
-        if excess > 0 and (excess >= _ACK_BATCH or not self._inbox) and self._held <= _HOLD_LIMIT:
+        if (
+            excess > 0
+            and (excess >= self._ack_batch or not self._inbox)
+            and self._held <= self._window
+        ):
             self._unacked -= excess
             conn = self._conn
             if conn is not None:
@@ -211,7 +217,7 @@ class _Call(Generic[T]):
     def _take(self) -> bytes:
         raw = self._inbox.popleft()
         self._held -= len(raw) + 5
-        if self._unacked - self._held >= _ACK_BATCH or not self._inbox:
+        if self._unacked - self._held >= self._ack_batch or not self._inbox:
             self._settle()
         return raw
 
@@ -244,6 +250,38 @@ class _Call(Generic[T]):
             error = H2RpcError(StatusCode.INTERNAL, f"failed to parse a response message: {exc}")
             self._fail(error, True)
             raise error from exc
+
+    def read_ready(self, limit: int) -> list[T]:
+        """Up to ``limit`` messages that are here already (no suspension), decoded; their
+        window goes back once for all of them, not per message. A message that fails to
+        decode fails the call: the ones before it are returned, the failure is raised by
+        the next read (at once if it was the first)."""
+        inbox = self._inbox
+        n = min(limit, len(inbox))
+        if n <= 0:
+            return []
+        if n == len(inbox):
+            raws = list(inbox)
+            inbox.clear()
+        else:
+            raws = [inbox.popleft() for _ in range(n)]
+        self._held -= sum(map(len, raws)) + 5 * n
+        self._settle()
+        decode = self._decode
+        try:
+            return [decode(raw) for raw in raws]
+        except DecodeError as exc:
+            error = H2RpcError(StatusCode.INTERNAL, f"failed to parse a response message: {exc}")
+            out: list[T] = []
+            for raw in raws:  # the good ones before it (rare: only after a decode failure)
+                try:
+                    out.append(decode(raw))
+                except DecodeError:
+                    break
+            self._fail(error, True)
+            if not out:
+                raise error from exc
+            return out
 
     async def read(self) -> T | None:
         """The next message; None when the call ended with an OK status."""
@@ -325,8 +363,11 @@ class ServerStreamCall(_Call[T]):
         *,
         timeout: float | None = None,
         max_message: int = DEFAULT_MAX_MESSAGE,
+        window: int = STREAM_WINDOW,
     ) -> None:
-        super().__init__(connect, path, decode, timeout=timeout, max_message=max_message)
+        super().__init__(
+            connect, path, decode, timeout=timeout, max_message=max_message, window=window
+        )
         self._request = encode_message(request)
 
     def _started(self) -> None:

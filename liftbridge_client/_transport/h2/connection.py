@@ -451,8 +451,18 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------ streams
 
-    def start_stream(self, handler: StreamHandler, path: bytes, timeout: float | None) -> int:
-        """Send a call's request headers; its events go to ``handler`` from now on."""
+    def start_stream(
+        self,
+        handler: StreamHandler,
+        path: bytes,
+        timeout: float | None,
+        window: int = STREAM_WINDOW,
+    ) -> int:
+        """Send a call's request headers; its events go to ``handler`` from now on.
+
+        A ``window`` larger than `STREAM_WINDOW` opens this stream's receive window that
+        far (a WINDOW_UPDATE in the same write as the headers): h2 then hands back half
+        of it at a time, so a long read costs fewer flow-control writes."""
         if not self.usable:
             raise H2RpcError(StatusCode.UNAVAILABLE, f"connection to {self.address} is closing")
         h2c = self._h2
@@ -481,6 +491,8 @@ class Connection(asyncio.Protocol):
                 StatusCode.RESOURCE_EXHAUSTED,
                 f"{self.address} allows no more concurrent streams on this connection",
             ) from None
+        if window > STREAM_WINDOW:
+            h2c.increment_flow_control_window(window - STREAM_WINDOW, stream_id=sid)
         self._streams[sid] = handler
         self._arm_keepalive()
         self._schedule_flush()

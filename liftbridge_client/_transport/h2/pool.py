@@ -17,7 +17,7 @@ from liftbridge_client._transport.h2.calls import (
     Decode,
     ServerStreamCall,
 )
-from liftbridge_client._transport.h2.connection import Connection
+from liftbridge_client._transport.h2.connection import STREAM_WINDOW, Connection
 from liftbridge_client._transport.h2.status import H2RpcError
 from liftbridge_client.options import ClientOptions, TLSConfig
 
@@ -56,11 +56,13 @@ class H2Pool:
         decode: Decode[T],
         *,
         timeout: float | None = None,
+        window: int = STREAM_WINDOW,
     ) -> ServerStreamCall[T]:
-        """A server-streaming call to ``address``; it connects and starts on its first read."""
+        """A server-streaming call to ``address``; it connects and starts on its first read.
+        ``window``: its receive window (at least `STREAM_WINDOW`; see `Connection.start_stream`)."""
         self._check_open()
         return ServerStreamCall(
-            lambda: self.connection(address), path, request, decode, timeout=timeout
+            lambda: self.connection(address), path, request, decode, timeout=timeout, window=window
         )
 
     def bidi_stream(
