@@ -178,20 +178,15 @@ class Subscription:
     def closed(self) -> bool:
         return self._closed
 
-    @property
-    def receive_window(self) -> int:
-        """Bytes the server may send ahead of the reader on the h2 stream transport: what
-        a reader that stops reading holds at most, and twice what each flow-control
-        write (WINDOW_UPDATE) hands back. Default and minimum 1 MiB; a larger one, set
-        before the subscription opens, costs a long fast read fewer writes (each can
-        wake the server and cost the reader its core). grpc.aio sizes its own."""
-        return self._receive_window
-
-    @receive_window.setter
-    def receive_window(self, size: int) -> None:
+    def _use_receive_window(self, size: int) -> None:
+        """Open the h2 stream with a ``size``-byte receive window instead of 1 MiB: what a
+        reader that stops reading holds at most, and twice what each flow-control write
+        (WINDOW_UPDATE) hands back, so a long fast read (the Spark source's tasks) writes
+        fewer of them; each can wake the server and cost the reader its core. Before the
+        subscription opens; grpc.aio sizes its own. Internal until a user needs it."""
         if not STREAM_WINDOW <= size <= 2**31 - 1:
             raise errors.InvalidInputError(
-                f"receive_window must be {STREAM_WINDOW} to 2**31 - 1 bytes, got {size}"
+                f"a receive window must be {STREAM_WINDOW} to 2**31 - 1 bytes, got {size}"
             )
         self._receive_window = size
 
@@ -336,14 +331,14 @@ class Subscription:
                 raise StopAsyncIteration from None  # close() cancelled the call under us
             raise  # our reader was cancelled (a timeout): the subscription stays open
 
-    async def next_protos(self, limit: int) -> list[api_pb2.Message]:
+    async def _next_protos(self, limit: int) -> list[api_pb2.Message]:
         """The next messages as their decoded protobufs (wire field names), for readers that
         build columns rather than `Message` objects (the Spark source): at least one,
         waiting for it as ``async for`` does, plus up to ``limit`` in all of those that have
         arrived already; ``[]`` where iteration would stop. The same guarantees as
         iterating (failover, no replayed offset). Forward subscriptions only."""
         if self._spec.reverse:
-            raise ValueError("next_protos() reads forward subscriptions only")
+            raise ValueError("_next_protos() reads forward subscriptions only")
         call = self._call
         if (
             type(call) is ServerStreamCall

@@ -78,7 +78,7 @@ async def _take(sub: Subscription, count: int, end: int, timeout: float) -> list
     try:
         async with asyncio.timeout(timeout):
             while len(out) < count:
-                got = await sub.next_protos(count - len(out))
+                got = await sub._next_protos(count - len(out))
                 if not got:
                     break
                 if got[-1].offset >= end - 1:  # offsets ascend: the range ends in here
@@ -275,7 +275,7 @@ def proto_chunks(
     try:
         client = task.client
         sub = client.subscribe(r.stream, r.partition, start_offset=r.start, stop_offset=r.end - 1)
-        sub.receive_window = RECEIVE_WINDOW
+        sub._use_receive_window(RECEIVE_WINDOW)
         task.run(sub.__aenter__())
         try:
             expected = r.start

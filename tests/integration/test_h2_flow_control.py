@@ -29,7 +29,8 @@ VALUE = b"x" * 1024
 async def test_a_slow_consumer_buffers_at_most_one_window(
     liftbridge_server: Deployment, stream_names: StreamNames, window: int | None
 ) -> None:
-    """The default window, or the larger one the subscription asked for (receive_window)."""
+    """The default window, or the larger one a subscription asked for (the Spark source's
+    read tasks do, through ``_use_receive_window``)."""
     limit = window or STREAM_WINDOW
     name, subject = stream_names("slow")
     options = ClientOptions(stream_transport=StreamTransport.H2, transport=Transport.NATS)
@@ -42,10 +43,10 @@ async def test_a_slow_consumer_buffers_at_most_one_window(
         peak = 0
         sub = client.subscribe(name, start=StartPosition.EARLIEST)
         if window is not None:
-            sub.receive_window = window
+            sub._use_receive_window(window)
         with pytest.raises(InvalidInputError):
-            sub.receive_window = STREAM_WINDOW - 1  # less than h2's initial window
-        assert sub.receive_window == limit
+            sub._use_receive_window(STREAM_WINDOW - 1)  # less than h2's initial window
+        assert sub._receive_window == limit
         async with sub:
             call = sub._call
             assert isinstance(call, ServerStreamCall)

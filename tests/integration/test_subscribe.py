@@ -114,11 +114,11 @@ def offsets(messages: Sequence[Message]) -> list[int]:
 
 
 async def read_protos(sub: Subscription, count: int, timeout: float = 5.0) -> list[api_pb2.Message]:
-    """``count`` messages through `Subscription.next_protos` (the Spark source's reads)."""
+    """``count`` messages through `Subscription._next_protos` (the Spark source's reads)."""
     out: list[api_pb2.Message] = []
     async with asyncio.timeout(timeout):
         while len(out) < count:
-            got = await sub.next_protos(count - len(out))
+            got = await sub._next_protos(count - len(out))
             assert got, f"the subscription ended after {len(out)} of {count}"
             out.extend(got)
     return out
@@ -146,7 +146,7 @@ async def test_handshake_is_hidden_and_earliest_to_latest_reads_everything(
 async def test_next_protos_gives_what_iterating_gives_in_batches_and_ends_the_same(
     client: Client, stream: str
 ) -> None:
-    """The protobufs of `next_protos` carry what the Messages of ``async for`` carry, in
+    """The protobufs of `_next_protos` carry what the Messages of ``async for`` carry, in
     batches of at most the limit, and it returns [] where iteration stops."""
     sent = [b"m%d" % i for i in range(40)] + [b""]  # an empty value too
     await publish(client, stream, *sent)
@@ -156,10 +156,10 @@ async def test_next_protos_gives_what_iterating_gives_in_batches_and_ends_the_sa
         got: list[api_pb2.Message] = []
         sizes = []
         async with asyncio.timeout(5.0):
-            while batch := await sub.next_protos(7):
+            while batch := await sub._next_protos(7):
                 sizes.append(len(batch))
                 got.extend(batch)
-        assert await sub.next_protos(7) == []
+        assert await sub._next_protos(7) == []
         assert isinstance(sub.end_reason, errors.StopPositionReached)
     assert max(sizes) <= 7
     assert [(p.offset, p.value, p.stream, p.partition, p.timestamp) for p in got] == [
@@ -169,7 +169,7 @@ async def test_next_protos_gives_what_iterating_gives_in_batches_and_ends_the_sa
     assert sub.last_offset == 40
     backwards = client.subscribe(stream, start_offset=3, reverse=True)
     with pytest.raises(ValueError, match="forward"):
-        await backwards.next_protos(1)
+        await backwards._next_protos(1)
     await backwards.close()
 
 
