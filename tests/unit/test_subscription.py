@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -239,15 +240,23 @@ async def test_not_leader_at_open_refreshes_and_goes_to_the_new_leader(
     assert [a for a, _ in cluster.requests] == [A, B]
 
 
-async def test_handshake_timeout_is_retried_then_raised(make_cluster: MakeCluster) -> None:
+async def test_handshake_timeout_is_retried_then_raised(
+    make_cluster: MakeCluster, caplog: pytest.LogCaptureFixture
+) -> None:
     cluster = await make_cluster()
     for _ in range(FAST.attempts):
         cluster.script(A)  # never answers
-    sub, _ = subscribe(cluster, options=ClientOptions(retry=FAST, rpc_timeout=0.02))
-    with pytest.raises(errors.LiftbridgeTimeoutError, match="no handshake"):
+    sub, _ = subscribe(cluster, options=ClientOptions(retry=FAST, rpc_timeout=0.05))
+    with (
+        caplog.at_level(logging.WARNING, "liftbridge_client.subscription"),
+        pytest.raises(errors.LiftbridgeTimeoutError, match="no handshake"),
+    ):
         async with sub:
             pass
-    assert len(cluster.requests) == FAST.attempts
+    assert f"giving up subscribing after {FAST.attempts} attempts" in caplog.text
+    # Each attempt's request reaches the fake server unless the short timeout beat it there
+    # (a loaded machine: the attempt is still counted above).
+    assert 1 <= len(cluster.requests) <= FAST.attempts
     await wait_until(lambda: all(c.cancelled for c in cluster.calls), what="every call cancelled")
 
 
