@@ -33,26 +33,42 @@ ROOT = Path(__file__).resolve().parent.parent
 # What the tests need besides the runtime dependencies (no spark, docs or bench extras:
 # pyspark alone is ~450 MB per venv, and those tests use no NATS or h2 internals).
 EXTRAS = "dev,cli,otel,extras-test"
-# Unit test files importing one of these at module level need an extra the deps venvs do
-# not install; they are found by reading each file (a hand-kept list missed a new one).
+# Unit test files that import one of these need an extra the deps venvs do not install;
+# they are found by reading each file's imports, and those of the test helpers it imports
+# (a hand-kept list missed a new one). Imports inside functions count: they run too.
 EXTRA_ONLY_IMPORTS = ("pyspark", "pyarrow", "griffe", "mkdocs", "bench", "liftbridge_client.spark")
+TEST_HELPER_DIRS = ("tests", "tests/unit", "tests/integration")
+
+
+def _imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+def _needs_extra(path: Path, root: Path, seen: set[Path]) -> bool:
+    seen.add(path)
+    for name in _imports(path):
+        if any(name == m or name.startswith(m + ".") for m in EXTRA_ONLY_IMPORTS):
+            return True
+        for folder in TEST_HELPER_DIRS:  # a test helper module (spark_support, ...)
+            helper = root / folder / f"{name.split('.')[0]}.py"
+            if helper.is_file() and helper not in seen and _needs_extra(helper, root, seen):
+                return True
+    return False
 
 
 def extra_only_unit_tests(root: Path = ROOT) -> list[str]:
-    """tests/unit files whose module-level imports need the spark, docs or bench extras."""
-    found = []
-    for path in sorted((root / "tests" / "unit").glob("test_*.py")):
-        for node in ast.parse(path.read_text(), str(path)).body:
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            if any(n == m or n.startswith(m + ".") for n in names for m in EXTRA_ONLY_IMPORTS):
-                found.append(path.relative_to(root).as_posix())
-                break
-    return found
+    """tests/unit files whose imports need the spark, docs or bench extras."""
+    return [
+        path.relative_to(root).as_posix()
+        for path in sorted((root / "tests" / "unit").glob("test_*.py"))
+        if _needs_extra(path, root, set())
+    ]
 
 
 # The integration files that drive nats-py and the h2 transport against real servers.

@@ -26,19 +26,25 @@ def test_the_real_tree() -> None:
     found = load_script().extra_only_unit_tests()
     # The file whose absence failed CI, and ones that must stay in the deps run.
     assert "tests/unit/test_spark_runtime.py" in found
+    assert "tests/unit/test_spark_support.py" in found  # through tests/integration/spark_support
     assert "tests/unit/test_docs_site.py" in found
     assert "tests/unit/test_nats_fastparse.py" not in found
     assert "tests/unit/test_deps_script.py" not in found
 
 
-def test_module_level_imports_only(tmp_path: Path) -> None:
+def test_imports_anywhere_and_through_test_helpers(tmp_path: Path) -> None:
     unit = tmp_path / "tests" / "unit"
     unit.mkdir(parents=True)
+    integration = tmp_path / "tests" / "integration"
+    integration.mkdir()
+    (integration / "spark_helper.py").write_text("def start():\n    import pyspark\n")
+    (integration / "plain_helper.py").write_text("import asyncio\n")
     (unit / "test_a.py").write_text("from liftbridge_client.spark import _runtime\n")
     (unit / "test_b.py").write_text("import pyspark.sql as s\n")
-    (unit / "test_c.py").write_text("def f():\n    import pyspark\n")  # lazily: runs fine
+    (unit / "test_c.py").write_text("def f():\n    import pyspark\n")  # runs when f does
     (unit / "test_d.py").write_text("from liftbridge_client.sparkle import x\nimport benchmark\n")
     (unit / "test_e.py").write_text("from bench.stats import median\n")
-    (unit / "test_f.py").write_text("from . import helper\n")
+    (unit / "test_f.py").write_text("from . import helper\nimport plain_helper\n")
+    (unit / "test_g.py").write_text("from spark_helper import start\n")  # the CI failure
     found = load_script().extra_only_unit_tests(tmp_path)
-    assert found == ["tests/unit/test_a.py", "tests/unit/test_b.py", "tests/unit/test_e.py"]
+    assert found == [f"tests/unit/test_{c}.py" for c in "abceg"]
