@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from liftbridge_client import (
     AckPolicy,
     Client,
@@ -32,11 +34,12 @@ from liftbridge_client import (
     StreamConfig,
     Transport,
 )
+from liftbridge_client.spark._columns import batch_columns
 from liftbridge_client.spark._offsets import PartitionRange
 from liftbridge_client.spark._options import SinkOptions, SourceOptions
 from liftbridge_client.spark._read import RangePartition, read_range
 from liftbridge_client.spark._runtime import run as run_async
-from liftbridge_client.spark._write import publish_rows, rows_to_publish
+from liftbridge_client.spark._write import publish_batches
 from liftbridge_client.testing import LIFTBRIDGE_VERSION, SingleNode
 from liftbridge_client.testing._config import default_log_level
 
@@ -158,19 +161,25 @@ def run(rows: int, cores: int) -> list[Result]:
         direct = f"direct-{pid}"
         run_async(create(address, direct, partitions))
         sink = SinkOptions.parse({"brokers": address, "stream": direct})
-        value = "x" * VALUE_SIZE
+        # The rows as Spark's Arrow writer hands them over: batches of 10,000.
+        batches = [
+            pa.record_batch(
+                [
+                    pa.array(["x" * VALUE_SIZE] * min(10_000, rows - at)),
+                    pa.array([i % partitions for i in range(at, min(at + 10_000, rows))]),
+                ],
+                names=["value", "partition"],
+            )
+            for at in range(0, rows, 10_000)
+        ]
+        columns = {"value": 0, "partition": 1}
         start = time.perf_counter()
-        publish_rows(
-            rows_to_publish(
-                ((value, i % partitions) for i in range(rows)), {"value": 0, "partition": 1}, direct
-            ),
-            sink,
-        )
+        publish_batches((batch_columns(b, columns, direct) for b in batches), sink)
         seconds = time.perf_counter() - start
         written = run_async(stored(address, direct, partitions))
-        assert written == rows, f"publish_rows wrote {written} of {rows}"
+        assert written == rows, f"publish_batches wrote {written} of {rows}"
         results.append(
-            Result("connector publish_rows() in-process, no Spark, gRPC", rows, seconds, 1)
+            Result("connector publish_batches() in-process, no Spark, gRPC", rows, seconds, 1)
         )
 
         spark = session(cores, Path(tmp))

@@ -617,14 +617,17 @@ class Client:
         """
         publisher = self._require_open()
         if (
-            key is None
-            and headers is None
+            headers is None
             and partitioner is None
             and expected_offset is None
             and correlation_id is None
             and ack_wait is None
             and self._tracer is None
-            and (fut := publisher.send_plain(stream, value, partition, ack_policy, transport))
+            and (
+                fut := publisher.send_plain(
+                    stream, value, partition, ack_policy, transport, False, key
+                )
+            )
             is not None
         ):
             return await fut  # the common case, in one step
@@ -724,14 +727,17 @@ class Client:
         if publisher is None or self._closed:
             publisher = self._require_open()
         if (
-            key is None
-            and headers is None
+            headers is None
             and partitioner is None
             and expected_offset is None
             and correlation_id is None
             and ack_wait is None
             and self._tracer is None
-            and (fut := publisher.send_plain(stream, value, partition, ack_policy, transport))
+            and (
+                fut := publisher.send_plain(
+                    stream, value, partition, ack_policy, transport, False, key
+                )
+            )
             is not None
         ):
             return fut  # the common case, without one more coroutine
@@ -830,14 +836,17 @@ class Client:
         """
         publisher = self._require_open()
         if (
-            key is None
-            and headers is None
+            headers is None
             and partitioner is None
             and expected_offset is None
             and correlation_id is None
             and ack_wait is None
             and self._tracer is None
-            and (fut := publisher.send_plain(stream, value, partition, ack_policy, transport))
+            and (
+                fut := publisher.send_plain(
+                    stream, value, partition, ack_policy, transport, False, key
+                )
+            )
             is not None
         ):
             return fut

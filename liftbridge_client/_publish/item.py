@@ -81,6 +81,7 @@ class Route(Protocol):
         partition: int,
         ack_policy: AckPolicy,
         held: bool,
+        key: bytes | None = None,
     ) -> AckFuture | None: ...
 
     def submit(self, item: Item, fut: AckFuture) -> bool: ...

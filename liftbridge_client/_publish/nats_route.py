@@ -144,19 +144,26 @@ class NatsPublisher:
         return payload
 
     def encode_plain(
-        self, subject: str, value: bytes, correlation_id: str, ack_policy: int
+        self,
+        subject: str,
+        value: bytes,
+        correlation_id: str,
+        ack_policy: int,
+        key: bytes | None = None,
     ) -> bytes:
-        """`encode` of a message with no key, headers or offset check (the hot path)."""
+        """`encode` of a message with no headers or offset check (the hot path)."""
         if not self._crc:
             inbox = "" if ack_policy == api_pb2.NONE else self.inbox
-            payload = envelope.encode_message_plain(value, inbox, correlation_id, ack_policy)
+            payload = envelope.encode_message_plain(
+                value, inbox, correlation_id, ack_policy, key or b""
+            )
             if len(payload) <= self._nc.max_payload:
                 return payload
         # With a CRC, or too large for NATS (encode raises, worded as for every publish).
         return self.encode(
             subject,
             value,
-            key=None,
+            key=key,
             headers=None,
             correlation_id=correlation_id,
             ack_policy=ack_policy,

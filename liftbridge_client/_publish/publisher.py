@@ -12,10 +12,11 @@
   client's inbox) and `LeaderRoute` (PublishAsync streams, one per partition
   leader, over h2 or grpc.aio).
 
-Ordering. A plain publish with nothing queued ahead of it and the sender idle takes one
-step in the call (`Publisher.send_plain`, then the route's ``direct``): over NATS it is
-appended to nats-py's outgoing buffer (`_transport.nats_raw.PubBuffer`), over gRPC with
-the h2 transport it goes, serialized, to the PublishAsync stream to its leader (opened
+Ordering. A plain publish (at most a key, a partition, an ack policy and a transport)
+with nothing queued ahead of it and the sender idle takes one step in the call
+(`Publisher.send_plain`, then the route's ``direct``): over NATS it is appended to
+nats-py's outgoing buffer (`_transport.nats_raw.PubBuffer`), over gRPC with the h2
+transport it goes, serialized, to the PublishAsync stream to its leader (opened
 from the cached metadata if needed; `LeaderRoute.direct`). Every other `publish`, `send`
 and `publish_nowait` call puts one item on a FIFO queue, synchronously, before it
 returns (or, for `send`, once it has a window slot; slots are granted first come, first
@@ -96,7 +97,12 @@ from liftbridge_client._util import validate as _validate
 from liftbridge_client._util.tasks import TaskHandle, TaskSupervisor
 from liftbridge_client.models import Ack, AckPolicy, PublishStats, StreamInfo
 from liftbridge_client.options import ClientOptions, StreamTransport, Transport
-from liftbridge_client.partitioning import KeyPartitioner, Partitioner, choose_partition
+from liftbridge_client.partitioning import (
+    KeyPartitioner,
+    Partitioner,
+    choose_partition,
+    key_partition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -309,8 +315,9 @@ class Publisher:
         ack_policy: AckPolicy,
         transport: Transport | None,
         held: bool = False,
+        key: bytes | None = None,
     ) -> AckFuture | None:
-        """`send_direct` for a publish whose only options are these three (None: defaults)."""
+        """`send_direct` for a publish whose only options are these (None: defaults)."""
         if (
             self._queue
             or not self._sender_idle
@@ -318,6 +325,7 @@ class Publisher:
             or type(stream) is not str
             or type(value) is not bytes
             or type(ack_policy) is not AckPolicy
+            or (key is not None and type(key) is not bytes)
         ):
             return None
         route: Route | None
@@ -336,10 +344,12 @@ class Publisher:
             partitioner = self._options.partitioner
             if partitioner is not None and type(partitioner) is not KeyPartitioner:
                 return None  # it may look at the value: the general path calls it
-            partition = 0
+            # What the general path's choose_partition gives (no partitioner: 0).
+            count = len(info.partitions)
+            partition = key_partition(key, count) if key and partitioner and count else 0
         elif type(partition) is not int or not 0 <= partition < len(info.partitions):
             return None  # the general path says what is wrong with it
-        return route.direct(stream, value, info, partition, ack_policy, held)
+        return route.direct(stream, value, info, partition, ack_policy, held, key or None)
 
     # ------------------------------------------------------------ Slots, for the routes
 

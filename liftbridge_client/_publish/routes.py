@@ -16,8 +16,8 @@ Every route implements `_publish.item.Route`:
   route can take it without waiting (False: the sender does it);
 - ``send(item, fut)`` is the sender's way, which may wait (a full NATS buffer, a stream to
   open, a leader to find);
-- ``direct(...)`` is the one-step publish of the common case (plain bytes, no key or
-  headers, the stream's metadata cached): ``send_plain`` of the publisher calls it, and
+- ``direct(...)`` is the one-step publish of the common case (plain bytes, at most a key,
+  no headers, the stream's metadata cached): ``send_plain`` of the publisher calls it, and
   it returns None whenever the general path must run instead. Its bytes and outcomes are
   those of ``prepare`` + ``submit`` (tests/unit/test_publish_routes.py checks it);
 - ``usable`` and ``close``.
@@ -95,6 +95,7 @@ class NatsRoute:
         partition: int,
         ack_policy: AckPolicy,
         held: bool,
+        key: bytes | None = None,
     ) -> AckFuture | None:
         slots = self._slots
         correlator = self._correlator
@@ -104,7 +105,7 @@ class NatsRoute:
         subject = info.partition_subject(partition)
         cid = f"{slots.cid_prefix}{next(slots.cid_counter)}"
         try:
-            payload = self.pub.encode_plain(subject, value, cid, ack_policy)
+            payload = self.pub.encode_plain(subject, value, cid, ack_policy, key)
         except BaseException:
             if not held:
                 correlator.release()
@@ -112,7 +113,7 @@ class NatsRoute:
         fut = correlator.register(cid, slots.ack_wait)
         if not self._write(stream, subject, payload, fut, ack_policy):
             # nats-py must take it (reconnecting, buffer full...): the sender does that.
-            item = Item(stream, value, None, None, partition, None, ack_policy, -1, cid, self)
+            item = Item(stream, value, key, None, partition, None, ack_policy, -1, cid, self)
             item.subject = subject
             item.payload = payload
             item.future = fut
@@ -225,17 +226,18 @@ class LeaderRoute:
         partition: int,
         ack_policy: AckPolicy,
         held: bool,
+        key: bytes | None = None,
     ) -> AckFuture | None:
         if not self._h2:
             return None  # grpc.aio takes requests, not serialized messages
         route = self._cached(stream, partition)
         if route is None:
             route = self._route_now(stream, partition)
-        if route is None or not route.usable or len(value) > MAX_PLAIN_VALUE:
+        if route is None or not route.usable or len(value) + len(key or b"") > MAX_PLAIN_VALUE:
             return None
         slots = self._slots
         cid = f"{slots.cid_prefix}{next(slots.cid_counter)}"
-        message = plain_publish_request(value, stream, partition, cid, ack_policy)
+        message = plain_publish_request(value, stream, partition, cid, ack_policy, key or b"")
         if message is None:
             return None
         correlator = self._correlator

@@ -36,9 +36,14 @@ _head = struct.Struct(">BI").pack  # gRPC: not compressed, then the length
 
 
 def plain_publish_request(
-    value: bytes, stream: str, partition: int, correlation_id: str, ack_policy: int
+    value: bytes,
+    stream: str,
+    partition: int,
+    correlation_id: str,
+    ack_policy: int,
+    key: bytes = b"",
 ) -> bytes | None:
-    """The gRPC message (head, then the bytes) of ``PublishRequest(value=, stream=,
+    """The gRPC message (head, then the bytes) of ``PublishRequest(key=, value=, stream=,
     partition=, correlationId=, ackPolicy=, expectedOffset=-1)``, or None outside
     the plain case."""
     tail = _TAILS.get(ack_policy)
@@ -54,6 +59,7 @@ def plain_publish_request(
     cid = correlation_id.encode()
     body = b"".join(
         (
+            b"\x0a" + varint(len(key)) + key if key else b"",  # field 1, before the value
             b"\x12",
             varint(len(value)),
             value,

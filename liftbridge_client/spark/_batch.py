@@ -6,13 +6,13 @@ import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
     DataSourceReader,
-    DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -22,6 +22,7 @@ from liftbridge_client.client import Client
 from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.spark import _positions
+from liftbridge_client.spark._columns import batch_columns
 from liftbridge_client.spark._offsets import OffsetMap, PartitionRange, plan_ranges
 from liftbridge_client.spark._options import SinkOptions, SourceOptions
 from liftbridge_client.spark._read import RangePartition, read_range
@@ -31,8 +32,7 @@ from liftbridge_client.spark._write import (
     WriteStats,
     bounded,
     client_options,
-    publish_rows,
-    rows_to_publish,
+    publish_batches,
 )
 
 if TYPE_CHECKING:
@@ -167,9 +167,10 @@ def task_identity(options: SinkOptions) -> TaskIdentity | None:
 
 
 def write_task(
-    rows: Iterator[Any], columns: Mapping[str, int], options: SinkOptions
+    batches: Iterator[pa.RecordBatch], columns: Mapping[str, int], options: SinkOptions
 ) -> WriteCommit:
-    publishes = rows_to_publish(rows, columns, options.stream)
+    """One task of a write: its Arrow batches, column by column (see `_columns`)."""
+    publishes = (batch_columns(batch, columns, options.stream) for batch in batches)
     identity = task_identity(options)
     if options.exactly_once:
         from liftbridge_client.spark._transactional import publish_transactional
@@ -199,7 +200,7 @@ def write_task(
                 wait_for_earlier=options.delivery_timeout,
             )
 
-    stats = publish_rows(publishes, options, guard_for)
+    stats = publish_batches(publishes, options, guard_for)
     write_id = identity.write_id if identity is not None else ""
     return WriteCommit(stats.rows, stats.per_partition, stats.skipped, write_id=write_id)
 
@@ -242,9 +243,9 @@ def commit_write(
             runtime.close()
 
 
-class BatchWriter(DataSourceWriter):
-    """Publishes each task's rows; the job is at-least-once (see `_write`), or idempotent,
-    or exactly once (see `_transactional`)."""
+class BatchWriter(DataSourceArrowWriter):
+    """Publishes each task's rows, which Spark hands over as Arrow batches; the job is
+    at-least-once (see `_write`), or idempotent, or exactly once (see `_transactional`)."""
 
     def __init__(self, options: SinkOptions, columns: Mapping[str, int]) -> None:
         if options.exactly_once and options.write_id is None:
@@ -253,7 +254,7 @@ class BatchWriter(DataSourceWriter):
         self._options = options
         self._columns = dict(columns)
 
-    def write(self, iterator: Iterator[Any]) -> WriteCommit:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommit:
         return write_task(iterator, self._columns, self._options)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

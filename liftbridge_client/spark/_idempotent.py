@@ -44,19 +44,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from liftbridge_client import errors
 from liftbridge_client.client import Client
 from liftbridge_client.models import StopPosition
-from liftbridge_client.spark._rows import PublishedRow
+from liftbridge_client.spark._columns import Columns
 
 __all__ = ["HEADER", "TaskIdentity", "WriteGuard", "commit_done", "done_cursor", "row_ids"]
 
 log = logging.getLogger(__name__)
 
 HEADER = "lbspark-id"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,25 +107,29 @@ def _cursors_needed() -> errors.FeatureNotSupportedError:
     )
 
 
-def row_ids(
-    identity: TaskIdentity,
-    rows: Sequence[tuple[bytes, bytes | None, int | None, Mapping[str, bytes] | None]],
-    seen: dict[bytes, int],
-) -> list[str]:
-    """The ``lbspark-id`` of each ``(value, key, partition, headers)``; ``seen`` counts the
-    digests met so far in the task (carried from chunk to chunk)."""
+def row_ids(identity: TaskIdentity, rows: Columns, seen: dict[bytes, int]) -> list[str]:
+    """The ``lbspark-id`` of each row (of its value, key, partition and headers); ``seen``
+    counts the digests met so far in the task (carried from chunk to chunk)."""
+    n = len(rows)
+    none: list[None] = [None] * n
+    tag = identity.tag
+    blake2b = hashlib.blake2b
     ids = []
-    for value, key, partition, headers in rows:
-        h = hashlib.blake2b(digest_size=12)
-        h.update(len(value).to_bytes(8, "big") + value)
+    for value, key, partition, headers in zip(
+        rows.values, rows.keys or none, rows.partitions or none, rows.headers or none, strict=True
+    ):
+        h = blake2b(len(value).to_bytes(8, "big"), digest_size=12)
+        h.update(value)
         h.update(b"\x00" if key is None else b"\x01" + len(key).to_bytes(8, "big") + key)
-        h.update(b"" if partition is None else partition.to_bytes(8, "big", signed=True))
-        for name, data in sorted((headers or {}).items()):
-            h.update(name.encode() + b"\x00" + len(data).to_bytes(8, "big") + data)
+        if partition is not None:
+            h.update(partition.to_bytes(8, "big", signed=True))
+        if headers:
+            for name, data in sorted(headers.items()):
+                h.update(name.encode() + b"\x00" + len(data).to_bytes(8, "big") + data)
         digest = h.digest()
-        n = seen.get(digest, 0)
-        seen[digest] = n + 1
-        ids.append(f"{identity.tag}/{digest.hex()}/{n}")
+        count = seen.get(digest, 0)
+        seen[digest] = count + 1
+        ids.append(f"{tag}/{digest.hex()}/{count}")
     return ids
 
 
@@ -220,21 +227,21 @@ class WriteGuard:
             self._owner = False
             await self._set(self._identity.cursor("ended"), self._attempt)
 
-    def mark(self, chunk: list[PublishedRow]) -> list[PublishedRow]:
+    def mark(self, chunk: Columns) -> Columns:
         """The rows not published before, each with its ``lbspark-id`` header."""
-        keys = [(r.value, r.key, r.partition, r.headers) for r in chunk]
-        ids = row_ids(self._identity, keys, self._seen)
-        return [
-            PublishedRow(
-                row.stream,
-                row.value,
-                row.key,
-                row.partition,
-                {**(row.headers or {}), HEADER: i.encode()},
-            )
-            for row, i in zip(chunk, ids, strict=True)
-            if i not in self._published
-        ]
+        ids = row_ids(self._identity, chunk, self._seen)
+        old = chunk.headers
+        headers: list[dict[str, bytes] | None]
+        if old is None:
+            headers = [{HEADER: i.encode()} for i in ids]
+        else:
+            headers = [{**(h or {}), HEADER: i.encode()} for h, i in zip(old, ids, strict=True)]
+        marked = Columns(chunk.values, chunk.streams, chunk.keys, chunk.partitions, headers)
+        published = self._published
+        if not published or published.isdisjoint(ids):
+            return marked
+        keep = [n for n, i in enumerate(ids) if i not in published]
+        return _pick(marked, keep)
 
     async def _find_published(self, partitions: list[int]) -> set[str]:
         """The ids of rows earlier attempts of this task published (a scan from ``from``)."""
@@ -260,3 +267,19 @@ class WriteGuard:
                         break
         log.info("%s: retry; %d rows were published before", self._identity.tag, len(found))
         return found
+
+
+def _pick(rows: Columns, keep: Sequence[int]) -> Columns:
+    """The rows at the indices ``keep``."""
+
+    def of(column: list[T] | None) -> list[T] | None:
+        return None if column is None else [column[n] for n in keep]
+
+    streams = rows.streams
+    return Columns(
+        [rows.values[n] for n in keep],
+        streams if isinstance(streams, str) else [streams[n] for n in keep],
+        of(rows.keys),
+        of(rows.partitions),
+        of(rows.headers),
+    )

@@ -32,6 +32,7 @@ from liftbridge_client.spark._batch import (
     to_inputs,
     write_task,
 )
+from liftbridge_client.spark._columns import rows_as_batches
 from liftbridge_client.spark._committed_stream import (
     Plan,
     StatesAt,
@@ -59,6 +60,13 @@ except ImportError:  # pragma: no cover - older pyspark
     ADMISSION_CONTROL = False
 
 _AvailableNow: Any
+# The streaming writer takes Arrow batches from pyspark 4.1 (the batch one from 4.0).
+_StreamWriterBase: Any
+try:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+except ImportError:  # pragma: no cover - pyspark 4.0
+    _StreamWriterBase = DataSourceStreamWriter
+
 try:  # Trigger.AvailableNow: pyspark 4.3+
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as _AvailableNow
 except ImportError:  # pragma: no cover - older pyspark
@@ -294,15 +302,19 @@ if _AvailableNow is not None:  # pyspark 4.3+: Spark checks isinstance
     _AvailableNow.register(StreamReader)
 
 
-class StreamWriter(DataSourceStreamWriter):
-    """Publishes each micro-batch; at-least-once (a replayed batch is published again),
-    or idempotent, or exactly once (the tasks' ACK intents are written in ``commit``)."""
+class StreamWriter(_StreamWriterBase):  # type: ignore[misc]
+    """Publishes each micro-batch (Arrow batches, on pyspark 4.1+); at-least-once (a
+    replayed batch is published again), or idempotent, or exactly once (the tasks' ACK
+    intents are written in ``commit``)."""
 
     def __init__(self, options: SinkOptions, columns: Mapping[str, int]) -> None:
         self._options = options
         self._columns = dict(columns)
 
     def write(self, iterator: Iterator[Any]) -> WriteCommit:
+        if _StreamWriterBase is DataSourceStreamWriter:  # pyspark 4.0: Spark rows
+            names = {name: i for i, name in enumerate(self._columns)}
+            return write_task(rows_as_batches(iterator, self._columns), names, self._options)
         return write_task(iterator, self._columns, self._options)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

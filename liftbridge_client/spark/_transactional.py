@@ -42,6 +42,7 @@ from liftbridge_client.exactly_once.publisher import (
 )
 from liftbridge_client.exactly_once.uuids import Clock, unix_ns_to_clock
 from liftbridge_client.packing import PackedRow, Packer, pack, packed_headers
+from liftbridge_client.spark._columns import Columns
 from liftbridge_client.spark._idempotent import TaskIdentity
 from liftbridge_client.spark._options import SinkOptions
 from liftbridge_client.spark._rows import PublishedRow
@@ -194,10 +195,11 @@ async def _publish_all(
 
 
 def publish_transactional(
-    publishes: Iterable[PublishedRow], options: SinkOptions, identity: TaskIdentity
+    batches: Iterable[Columns], options: SinkOptions, identity: TaskIdentity
 ) -> TaskIntents:
     """Publish a task's rows uncommitted (one in flight per partition, as the layer needs
     for ordering; partitions concurrently) and return the intents that commit them."""
+    publishes = (row for columns in batches for row in columns.rows())
     result = TaskIntents()
     runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
     failed = True

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Protocol, TypeVar
@@ -24,6 +24,7 @@ from liftbridge_client.models import Ack, AckPolicy
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.packing import PackedRow, Packer, pack, packed_headers
 from liftbridge_client.partitioning import key_partition
+from liftbridge_client.spark._columns import Columns
 from liftbridge_client.spark._options import SinkOptions
 from liftbridge_client.spark._rows import PublishedRow
 from liftbridge_client.spark._runtime import TaskRuntime
@@ -34,8 +35,7 @@ __all__ = [
     "SinkGuard",
     "WriteStats",
     "bounded",
-    "publish_rows",
-    "rows_to_publish",
+    "publish_batches",
 ]
 
 CHUNK_ROWS = 1000
@@ -60,57 +60,24 @@ class WriteStats:
             key = f"{ack.stream}/{ack.partition}"
             self.per_partition[key] = self.per_partition.get(key, 0) + rows
 
+    def add_acks(self, acks: Iterable[Ack | None]) -> None:
+        """Count acked publishes of one row each (the key string is built once per
+        partition, not per row)."""
+        counts: dict[tuple[str, int], int] = {}
+        for ack in acks:
+            self.rows += 1
+            if ack is not None:
+                target = (ack.stream, ack.partition)
+                counts[target] = counts.get(target, 0) + 1
+        for (stream, partition), n in counts.items():
+            key = f"{stream}/{partition}"
+            self.per_partition[key] = self.per_partition.get(key, 0) + n
+
     def merge(self, other: WriteStats) -> None:
         self.rows += other.rows
         self.skipped += other.skipped
         for key, count in other.per_partition.items():
             self.per_partition[key] = self.per_partition.get(key, 0) + count
-
-
-def _bytes(column: str, value: object) -> bytes:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode()
-    raise errors.InvalidInputError(f"column {column!r} must be binary or string, got {value!r}")
-
-
-def _headers(value: object) -> dict[str, bytes] | None:
-    if value is None:
-        return None
-    if not isinstance(value, Iterable):
-        raise errors.InvalidInputError(f"column 'headers' must be an array, got {value!r}")
-    result: dict[str, bytes] = {}
-    for item in value:
-        key, raw = item[0], item[1]
-        if not isinstance(key, str) or not key:
-            raise errors.InvalidInputError(f"a header key must be a non-empty string: {key!r}")
-        result[key] = b"" if raw is None else _bytes("headers", raw)
-    return result
-
-
-def rows_to_publish(
-    rows: Iterable[Sequence[Any]], columns: Mapping[str, int], stream_option: str | None
-) -> Iterator[PublishedRow]:
-    """The publishes of Spark rows (tuples), by the column indices the schema check found."""
-    iv = columns["value"]
-    ik, ih, ip, i_s = (columns.get(c) for c in ("key", "headers", "partition", "stream"))
-    for row in rows:
-        value = row[iv]
-        if value is None:
-            raise errors.InvalidInputError("column 'value' is null in a row to write")
-        stream = stream_option or (row[i_s] if i_s is not None else None)
-        if not stream:
-            raise errors.InvalidInputError("a row to write has no stream (null 'stream' column)")
-        key = row[ik] if ik is not None else None
-        partition = row[ip] if ip is not None else None
-        yield PublishedRow(
-            stream=stream,
-            value=_bytes("value", value),
-            key=None if key is None else _bytes("key", key),
-            partition=None if partition is None else int(partition),
-            headers=_headers(row[ih]) if ih is not None else None,
-        )
 
 
 class InFlight:
@@ -119,53 +86,100 @@ class InFlight:
 
     def __init__(self, stats: WriteStats) -> None:
         self._stats = stats
-        self._pending: list[tuple[PublishFuture[Ack | None], int]] = []
+        self.rows: list[PublishFuture[Ack | None]] = []  # publishes of one row each
+        self._packs: list[tuple[PublishFuture[Ack | None], int]] = []
 
     def add(self, future: PublishFuture[Ack | None], rows: int = 1) -> None:
-        self._pending.append((future, rows))
+        if rows == 1:
+            self.rows.append(future)
+        else:
+            self._packs.append((future, rows))
 
     def collect(self) -> None:
         """Count the acks that arrived; raise the error of a failed publish."""
-        waiting = []
-        for future, rows in self._pending:
-            if future.done():
-                self._stats.add(future.result(), rows)
-            else:
-                waiting.append((future, rows))
-        self._pending = waiting
+        if self.rows:
+            done = [f for f in self.rows if f.done()]
+            if done:
+                self.rows = [f for f in self.rows if not f.done()]
+                self._stats.add_acks([f.result() for f in done])
+        if self._packs:
+            waiting = []
+            for future, rows in self._packs:
+                if future.done():
+                    self._stats.add(future.result(), rows)
+                else:
+                    waiting.append((future, rows))
+            self._packs = waiting
 
     async def wait_all(self) -> None:
-        if self._pending:
-            await asyncio.wait([future for future, _ in self._pending])
+        pending = self.rows + [future for future, _ in self._packs]
+        if pending:
+            await asyncio.wait(pending)
         self.collect()
 
     def cancel_all(self) -> None:
         """The task fails: withdraw what was not sent, and retrieve every outcome."""
-        for future, _ in self._pending:
+        for future in self.rows + [future for future, _ in self._packs]:
             if future.done():
                 if not future.cancelled():
                     future.exception()
             else:
                 future.cancel()
-        self._pending = []
+        self.rows = []
+        self._packs = []
 
 
-async def _publish_chunk(
+async def _publish_columns(
+    client: Client, chunk: Columns, options: SinkOptions, inflight: InFlight
+) -> None:
+    """One publish per row, straight from the columns. Without a key, headers or
+    partition (and with the client's own ack wait, which `client_options` sets) ``send``
+    takes the client's one-step path; the columns are never turned into row objects."""
+    send = client.send
+    policy = options.ack_policy
+    add = inflight.rows.append
+    streams, values = chunk.streams, chunk.values
+    keys, partitions, headers = chunk.keys, chunk.partitions, chunk.headers
+    if isinstance(streams, str) and keys is None and partitions is None and headers is None:
+        for value in values:
+            add(await send(streams, value, ack_policy=policy))
+    else:
+        n = len(values)
+        none: list[None] = [None] * n
+        rows = zip(
+            [streams] * n if isinstance(streams, str) else streams,
+            values,
+            keys or none,
+            partitions or none,
+            headers or none,
+            strict=True,
+        )
+        for stream, value, key, partition, header in rows:
+            add(
+                await send(
+                    stream,
+                    value,
+                    key=key,
+                    headers=header,
+                    partition=partition,
+                    ack_policy=policy,
+                )
+            )
+    inflight.collect()
+
+
+async def _publish_packs(
     client: Client, chunk: list[PublishedRow], options: SinkOptions, inflight: InFlight
 ) -> None:
-    for row in chunk:
-        inflight.add(
-            await client.send(
-                row.stream,
-                row.value,
-                key=row.key,
-                headers=row.headers,
-                partition=row.partition,
-                ack_policy=options.ack_policy,
-                ack_wait=options.ack_timeout,
-            ),
-            row.rows,
+    for pack_ in chunk:
+        future = await client.send(
+            pack_.stream,
+            pack_.value,
+            headers=pack_.headers,
+            partition=pack_.partition,
+            ack_policy=options.ack_policy,
         )
+        inflight.add(future, pack_.rows)
     inflight.collect()
 
 
@@ -251,7 +265,7 @@ class SinkGuard(Protocol):
         """Before publishing; True when this task's rows are already all published."""
         ...
 
-    def mark(self, chunk: list[PublishedRow]) -> list[PublishedRow]:
+    def mark(self, chunk: Columns) -> Columns:
         """The rows of ``chunk`` to publish, as they must be published (e.g. with ids)."""
         ...
 
@@ -270,8 +284,8 @@ class SinkGuard(Protocol):
         ...
 
 
-def publish_rows(
-    publishes: Iterable[PublishedRow],
+def publish_batches(
+    batches: Iterable[Columns],
     options: SinkOptions,
     guard_for: Callable[[Client], SinkGuard] | None = None,
 ) -> WriteStats:
@@ -291,6 +305,16 @@ def publish_rows(
             failed = False
             return stats
         inflight = InFlight(stats)
+
+        def publish(step: Coroutine[Any, Any, None]) -> None:
+            try:
+                runtime.run(bounded(step, options))
+                if guard is not None:
+                    runtime.run(bounded(guard.beat(), options))
+            except BaseException:
+                inflight.cancel_all()
+                raise
+
         if options.pack_rows > 1:
             counts: dict[str, int] = {}
 
@@ -299,22 +323,21 @@ def publish_rows(
                     counts[stream] = runtime.run(bounded(_partition_count(client, stream), options))
                 return counts[stream]
 
-            publishes = packed_publishes(publishes, options.pack_rows, partitions_of)
-        iterator = iter(publishes)
-        # A chunk of packs holds about CHUNK_ROWS rows too (not CHUNK_ROWS packs in memory).
-        per_chunk = max(1, CHUNK_ROWS // options.pack_rows)
-        while chunk := list(islice(iterator, per_chunk)):
-            if guard is not None:
-                before = len(chunk)
-                chunk = guard.mark(chunk)
-                stats.skipped += before - len(chunk)
-            try:
-                runtime.run(bounded(_publish_chunk(client, chunk, options, inflight), options))
-                if guard is not None:
-                    runtime.run(bounded(guard.beat(), options))
-            except BaseException:
-                inflight.cancel_all()
-                raise
+            rows = (row for columns in batches for row in columns.rows())
+            packs = iter(packed_publishes(rows, options.pack_rows, partitions_of))
+            # A chunk of packs holds about CHUNK_ROWS rows too (not CHUNK_ROWS packs in memory).
+            per_chunk = max(1, CHUNK_ROWS // options.pack_rows)
+            while packed := list(islice(packs, per_chunk)):
+                publish(_publish_packs(client, packed, options, inflight))
+        else:
+            for columns in batches:
+                for start in range(0, len(columns), CHUNK_ROWS):
+                    chunk = columns.slice(start, start + CHUNK_ROWS)
+                    if guard is not None:
+                        before = len(chunk)
+                        chunk = guard.mark(chunk)
+                        stats.skipped += before - len(chunk)
+                    publish(_publish_columns(client, chunk, options, inflight))
         try:
             runtime.run(bounded(inflight.wait_all(), options))
         except BaseException:

@@ -18,6 +18,7 @@ from spark_support import (
     start_spark,
 )
 
+from liftbridge_client.partitioning import key_partition
 from liftbridge_client.testing import Deployment, StreamNames
 
 if TYPE_CHECKING:
@@ -67,6 +68,36 @@ def test_write_failures_fail_the_job_with_the_typed_error(
         sink(spark.range(3), liftbridge_server, stream="x").mode("append").save()
     with pytest.raises(Exception, match="append-only"):
         sink(df, liftbridge_server, stream="x").mode("overwrite").save()
+
+
+def test_bad_rows_fail_the_job_with_invalid_input_and_keyed_rows_pick_their_partition(
+    spark: SparkSession, liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    # The Arrow writer checks whole batches: each bad row must still fail the job with the
+    # client's typed error, naming what is wrong.
+    name, subject = stream_names()
+    create_stream(liftbridge_server.addresses, subject, name, partitions=3)
+    bad = {
+        "'value' is null": ["IF(id = 2, NULL, 'v') AS value"],
+        "no stream": ["'v' AS value", f"IF(id = 2, NULL, '{name}') AS stream"],
+        "header key": ["'v' AS value", "array(named_struct('key', '', 'value', 'x')) AS headers"],
+        "partitions 0..2": ["'v' AS value", "cast(id + 1 AS int) AS partition"],
+    }
+    for message, columns in bad.items():
+        df = spark.range(3, numPartitions=1).selectExpr(*columns)
+        options = {} if any("stream" in c for c in columns) else {"stream": name}
+        with pytest.raises(Exception, match="InvalidInputError") as failed:
+            sink(df, liftbridge_server, **options).mode("append").save()
+        assert message in str(failed.value)
+    # Keyed rows without a partition go where the client's default partitioner puts them.
+    df = spark.range(60, numPartitions=2).selectExpr(
+        "cast(id AS string) AS value", "concat('k', id) AS key"
+    )
+    sink(df, liftbridge_server, stream=name).mode("append").save()
+    got = [m for m in read_all(liftbridge_server.addresses, name, 3) if m.key]  # no bad job's
+    assert len(got) == 60
+    assert all(m.partition == key_partition(m.key, 3) for m in got)
+    assert {m.key for m in got} == {b"k%d" % i for i in range(60)}
 
 
 def test_streaming_write_copies_a_stream(

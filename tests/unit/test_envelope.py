@@ -783,17 +783,18 @@ def test_encode_message_inbox_and_size_caches_give_protobufs_bytes() -> None:
     st.sampled_from(["", "_INBOX.abc", "_INBOX.é"]),
     st.text(max_size=140),
     st.sampled_from([api_pb2.LEADER, api_pb2.ALL, api_pb2.NONE]),
+    st.binary(max_size=300),
 )
 def test_encode_message_plain_equals_encode_message(
-    value: bytes, ack_inbox: str, cid: str, ack_policy: int
+    value: bytes, ack_inbox: str, cid: str, ack_policy: int, key: bytes
 ) -> None:
     try:
         expected = envelope.encode_message(
-            value, ack_inbox=ack_inbox, correlation_id=cid, ack_policy=ack_policy
+            value, key=key, ack_inbox=ack_inbox, correlation_id=cid, ack_policy=ack_policy
         )
     except InvalidInputError:  # e.g. a lone surrogate: refused the same way
         with pytest.raises(InvalidInputError):
-            envelope.encode_message_plain(value, ack_inbox, cid, ack_policy)
+            envelope.encode_message_plain(value, ack_inbox, cid, ack_policy, key)
         return
     for _ in range(2):  # the second time with the inbox cached
-        assert envelope.encode_message_plain(value, ack_inbox, cid, ack_policy) == expected
+        assert envelope.encode_message_plain(value, ack_inbox, cid, ack_policy, key) == expected

@@ -26,6 +26,7 @@ PLAIN = {
     "value": st.binary(max_size=3000),
     "partition": st.integers(min_value=0, max_value=2),
     "ack_policy": st.sampled_from(list(AckPolicy)),
+    "key": st.one_of(st.none(), st.binary(max_size=300)),
 }
 
 
@@ -36,18 +37,19 @@ async def _twins(**options: Any) -> tuple[Rig, Rig]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(crc=st.booleans(), **PLAIN)
+@given(crc=st.booleans(), **{**PLAIN, "partition": st.none() | PLAIN["partition"]})
 def test_the_nats_one_step_publish_writes_the_general_paths_bytes(
-    crc: bool, value: bytes, partition: int, ack_policy: AckPolicy
+    crc: bool, value: bytes, partition: int | None, ack_policy: AckPolicy, key: bytes | None
 ) -> None:
+    # No partition: the key picks it (the default KeyPartitioner), on both paths.
     async def compare() -> None:
         one, two = await _twins(transport=Transport.NATS, envelope_crc=crc)
         try:
             assert isinstance(one.publisher._default_route, NatsRoute)
-            direct = one.publisher.send_plain("s", value, partition, ack_policy, None)
+            direct = one.publisher.send_plain("s", value, partition, ack_policy, None, False, key)
             assert direct is not None  # the one-step path took it
             general = two.publisher.publish_nowait(
-                "s", value, partition=partition, ack_policy=ack_policy, expected_offset=-1
+                "s", value, key=key, partition=partition, ack_policy=ack_policy, expected_offset=-1
             )
             await wait_until(
                 lambda: bool(one.wire.published and two.wire.published), what="both written"
@@ -74,7 +76,7 @@ def test_the_nats_one_step_publish_writes_the_general_paths_bytes(
 @settings(max_examples=25, deadline=None)
 @given(**{**PLAIN, "value": st.binary(min_size=1, max_size=3000)})  # b"" is not plain
 def test_the_h2_one_step_publish_sends_the_general_paths_request(
-    value: bytes, partition: int, ack_policy: AckPolicy
+    value: bytes, partition: int, ack_policy: AckPolicy, key: bytes | None
 ) -> None:
     async def compare() -> None:
         options = {"transport": Transport.GRPC, "stream_transport": StreamTransport.H2}
@@ -84,10 +86,10 @@ def test_the_h2_one_step_publish_sends_the_general_paths_request(
             # The first publish opens the leader's stream; the second takes the one step.
             for rig in (one, two):
                 await rig.publisher.publish("s", b"open", partition=partition)
-            direct = one.publisher.send_plain("s", value, partition, ack_policy, None)
+            direct = one.publisher.send_plain("s", value, partition, ack_policy, None, False, key)
             assert direct is not None  # the one-step path took it
             general = two.publisher.publish_nowait(
-                "s", value, partition=partition, ack_policy=ack_policy, expected_offset=-1
+                "s", value, key=key, partition=partition, ack_policy=ack_policy, expected_offset=-1
             )
             assert direct.correlation_id == general.correlation_id
             got = await asyncio.gather(direct, general)
@@ -98,6 +100,7 @@ def test_the_h2_one_step_publish_sends_the_general_paths_request(
             sent = [rig.server.published[-1][1] for rig in (one, two)]
             assert sent[0] == sent[1]  # the request the broker decoded, field by field
             assert sent[0].value == value
+            assert sent[0].key == (key or b"")
             if ack_policy is AckPolicy.NONE:
                 assert list(got) == [None, None]
             else:

@@ -18,15 +18,17 @@ _text = st.text(alphabet=st.characters(codec="utf-8"), max_size=300)
     partition=st.integers(0, 2**31 - 1),
     cid=_text,
     policy=st.integers(-1, 4),
+    key=st.binary(max_size=300),
 )
 def test_the_bytes_are_protobufs(
-    value: bytes, stream: str, partition: int, cid: str, policy: int
+    value: bytes, stream: str, partition: int, cid: str, policy: int, key: bytes
 ) -> None:
-    got = plain_publish_request(value, stream, partition, cid, policy)
+    got = plain_publish_request(value, stream, partition, cid, policy, key)
     if got is None:  # outside the plain case: the caller builds the message
         assert not (value and stream and cid) or partition >= 0x80 or policy not in (0, 1, 2)
         return
     req = api_pb2.PublishRequest(
+        key=key,
         value=value,
         stream=stream,
         partition=partition,

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import Transport
+from liftbridge_client.spark._columns import Columns
 from liftbridge_client.spark._idempotent import TaskIdentity, row_ids
 from liftbridge_client.spark._offsets import (
     PartitionRange,
@@ -132,18 +133,31 @@ def test_exactly_once_producer_ids_are_per_task_and_stable() -> None:
     assert producer_for(same, "a", 1) == producer_for(TaskIdentity("q1", 3, 1), "a", 1)
 
 
+def _ids(
+    ident: TaskIdentity,
+    rows: list[tuple[bytes, bytes | None, int | None, dict[str, bytes] | None]],
+    seen: dict[bytes, int],
+) -> list[str]:
+    values, keys, partitions, headers = (list(column) for column in zip(*rows, strict=True))
+    return row_ids(ident, Columns(values, "s", keys, partitions, headers), seen)
+
+
 def test_row_ids_do_not_depend_on_row_order() -> None:
     ident = TaskIdentity("query", 3, 1)
-    rows = [(b"a", None, None, None), (b"b", b"k", 1, {"h": b"x"}), (b"a", None, None, None)]
-    ids = row_ids(ident, rows, {})
+    rows: list[tuple[bytes, bytes | None, int | None, dict[str, bytes] | None]] = [
+        (b"a", None, None, None),
+        (b"b", b"k", 1, {"h": b"x"}),
+        (b"a", None, None, None),
+    ]
+    ids = _ids(ident, rows, {})
     assert len(set(ids)) == 3  # identical rows get distinct ids by occurrence
     assert all(i.startswith("query/3/1/") for i in ids)
-    reordered = row_ids(ident, [rows[1], rows[0], rows[2]], {})
+    reordered = _ids(ident, [rows[1], rows[0], rows[2]], {})
     assert set(reordered) == set(ids)
     seen: dict[bytes, int] = {}  # chunk by chunk gives the same ids as all at once
-    assert row_ids(ident, rows[:2], seen) + row_ids(ident, rows[2:], seen) == ids
-    assert row_ids(TaskIdentity("query", 4, 1), rows, {}) != ids
-    assert row_ids(ident, [(b"a", b"", None, None)], {}) != row_ids(ident, rows[:1], {})
+    assert _ids(ident, rows[:2], seen) + _ids(ident, rows[2:], seen) == ids
+    assert _ids(TaskIdentity("query", 4, 1), rows, {}) != ids
+    assert _ids(ident, [(b"a", b"", None, None)], {}) != _ids(ident, rows[:1], {})
 
 
 def test_stream_and_pattern_exclude_each_other() -> None:
