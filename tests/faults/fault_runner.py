@@ -7,9 +7,10 @@
 
 Starts an AddressedCluster (3 nodes, NATS, each on its own loopback address), creates a
 plain stream (3 partitions) and an exactly-once stream (2 partitions), both replicated
-3 ways with min ISR 2, runs the workloads, applies ``--cycles`` faults of ``--kind``
-(each ``--fault-s`` long, then healed for ``--quiet-s``), waits for the cluster to
-recover, stops the workloads, reads everything back and checks the history.
+3 ways with min ISR 2, runs the workloads (consumer-group members among them), applies
+``--cycles`` faults of ``--kind`` (each ``--fault-s`` long, then healed for
+``--quiet-s``), waits for the cluster to recover, stops the workloads, lets the group
+drain the plain stream, reads everything back and checks the history.
 
 DIR gets ``history.jsonl`` (written as the run goes), ``summary.json`` (the verdict) and
 ``servers/`` (each server's log; the data directories are removed unless --keep-data).
@@ -31,6 +32,7 @@ from pathlib import Path
 import grpc
 
 from faults.fault_checkers import check, unexpected
+from faults.fault_groups import MEMBERS, GroupProgress, drain_group, group_member, record_committed
 from faults.fault_history import Recorder, error_name, load
 from faults.fault_nemesis import KINDS, Nemesis
 from faults.fault_workloads import (
@@ -44,7 +46,7 @@ from faults.fault_workloads import (
     subscriber,
 )
 from liftbridge_client import Client, StreamConfig, Transport, errors
-from liftbridge_client.testing import AddressedCluster
+from liftbridge_client.testing import GROUP_SETTINGS, AddressedCluster
 from liftbridge_client.testing._probe import broker_ids
 
 # The harness's failover timeouts (CLUSTER_SETTINGS: 1 s fetch, 3 s leader and lag), the
@@ -149,6 +151,17 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
             committed_follower(client, history, streams, stop),
         ]
         running = asyncio.ensure_future(run_workers(publishers, followers, stop, grace=45))
+        # The group outlives the other readers: it drains the stream once publishing ends.
+        group, group_stop, progress = f"faults-{token}", asyncio.Event(), GroupProgress()
+        members = asyncio.gather(
+            *(
+                group_member(
+                    cluster.addresses, history, streams.plain, group, i, group_stop, progress
+                )
+                for i in range(MEMBERS)
+            ),
+            return_exceptions=True,
+        )
         nemesis = Nemesis(cluster, client, history, streams.plain, rng)
         try:
             await asyncio.sleep(args.warmup_s)
@@ -182,6 +195,17 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
         stop.set()
         cancelled = await running
         history.emit("note", f="workloads-stopped", data={"cancelled": cancelled})
+        await drain_group(client, history, streams.plain, 3, progress, timeout=120)
+        group_stop.set()
+        outcomes: list[object]
+        try:
+            async with asyncio.timeout(60):
+                outcomes = list(await members)
+        except TimeoutError:
+            outcomes = ["members did not leave within 60 s"]
+        if crashed := [repr(o)[:200] for o in outcomes if o is not None]:
+            history.emit("note", f="not-recovered", error=f"group members: {crashed}")
+        await record_committed(client, history, streams.plain, group, 3)
         try:
             replicas = {node.server_id: node.address for node in cluster.nodes}
             async with asyncio.timeout(240):
@@ -201,7 +225,10 @@ def main(argv: list[str]) -> int:
     servers = args.out / "servers"
     crash = None
     cluster = AddressedCluster(
-        3, base_dir=servers, settings=TIMEOUTS[args.timeouts], version=args.version
+        3,
+        base_dir=servers,
+        settings={**GROUP_SETTINGS, **TIMEOUTS[args.timeouts]},
+        version=args.version,
     )
     try:
         cluster.start(timeout=60)

@@ -173,6 +173,10 @@ COLUMNS = (
     "divergent",
     "sub gaps",
     "read lost",
+    "group lost",
+    "group dup",
+    "group gaps",
+    "group recover s (max)",
     "recover s (max)",
     "stall s (max)",
     "other",
@@ -193,6 +197,9 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             return sum(int(v.get(key) or 0) for v in verdicts)
 
         recover = [v["recover_s"] for v in verdicts if v.get("recover_s") is not None]
+        group_recover = [
+            v["group_recover_s"] for v in verdicts if v.get("group_recover_s") is not None
+        ]
         stalls = [float(v.get("unavailable_s") or 0) for v in verdicts]
         counted = {
             "acked-lost",
@@ -202,6 +209,9 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             "divergent-replica",
             "subscriber-gap",
             "read-lost",
+            "group-lost",
+            "group-lost-truncated",
+            "group-gap",
         }
         other: dict[str, int] = {}
         for v in verdicts:
@@ -228,6 +238,10 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             total("divergent"),
             total("sub_gaps"),
             total("read_lost"),
+            f"{total('group_lost')} in {sum(1 for v in verdicts if v.get('group_lost'))}",
+            total("group_duplicates"),
+            total("group_gaps"),
+            f"{max(group_recover):.1f}" if group_recover else "-",
             f"{max(recover):.1f}" if recover else "-",
             f"{max(stalls):.1f}" if stalls else "-",
             ", ".join(f"{k} in {n}" for k, n in sorted(other.items())) or "-",

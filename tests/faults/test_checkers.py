@@ -233,3 +233,93 @@ def test_the_live_read_committed_reader_is_checked() -> None:
 def test_a_publisher_stalled_from_its_start_counts() -> None:
     history = [e for e in clean_history() if not (e.type == "ok" and e.t < 1.0)]
     assert check(history).unavailable_s == 3.4  # first attempt at 0.1, first ack at 3.5
+
+
+def group_history() -> list[Event]:
+    """The clean history with two group members: g-0 is handed a, rebalances, g-1 is
+    handed b; the group's cursor ends at offset 1."""
+    history = clean_history()
+    history[13:13] = [
+        ev(0.05, "note", process="g-0", f="group-join", stream=S, data={"partitions": [0]}),
+        ev(0.4, "sub", process="g-0", f="group", stream=S, partition=0, offset=0, value="a"),
+        ev(1.1, "note", process="g-0", f="group-assign", stream=S, data={"partitions": []}),
+        ev(1.2, "note", process="g-1", f="group-join", stream=S, data={"partitions": [0]}),
+        ev(3.9, "sub", process="g-1", f="group", stream=S, partition=0, offset=1, value="b"),
+        ev(4.5, "note", f="group-committed", stream=S, data={"committed": {"0": 1}}),
+    ]
+    return sorted(history, key=lambda e: e.t)
+
+
+def test_a_clean_group_history_has_no_anomaly() -> None:
+    verdict = check(group_history())
+    assert verdict.anomalies == []
+    assert (verdict.group_delivered, verdict.group_duplicates) == (2, 0)
+    assert verdict.group_recover_s == 0.9  # heal at 3.0, partition 0 handed out at 3.9
+
+
+def test_an_acked_message_the_group_skipped_is_lost() -> None:
+    history = [e for e in group_history() if not (e.f == "group" and e.value == "b")]
+    verdict = check(history)
+    assert verdict.kinds() == {"group-lost"}  # b is behind the cursor (1), never handed out
+    assert (verdict.group_lost, verdict.anomalies[0].values) == (1, ["b"])
+    assert unexpected(verdict, strict=False) == verdict.anomalies
+    # Beyond the cursor it was merely not handed out yet: still reported, not lost.
+    history = [
+        ev(e.t, "note", f="group-committed", stream=S, data={"committed": {"0": 0}})
+        if e.f == "group-committed"
+        else e
+        for e in history
+    ]
+    verdict = check(history)
+    assert verdict.kinds() == {"group-undelivered"}
+    assert (verdict.group_lost, verdict.group_pending) == (0, 1)
+
+
+def test_a_skip_after_the_log_lost_entries_is_the_servers() -> None:
+    history = [e for e in group_history() if not (e.f == "group" and e.value == "b")]
+    history.append(
+        ev(5.3, "read", f="replica", stream=S, data={"node": "n2", "entries": [[0, 1, "z"]]})
+    )
+    verdict = check(history)
+    assert verdict.kinds() == {"divergent-replica", "group-lost-truncated"}
+    assert unexpected(verdict, strict=False) == []
+
+
+def test_a_gap_inside_a_tenure_is_detected_and_a_rebalance_ends_one() -> None:
+    leader = [[0, 0, "a"], [0, 1, "b"], [0, 2, "c"]]
+    history = [
+        ev(e.t, "sub", process="g-0", f="group", stream=S, partition=0, offset=2, value="c")
+        if e.f == "group" and e.value == "b"
+        else ev(e.t, "read", f="leader", stream=S, data={"entries": leader})
+        if e.f == "leader"
+        else e
+        for e in group_history()
+        if not (e.f == "group-assign" or (e.f == "group-join" and e.process == "g-1"))
+    ]
+    verdict = check(history)  # g-0: offset 0 then 2, no rebalance between; b never handed out
+    assert verdict.kinds() == {"group-gap", "group-lost"}
+    assert verdict.group_gaps == 1
+    assert "g-0: offset 0 then 2" in verdict.anomalies[-2].detail
+    rebalanced = sorted(
+        [*history, ev(2.0, "note", process="g-0", f="group-assign", stream=S, data={})],
+        key=lambda e: e.t,
+    )
+    assert check(rebalanced).kinds() == {"group-lost"}  # a rebalance may resume elsewhere
+
+
+def test_group_duplicates_are_counted_not_failed() -> None:
+    history = group_history()
+    history.append(
+        ev(4.0, "sub", process="g-1", f="group", stream=S, partition=0, offset=1, value="b")
+    )
+    verdict = check(sorted(history, key=lambda e: e.t))
+    assert verdict.group_duplicates == 1
+    assert verdict.anomalies == []  # at-least-once: a second copy is allowed
+
+
+def test_a_partition_never_handed_out_after_a_heal_has_not_recovered() -> None:
+    history = [e for e in group_history() if not (e.f == "group" and e.t > 3.0)]
+    history = [e for e in history if e.f != "group-committed"]
+    verdict = check(history)
+    assert verdict.group_recover_s == float("inf")
+    assert verdict.kinds() == {"group-undelivered"}  # no cursor known: b counts as pending
