@@ -17,6 +17,9 @@ What is checked, after the run healed and recovered:
   never handed out but behind the group's committed cursor is lost; one beyond it was
   still pending when the run ended), no member's partition skipped an offset inside one
   tenure (between joins and rebalances); duplicates and time to recover are counted;
+- majority/minority splits: the majority side acks writes on every partition while the
+  split lasts (``majority-unavailable`` if not); acks the minority's node gave meanwhile
+  are counted (they must survive like any other);
 - time to recover: from each heal to the next acked publish; client errors by type.
 """
 
@@ -54,6 +57,7 @@ CLIENT_ANOMALIES = frozenset(
         "group-undelivered",
     }
 )
+# Neither list: a majority that stops accepting writes fails its round either way.
 
 Log = dict[int, str]  # offset -> value of one partition
 
@@ -93,6 +97,8 @@ class Verdict:
     group_pending: int = 0  # acked, never handed out, beyond the committed cursor
     group_gaps: int = 0
     group_recover_s: float | None = None  # worst heal -> every partition handed out again
+    majority_s: float | None = None  # split -> every partition acked on the majority side
+    minority_acked: int = 0  # acks the minority's node gave during a split (must survive)
     recover_s: float | None = None  # worst heal -> next acked publish
     unavailable_s: float = 0.0  # longest stretch a publisher went without an ack
     errors: dict[str, int] = field(default_factory=dict)
@@ -424,6 +430,58 @@ def check_group(events: Sequence[Event], verdict: Verdict) -> None:
     verdict.group_recover_s = None if worst is None else round(worst, 2)
 
 
+PROBE = "minority-probe"  # the process publishing to the minority side of a split
+
+
+def acked_since(events: Sequence[Event], stream: str, since: float) -> dict[int, float]:
+    """Per partition of ``stream``, when the first publish invoked at or after ``since``
+    was acked (the minority probe's left out: this is what the majority accepted)."""
+    invoked: dict[str, float] = {}
+    first: dict[int, float] = {}
+    for e in events:
+        if e.f != "publish" or e.stream != stream or e.process == PROBE:
+            continue
+        if e.type == "invoke":
+            invoked[e.process] = e.t  # a publisher has one publish in flight
+        elif e.type == "ok" and invoked.get(e.process, -1.0) >= since:
+            first.setdefault(e.partition or 0, e.t)
+    return first
+
+
+def check_splits(events: Sequence[Event], verdict: Verdict) -> None:
+    """Each majority/minority split: the majority accepted acked writes on every partition
+    while it lasted; count what the minority's node acked (the plain checker says whether
+    those acks survived)."""
+    stream = next((e.data["streams"][0] for e in events if e.f == "setup" and e.data), None)
+    partitions = {e.partition or 0 for e in events if e.f == "publish" and e.stream == stream}
+    starts = [
+        e for e in events if e.type == "nemesis" and e.f == "start" and e.value == "split-leader"
+    ]
+    for start in starts:
+        stop = next(
+            (e.t for e in events if e.type == "nemesis" and e.f == "stop" and e.t >= start.t),
+            float("inf"),
+        )
+        window = [e for e in events if start.t <= e.t <= stop]
+        acked = acked_since(window, stream or "", start.t)
+        if missing := sorted(partitions - set(acked)):
+            verdict.anomalies.append(
+                Anomaly(
+                    "majority-unavailable",
+                    stream,
+                    missing[0],
+                    f"split at t={start.t:.2f} of {start.data.get('targets')}: no acked publish "
+                    f"of partitions {missing} on the majority side before the heal",
+                )
+            )
+        if acked:
+            worst = max(acked.values()) - start.t
+            verdict.majority_s = round(max(verdict.majority_s or 0.0, worst), 2)
+        verdict.minority_acked += sum(
+            1 for e in window if e.type == "ok" and e.process == PROBE and e.t > start.t
+        )
+
+
 def check_availability(events: Sequence[Event], verdict: Verdict) -> None:
     """Time to recover after each heal, the longest outage, and client errors by type."""
     publishes = [e for e in events if e.type == "ok" and e.f in ("publish", "publish_eo")]
@@ -468,6 +526,7 @@ def check(events: Sequence[Event]) -> Verdict:
     check_subscribers(events, verdict)
     check_committed_follower(events, verdict)
     check_group(events, verdict)
+    check_splits(events, verdict)
     check_availability(events, verdict)
     return verdict
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import itertools
 import json
 import random
 import shutil
@@ -31,10 +33,10 @@ from pathlib import Path
 
 import grpc
 
-from faults.fault_checkers import check, unexpected
+from faults.fault_checkers import PROBE, acked_since, check, unexpected
 from faults.fault_groups import MEMBERS, GroupProgress, drain_group, group_member, record_committed
 from faults.fault_history import Recorder, error_name, load
-from faults.fault_nemesis import KINDS, Nemesis
+from faults.fault_nemesis import KINDS, ROUTED_KINDS, Nemesis
 from faults.fault_workloads import (
     OPTIONS,
     Streams,
@@ -45,7 +47,7 @@ from faults.fault_workloads import (
     run_workers,
     subscriber,
 )
-from liftbridge_client import Client, StreamConfig, Transport, errors
+from liftbridge_client import AckPolicy, Client, RetryPolicy, StreamConfig, Transport, errors
 from liftbridge_client.testing import GROUP_SETTINGS, AddressedCluster
 from liftbridge_client.testing._probe import broker_ids
 
@@ -112,9 +114,7 @@ def broker_lists(cluster: AddressedCluster) -> dict[str, object]:
 
 async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
-    async with Client(
-        cluster.addresses, nats_servers=[cluster.nats_url], options=OPTIONS
-    ) as client:
+    async with Client(cluster.addresses, nats_servers=cluster.nats_urls, options=OPTIONS) as client:
         token = f"{args.round}{rng.randrange(16**6):06x}"
         streams = Streams(f"plain-{token}", 3, f"eo-{token}", 2)
         for name, partitions in ((streams.plain, 3), (streams.eo, 2)):
@@ -166,10 +166,22 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
         try:
             await asyncio.sleep(args.warmup_s)
             for _cycle in range(args.cycles):
+                split_t = history.now()
                 active = await nemesis.start(args.kind)
+                probe = None
+                if args.kind in ROUTED_KINDS:
+                    node = cluster.node(active.targets[0])
+                    probe = asyncio.ensure_future(
+                        minority_probe(node.address, cluster.addresses, history, streams, 3)
+                    )
                 try:
                     await asyncio.sleep(args.fault_s)
+                    if args.kind in ROUTED_KINDS:
+                        await hold_split(history, streams, started=split_t)
                 finally:
+                    if probe is not None:
+                        probe.cancel()
+                        await asyncio.gather(probe, return_exceptions=True)
                     nemesis.heal(active)
                 await asyncio.sleep(args.quiet_s)
         finally:
@@ -214,6 +226,48 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
             history.emit("note", f="not-recovered", error=f"final reads: {error_name(exc)}")
 
 
+async def hold_split(history: Recorder, streams: Streams, started: float) -> None:
+    """Keep a split until the majority has acked a write on every partition of the plain
+    stream (at most 60 s more): whether it does is the checkers' question, how soon under
+    this machine's load is not."""
+    deadline = time.monotonic() + 60
+    parts = set(range(streams.plain_partitions))
+    while time.monotonic() < deadline:
+        if parts <= set(acked_since(history.events, streams.plain, started)):
+            return
+        await asyncio.sleep(0.5)
+
+
+async def minority_probe(
+    address: str, addresses: list[str], history: Recorder, streams: Streams, partitions: int
+) -> None:
+    """Publish (ack ALL, one attempt each) to every partition through the minority's node
+    only, until cancelled; what it acks is checked like any plain publish."""
+    pinned = dataclasses.replace(
+        OPTIONS,
+        address_overrides=dict.fromkeys(addresses, address),
+        retry=RetryPolicy(attempts=1),
+    )
+    async with Client([address], options=pinned) as one:
+        for n in itertools.count():
+            value, partition = f"m-{n:06d}", n % partitions
+            fields = {"process": PROBE, "f": "publish", "stream": streams.plain, "value": value}
+            history.emit("invoke", partition=partition, **fields)
+            try:
+                ack = await one.publish(
+                    streams.plain,
+                    value.encode(),
+                    partition=partition,
+                    ack_policy=AckPolicy.ALL,
+                    transport=Transport.GRPC,
+                )
+            except errors.LiftbridgeError as exc:
+                history.emit("info", partition=partition, error=error_name(exc), **fields)
+                await asyncio.sleep(0.2)
+            else:
+                history.emit("ok", partition=partition, offset=ack.offset, **fields)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.seed is None:
@@ -226,6 +280,7 @@ def main(argv: list[str]) -> int:
     crash = None
     cluster = AddressedCluster(
         3,
+        routed=args.kind in ROUTED_KINDS,
         base_dir=servers,
         settings={**GROUP_SETTINGS, **TIMEOUTS[args.timeouts]},
         version=args.version,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from faults import fault_check
-from faults.fault_checkers import check, unexpected
+from faults.fault_checkers import PROBE, acked_since, check, unexpected
 from faults.fault_history import Event, Recorder, load, parse
 
 S, E = "plain", "eo"
@@ -323,3 +323,66 @@ def test_a_partition_never_handed_out_after_a_heal_has_not_recovered() -> None:
     verdict = check(history)
     assert verdict.group_recover_s == float("inf")
     assert verdict.kinds() == {"group-undelivered"}  # no cursor known: b counts as pending
+
+
+def split_history() -> list[Event]:
+    """A split of n1 from 2.0 to 6.0: p-0 publishes to partition 0 and gets an ack from the
+    majority at 4.0; the probe on n1 gets one ack at 2.5 (kept in the final log)."""
+    setup = ev(0.0, "note", f="setup", data={"streams": [S, E]})
+    return [
+        setup,
+        ev(0.1, "invoke", process="p-0", f="publish", stream=S, partition=0, value="a"),
+        ev(0.2, "ok", process="p-0", f="publish", stream=S, partition=0, offset=0, value="a"),
+        ev(2.0, "nemesis", f="start", value="split-leader", data={"targets": ["n1"]}),
+        ev(2.1, "invoke", process=PROBE, f="publish", stream=S, partition=0, value="m-0"),
+        ev(2.5, "ok", process=PROBE, f="publish", stream=S, partition=0, offset=1, value="m-0"),
+        ev(2.6, "invoke", process="p-0", f="publish", stream=S, partition=0, value="b"),
+        ev(4.0, "ok", process="p-0", f="publish", stream=S, partition=0, offset=2, value="b"),
+        ev(6.0, "nemesis", f="stop", value="split-leader"),
+        ev(
+            7.0,
+            "read",
+            f="leader",
+            stream=S,
+            data={"entries": [[0, 0, "a"], [0, 1, "m-0"], [0, 2, "b"]]},
+        ),
+    ]
+
+
+def test_a_split_whose_majority_acks_is_clean() -> None:
+    verdict = check(split_history())
+    assert verdict.anomalies == []
+    assert (verdict.majority_s, verdict.minority_acked) == (2.0, 1)
+
+
+def test_a_majority_without_acks_during_a_split_fails() -> None:
+    history = split_history()
+    # b was invoked before the split: its ack does not show the majority working.
+    history[6] = ev(1.9, "invoke", process="p-0", f="publish", stream=S, partition=0, value="b")
+    verdict = check(sorted(history, key=lambda e: e.t))
+    assert verdict.kinds() == {"majority-unavailable"}
+    assert "partitions [0]" in verdict.anomalies[0].detail
+    assert unexpected(verdict, strict=False) == verdict.anomalies
+    # Nor do the minority probe's acks.
+    history = [e for e in split_history() if e.value != "b"]
+    history[-1] = ev(
+        7.0, "read", f="leader", stream=S, data={"entries": [[0, 0, "a"], [0, 1, "m-0"]]}
+    )
+    assert check(history).kinds() == {"majority-unavailable"}
+
+
+def test_a_minority_ack_lost_after_the_heal_is_an_acked_loss() -> None:
+    history = split_history()
+    history[-1] = ev(
+        7.0, "read", f="leader", stream=S, data={"entries": [[0, 0, "a"], [0, 2, "b"]]}
+    )
+    verdict = check(history)
+    assert verdict.kinds() == {"acked-lost"}
+    assert verdict.anomalies[0].values == ["m-0"]
+
+
+def test_acked_since_counts_only_publishes_invoked_after_the_split() -> None:
+    history = split_history()
+    assert acked_since(history, S, 2.0) == {0: 4.0}  # not the probe's 2.5
+    history[6] = ev(1.9, "invoke", process="p-0", f="publish", stream=S, partition=0, value="b")
+    assert acked_since(sorted(history, key=lambda e: e.t), S, 2.0) == {}
