@@ -7,6 +7,14 @@ talk to each other only through NATS (Raft and replication are NATS requests), s
 cut from the others" is "a node cut from NATS"; its gRPC port (what clients use) is a
 separate address and port and can be cut, or left alone, on its own.
 
+With ``routed=True`` each node has a NATS server of its own instead, ``n<i>``'s on
+``127.0.0.(30+i)``, joined by routes: then a node and its NATS server can be split from
+the others and the other side keeps a quorum. Server ``i`` solicits its route to server
+``j`` at the alias ``127.0.1.(10*i+j)``, preferred source ``127.0.0.(30+i)``, forwarded to
+``127.0.0.(30+j):6222`` (the same trick as the nodes', below), so rules see each route's
+two servers; a standing rule drops route connections from anywhere else (127.0.0.1), so a
+route learnt by gossip cannot bypass a split.
+
 A node's NATS connection would leave from 127.0.0.1 like every other loopback connection,
 and rules could not tell the nodes apart. So node ``i`` dials NATS at its own alias
 ``127.0.0.(20+i)``: a local route gives that alias the preferred source ``127.0.0.(10+i)``
@@ -33,6 +41,7 @@ from typing import Self
 from liftbridge_client.testing._config import CLUSTER_SETTINGS, NodeConfig, Setting
 from liftbridge_client.testing._deployments import _LocalDeployment
 from liftbridge_client.testing._errors import ConfigError, HarnessError
+from liftbridge_client.testing._nats_cluster import NatsCluster, route_args
 from liftbridge_client.testing._provision import LIFTBRIDGE_VERSION, liftbridge_binary
 from liftbridge_client.testing._servers import LiftbridgeNode, NatsServer
 from liftbridge_client.testing._topology import ClusterTopology
@@ -42,18 +51,22 @@ __all__ = [
     "NATS_HOST",
     "NATS_PORT",
     "NODE_PORT",
+    "ROUTE_PORT",
     "AddressedCluster",
     "Firewall",
     "node_host",
     "node_nats_alias",
     "private_netns_argv",
     "require_private_netns",
+    "route_alias",
+    "routed_nats_host",
     "setup_namespace_network",
 ]
 
 NATS_HOST = "127.0.0.10"
 NATS_PORT = 4222
 NODE_PORT = 9292  # every node has its own address, so all can use the default port
+ROUTE_PORT = 6222  # NATS route port of a routed cluster's servers
 
 
 def node_host(index: int) -> str:
@@ -67,6 +80,22 @@ def node_nats_alias(index: int) -> str:
     """The address node ``n<index>`` dials NATS at: ``127.0.0.(20+index)``, forwarded."""
     node_host(index)  # validates the index
     return f"127.0.0.{20 + index}"
+
+
+def routed_nats_host(index: int) -> str:
+    """The address of node ``n<index>``'s own NATS server in a routed cluster:
+    ``127.0.0.(30+index)``."""
+    node_host(index)  # validates the index
+    return f"127.0.0.{30 + index}"
+
+
+def route_alias(dialer: int, target: int) -> str:
+    """Where NATS server ``dialer`` solicits its route to server ``target``:
+    ``127.0.1.(10*dialer+target)``, forwarded."""
+    node_host(dialer), node_host(target)  # validate
+    if dialer == target:
+        raise ConfigError("a NATS server has no route to itself")
+    return f"127.0.1.{10 * dialer + target}"
 
 
 _PARENT_NETNS_ENV = "LIFTBRIDGE_PARENT_NETNS"
@@ -135,9 +164,10 @@ def _sh(command: str) -> str:
     return _run(command.split())
 
 
-def setup_namespace_network(nodes: int) -> None:
+def setup_namespace_network(nodes: int, *, routed: bool = False) -> None:
     """Bring loopback up (MTU 1500) and give node ``1..nodes`` its NATS alias (route and
-    DNAT)."""
+    DNAT), to the shared NATS server or, ``routed``, to its own; then the route aliases
+    between those servers and the rule that keeps routes on them."""
     require_private_netns()
     # Packets of an Ethernet link's size: loopback's 64 KiB MTU (and GSO) would hand tc
     # single packets larger than any queue of a slow link, which then drops all of them.
@@ -146,11 +176,29 @@ def setup_namespace_network(nodes: int) -> None:
     _sh("ip link set lo up")
     for index in range(1, nodes + 1):
         alias, host = node_nats_alias(index), node_host(index)
-        _sh(f"ip route replace local {alias}/32 dev lo src {host} table local")
-        _sh(
-            f"iptables -t nat -A OUTPUT -d {alias} -p tcp --dport {NATS_PORT} "
-            f"-j DNAT --to-destination {NATS_HOST}:{NATS_PORT}"
-        )
+        nats = routed_nats_host(index) if routed else NATS_HOST
+        _forward(alias, host, f"{nats}:{NATS_PORT}", NATS_PORT)
+    if not routed:
+        return
+    for dialer in range(1, nodes + 1):
+        for target in range(1, nodes + 1):
+            if dialer != target:
+                _forward(
+                    route_alias(dialer, target),
+                    routed_nats_host(dialer),
+                    f"{routed_nats_host(target)}:{ROUTE_PORT}",
+                    ROUTE_PORT,
+                )
+    _sh(f"iptables -A OUTPUT -p tcp -s 127.0.0.1 --dport {ROUTE_PORT} -j DROP")
+
+
+def _forward(alias: str, source: str, destination: str, port: int) -> None:
+    """Connections to ``alias:port`` leave from ``source`` and reach ``destination``."""
+    _sh(f"ip route replace local {alias}/32 dev lo src {source} table local")
+    _sh(
+        f"iptables -t nat -A OUTPUT -d {alias} -p tcp --dport {port} "
+        f"-j DNAT --to-destination {destination}"
+    )
 
 
 class Firewall:
@@ -235,9 +283,11 @@ def _rate_bits(rate: str) -> int:
     raise ConfigError(f"rate {rate!r} must end in bit, kbit, mbit or gbit")
 
 
-class AddressedCluster(ClusterTopology[LiftbridgeNode, NatsServer], _LocalDeployment):
+class AddressedCluster(ClusterTopology[LiftbridgeNode, NatsServer | NatsCluster], _LocalDeployment):
     """``size`` nodes, node ``n<i>`` on ``127.0.0.(10+i):9292``, NATS on ``127.0.0.10:4222``,
-    each node dialling NATS through its alias (:func:`setup_namespace_network`).
+    each node dialling NATS through its alias (:func:`setup_namespace_network`). With
+    ``routed=True`` every node has its own NATS server (``127.0.0.(30+i):4222``), the
+    servers joined by routes (a :class:`NatsCluster` as ``nats``).
 
     Only inside a private network namespace (the constructor checks). Otherwise like
     :class:`~liftbridge_client.testing.Cluster`: ``settings`` override
@@ -253,15 +303,38 @@ class AddressedCluster(ClusterTopology[LiftbridgeNode, NatsServer], _LocalDeploy
         settings: Mapping[str, Setting] | None = None,
         version: str = LIFTBRIDGE_VERSION,
         log_level: str = "debug",
+        routed: bool = False,
     ) -> None:
         """Set up the namespace's addresses and write the configurations; not started."""
-        if not 1 <= size <= 9:
-            raise ConfigError(f"an addressed cluster has 1..9 nodes, not {size}")
-        setup_namespace_network(size)
+        if not (2 if routed else 1) <= size <= 9:
+            raise ConfigError(f"an addressed cluster has 1..9 nodes (routed: 2..9), not {size}")
+        setup_namespace_network(size, routed=routed)
         self.version = server_version(version).name
+        self.routed = routed
         root = self._setup_dir(base_dir, "liftbridge-netns-")
         self.namespace = f"lbfault-{uuid.uuid4().hex[:10]}"
-        self.nats = NatsServer(root / "nats", port=NATS_PORT, host=NATS_HOST)
+        if routed:
+            self.nats: NatsServer | NatsCluster = NatsCluster(
+                [
+                    NatsServer(
+                        root / f"nats{i}",
+                        port=NATS_PORT,
+                        host=routed_nats_host(i),
+                        args=route_args(
+                            self.namespace,
+                            f"{routed_nats_host(i)}:{ROUTE_PORT}",
+                            [
+                                f"{route_alias(i, j)}:{ROUTE_PORT}"
+                                for j in range(1, size + 1)
+                                if j != i
+                            ],
+                        ),
+                    )
+                    for i in range(1, size + 1)
+                ]
+            )
+        else:
+            self.nats = NatsServer(root / "nats", port=NATS_PORT, host=NATS_HOST)
         ids = tuple(f"n{i}" for i in range(1, size + 1))
         binary = liftbridge_binary(self.version)
         self._nodes = [
@@ -283,18 +356,36 @@ class AddressedCluster(ClusterTopology[LiftbridgeNode, NatsServer], _LocalDeploy
             )
             for index, server_id in enumerate(ids, start=1)
         ]
-        self._arm_finalizer([[node.process for node in self._nodes], [self.nats.process]])
+        self._arm_finalizer(
+            [[node.process for node in self._nodes], [nats.process for nats in self.nats_servers]]
+        )
 
     def __repr__(self) -> str:
         """Namespace and nodes."""
         return f"<AddressedCluster {self.namespace} {self._nodes} nats={self.nats.url}>"
 
+    @property
+    def nats_servers(self) -> list[NatsServer]:
+        """The NATS server, or a routed cluster's servers (``n1``'s first)."""
+        return self.nats.servers if isinstance(self.nats, NatsCluster) else [self.nats]
+
+    @property
+    def nats_urls(self) -> list[str]:
+        """Every NATS server's client URL."""
+        return [nats.url for nats in self.nats_servers]
+
     def host_of(self, server_id: str) -> str:
         """The address of node ``server_id``."""
         return self.node(server_id).config.host
 
+    def nats_host_of(self, server_id: str) -> str:
+        """The address of the NATS server node ``server_id`` uses."""
+        if not self.routed:
+            return NATS_HOST
+        return routed_nats_host(self.server_ids.index(server_id) + 1)
+
     def _servers(self) -> list[LiftbridgeNode | NatsServer]:
-        return [self.nats, *self._nodes]
+        return [*self.nats_servers, *self._nodes]
 
     def _label(self) -> str:
         return f"cluster {self.namespace}"

@@ -12,6 +12,7 @@ import functools
 import os
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -127,13 +128,15 @@ class NatsServer(_Server):
         binary: StrPath | None = None,
         config: str | None = None,
         host: str = LOOPBACK,
+        args: Sequence[str] = (),
     ):
         """Describe the server (a free port is picked when ``port`` is None); not started.
 
         ``config`` is NATS configuration text (accounts, authorization, operator mode...)
         written to a file the server reads; the harness adds the loopback ``listen`` line,
         so ``config`` may not set ``listen``, ``host``, ``net`` or ``port``. ``host`` is
-        the loopback address to bind (127.0.0.0/8 only).
+        the loopback address to bind (127.0.0.0/8 only). ``args`` are more command-line
+        options (routes of a :class:`~liftbridge_client.testing._nats_cluster.NatsCluster`).
         """
         self.workdir = workdir = Path(workdir)
         self.host = check_loopback(host)
@@ -150,6 +153,7 @@ class NatsServer(_Server):
             path = workdir / "nats.conf"
             path.write_text(f"listen: {self.host}:{self.port}\n{config}")
             argv = [argv[0], "-c", str(path)]
+        argv = [*argv, *args]
         self.process = ServerProcess(f"nats-server:{self.port}", argv, workdir / "server.log")
 
     def __repr__(self) -> str:

@@ -13,6 +13,13 @@ What is checked, after the run healed and recovered:
 - live subscribers: offsets without gaps or rewinds, and each message seen is still in
   the final log at its offset (else a committed read was lost); the live read_committed
   reader yields no value twice and nothing the final read_committed lacks;
+- consumer groups: every acked plain value was handed to a member at least once (one
+  never handed out but behind the group's committed cursor is lost; one beyond it was
+  still pending when the run ended), no member's partition skipped an offset inside one
+  tenure (between joins and rebalances); duplicates and time to recover are counted;
+- majority/minority splits: the majority side acks writes on every partition while the
+  split lasts (``majority-unavailable`` if not); acks the minority's node gave meanwhile
+  are counted (they must survive like any other);
 - time to recover: from each heal to the next acked publish; client errors by type.
 """
 
@@ -36,10 +43,21 @@ SERVER_ANOMALIES = frozenset(
         "divergent-replica",
         "read-lost",
         "not-recovered",
+        "group-lost-truncated",
     }
 )
 # Anomalies no server fault explains: the client or its exactly-once layer is wrong.
-CLIENT_ANOMALIES = frozenset({"eo-duplicate", "subscriber-gap", "subscriber-rewind"})
+CLIENT_ANOMALIES = frozenset(
+    {
+        "eo-duplicate",
+        "subscriber-gap",
+        "subscriber-rewind",
+        "group-lost",
+        "group-gap",
+        "group-undelivered",
+    }
+)
+# Neither list: a majority that stops accepting writes fails its round either way.
 
 Log = dict[int, str]  # offset -> value of one partition
 
@@ -73,6 +91,14 @@ class Verdict:
     live_committed: int = 0  # messages the live read_committed reader yielded
     sub_gaps: int = 0
     read_lost: int = 0
+    group_delivered: int = 0  # messages handed to consumer-group members
+    group_duplicates: int = 0  # (partition, offset) handed out again (at-least-once)
+    group_lost: int = 0  # acked, never handed out, yet behind the committed cursor
+    group_pending: int = 0  # acked, never handed out, beyond the committed cursor
+    group_gaps: int = 0
+    group_recover_s: float | None = None  # worst heal -> every partition handed out again
+    majority_s: float | None = None  # split -> every partition acked on the majority side
+    minority_acked: int = 0  # acks the minority's node gave during a split (must survive)
     recover_s: float | None = None  # worst heal -> next acked publish
     unavailable_s: float = 0.0  # longest stretch a publisher went without an ack
     errors: dict[str, int] = field(default_factory=dict)
@@ -220,6 +246,12 @@ def check_subscribers(events: Sequence[Event], verdict: Verdict) -> None:
             last[(e.process, e.stream, e.partition or 0)] = int(e.data.get("start", 0)) - 1
         if e.type != "sub" or e.offset is None or e.stream is None or e.f == "committed":
             continue
+        final = logs.get((e.stream, e.partition or 0))
+        if e.f == "group":
+            # Members resume at the group's cursor (check_group judges their offsets);
+            # what they were handed must still be in the log all the same.
+            _check_read(e, final, verdict)
+            continue
         verdict.sub_messages += 1
         key = (e.process, e.stream, e.partition or 0)
         previous = last.get(key, -1)
@@ -243,19 +275,23 @@ def check_subscribers(events: Sequence[Event], verdict: Verdict) -> None:
                 )
             )
         last[key] = max(previous, e.offset)
-        final = logs.get((e.stream, e.partition or 0))
-        if final is not None and final.get(e.offset) != e.value:
-            verdict.read_lost += 1
-            verdict.anomalies.append(
-                Anomaly(
-                    "read-lost",
-                    e.stream,
-                    e.partition,
-                    f"{e.process} read {e.value!r} at offset {e.offset} (t={e.t:.2f}); "
-                    f"the final log has {final.get(e.offset)!r}",
-                    [e.value or ""],
-                )
+        _check_read(e, final, verdict)
+
+
+def _check_read(e: Event, final: Log | None, verdict: Verdict) -> None:
+    """A message read live is still in the final log at its offset."""
+    if final is not None and e.offset is not None and final.get(e.offset) != e.value:
+        verdict.read_lost += 1
+        verdict.anomalies.append(
+            Anomaly(
+                "read-lost",
+                e.stream,
+                e.partition,
+                f"{e.process} read {e.value!r} at offset {e.offset} (t={e.t:.2f}); "
+                f"the final log has {final.get(e.offset)!r}",
+                [e.value or ""],
             )
+        )
 
 
 def check_committed_follower(events: Sequence[Event], verdict: Verdict) -> None:
@@ -297,6 +333,152 @@ def check_committed_follower(events: Sequence[Event], verdict: Verdict) -> None:
                 f"the live read_committed yielded {len(twice)} values twice",
                 twice,
             )
+        )
+
+
+def _group_tenures(events: Sequence[Event], verdict: Verdict) -> None:
+    """Gaps inside a member's tenure: offsets of a partition must follow each other until
+    the member joins again or its assignment changes (a rebalance may resume a partition
+    at its committed cursor, behind or ahead of what this member last saw)."""
+    last: dict[tuple[str, str, int], int] = {}
+    for e in events:
+        if e.type == "note" and e.f in ("group-join", "group-assign"):
+            last = {k: v for k, v in last.items() if k[0] != e.process}
+        elif e.type == "sub" and e.f == "group" and e.offset is not None:
+            key = (e.process, e.stream or "", e.partition or 0)
+            previous = last.get(key)
+            if previous is not None and e.offset > previous + 1:
+                verdict.group_gaps += 1
+                verdict.anomalies.append(
+                    Anomaly(
+                        "group-gap",
+                        e.stream,
+                        e.partition,
+                        f"{e.process}: offset {previous} then {e.offset} at t={e.t:.2f}, "
+                        "no rebalance between",
+                    )
+                )
+            last[key] = e.offset
+
+
+def check_group(events: Sequence[Event], verdict: Verdict) -> None:
+    """The consumer-group members (``sub`` events with ``f`` = ``group``) against the
+    acked plain publishes and the final leader logs (``fault_groups`` writes the rest)."""
+    handed = [e for e in events if e.type == "sub" and e.f == "group" and e.offset is not None]
+    joined = any(e.type == "note" and e.f == "group-join" for e in events)
+    if not handed and not joined:
+        return  # a history without the workload
+    verdict.group_delivered += len(handed)
+    copies = Counter((e.stream, e.partition or 0, e.offset) for e in handed)
+    verdict.group_duplicates += sum(n - 1 for n in copies.values())
+    _group_tenures(events, verdict)
+    stream = next((e.stream for e in events if e.f == "group-join"), None) or (
+        handed[0].stream if handed else None
+    )
+    committed: dict[int, int] | None = None
+    for e in events:
+        if e.type == "note" and e.f == "group-committed":
+            committed = {int(p): int(o) for p, o in e.data.get("committed", {}).items()}
+    seen = {e.value for e in handed}
+    logs = final_logs(events)
+    lost: dict[int, list[str]] = defaultdict(list)
+    pending: dict[int, list[str]] = defaultdict(list)
+    for e in events:
+        if not (e.type == "ok" and e.f == "publish" and e.stream == stream and e.value):
+            continue
+        partition = e.partition or 0
+        log = logs.get((e.stream or "", partition))
+        if log is None or e.value in seen:
+            continue  # no final read (unchecked), or handed out
+        offsets = [o for o, v in log.items() if v == e.value]
+        if not offsets:
+            continue  # not stored at all: acked-lost already says so
+        cursor = -1 if committed is None else committed.get(partition, -1)
+        (lost if min(offsets) <= cursor else pending)[partition].append(e.value)
+    # A leader that lost entries can put new ones at offsets the cursor already passed:
+    # skipped by the group, but the server's doing (its own anomaly says so).
+    truncated = {
+        a.partition
+        for a in verdict.anomalies
+        if a.stream == stream and a.kind in SERVER_ANOMALIES and a.kind != "not-recovered"
+    }
+    for partition, values in sorted(lost.items()):
+        verdict.group_lost += len(values)
+        detail = f"{len(values)} acked, behind the group's committed cursor, never handed out"
+        if partition in truncated:
+            verdict.anomalies.append(
+                Anomaly("group-lost-truncated", stream, partition, detail, sorted(set(values)))
+            )
+        else:
+            verdict.anomalies.append(
+                Anomaly("group-lost", stream, partition, detail, sorted(set(values)))
+            )
+    for partition, values in sorted(pending.items()):
+        verdict.group_pending += len(values)
+        detail = f"{len(values)} acked, not handed out to the group by the end of the run"
+        verdict.anomalies.append(
+            Anomaly("group-undelivered", stream, partition, detail, sorted(set(values)))
+        )
+    heals = [e.t for e in events if e.type == "nemesis" and e.f == "stop"]
+    partitions = sorted({e.partition or 0 for e in handed})
+    worst: float | None = None
+    for healed in heals:
+        for partition in partitions:
+            after = [e.t for e in handed if e.t >= healed and (e.partition or 0) == partition]
+            delta = (after[0] - healed) if after else float("inf")
+            worst = delta if worst is None else max(worst, delta)
+    verdict.group_recover_s = None if worst is None else round(worst, 2)
+
+
+PROBE = "minority-probe"  # the process publishing to the minority side of a split
+
+
+def acked_since(events: Sequence[Event], stream: str, since: float) -> dict[int, float]:
+    """Per partition of ``stream``, when the first publish invoked at or after ``since``
+    was acked (the minority probe's left out: this is what the majority accepted)."""
+    invoked: dict[str, float] = {}
+    first: dict[int, float] = {}
+    for e in events:
+        if e.f != "publish" or e.stream != stream or e.process == PROBE:
+            continue
+        if e.type == "invoke":
+            invoked[e.process] = e.t  # a publisher has one publish in flight
+        elif e.type == "ok" and invoked.get(e.process, -1.0) >= since:
+            first.setdefault(e.partition or 0, e.t)
+    return first
+
+
+def check_splits(events: Sequence[Event], verdict: Verdict) -> None:
+    """Each majority/minority split: the majority accepted acked writes on every partition
+    while it lasted; count what the minority's node acked (the plain checker says whether
+    those acks survived)."""
+    stream = next((e.data["streams"][0] for e in events if e.f == "setup" and e.data), None)
+    partitions = {e.partition or 0 for e in events if e.f == "publish" and e.stream == stream}
+    starts = [
+        e for e in events if e.type == "nemesis" and e.f == "start" and e.value == "split-leader"
+    ]
+    for start in starts:
+        stop = next(
+            (e.t for e in events if e.type == "nemesis" and e.f == "stop" and e.t >= start.t),
+            float("inf"),
+        )
+        window = [e for e in events if start.t <= e.t <= stop]
+        acked = acked_since(window, stream or "", start.t)
+        if missing := sorted(partitions - set(acked)):
+            verdict.anomalies.append(
+                Anomaly(
+                    "majority-unavailable",
+                    stream,
+                    missing[0],
+                    f"split at t={start.t:.2f} of {start.data.get('targets')}: no acked publish "
+                    f"of partitions {missing} on the majority side before the heal",
+                )
+            )
+        if acked:
+            worst = max(acked.values()) - start.t
+            verdict.majority_s = round(max(verdict.majority_s or 0.0, worst), 2)
+        verdict.minority_acked += sum(
+            1 for e in window if e.type == "ok" and e.process == PROBE and e.t > start.t
         )
 
 
@@ -343,6 +525,8 @@ def check(events: Sequence[Event]) -> Verdict:
     check_replicas(events, verdict)
     check_subscribers(events, verdict)
     check_committed_follower(events, verdict)
+    check_group(events, verdict)
+    check_splits(events, verdict)
     check_availability(events, verdict)
     return verdict
 

@@ -19,6 +19,10 @@ most partitions of the plain stream):
 - ``client-cut-leader``: clients cannot reach the leader's gRPC port (NATS untouched);
 - ``pause-leader``: SIGSTOP for the fault's duration (longer than the leader timeout);
 - ``kill-leader``: SIGKILL, restarted at the heal;
+- ``split-leader`` (a routed cluster only: each node with its own NATS server, see
+  ``ROUTED_KINDS``): the leader and its NATS server split from the two other nodes and
+  theirs, both ways, so the other side keeps a quorum (a true majority/minority split;
+  clients reach every node and NATS server on both sides);
 - ``combo``: two at once (one pair of ``COMBOS``, drawn from the run's seed;
   ``pause-follower`` and ``kill-follower`` hit a node that leads none of the partitions,
   if there is one).
@@ -50,7 +54,9 @@ BASE_KINDS = (
     "pause-leader",
     "kill-leader",
 )
-KINDS = (*BASE_KINDS, "combo")
+# Kinds that need every node on a NATS server of its own (AddressedCluster(routed=True)).
+ROUTED_KINDS = ("split-leader",)
+KINDS = (*BASE_KINDS, "combo", *ROUTED_KINDS)
 # Combinations: each pair hits two nodes, or two mechanisms at once.
 COMBOS = (
     ("isolate-leader", "pause-follower"),  # no replica of the partition can lead
@@ -119,6 +125,24 @@ class Nemesis:
             self.firewall.drop(src=host, dst=NATS_HOST, probability=p)
         if into:
             self.firewall.drop(src=NATS_HOST, dst=host, probability=p)
+
+    def _split(self, minority: list[str]) -> None:
+        """Cut every packet between ``minority`` (nodes and their NATS servers) and the
+        rest; clients (127.0.0.1) still reach both sides."""
+        ids = self.cluster.server_ids
+        inside = {
+            h for n in minority for h in (self.cluster.host_of(n), self.cluster.nats_host_of(n))
+        }
+        outside = {
+            h
+            for n in ids
+            if n not in minority
+            for h in (self.cluster.host_of(n), self.cluster.nats_host_of(n))
+        }
+        for a in sorted(inside):
+            for b in sorted(outside):
+                self.firewall.drop(src=a, dst=b)
+                self.firewall.drop(src=b, dst=a)
 
     def _pause(self, node: str, active: Active) -> None:
         pid = self.cluster.node(node).process.pid
@@ -210,6 +234,12 @@ class Nemesis:
         elif kind == "kill-leader":
             self._kill(leader, active)
             active.targets.append(leader)
+        elif kind == "split-leader":
+            if not self.cluster.routed:
+                raise ValueError("split-leader needs a routed cluster (a NATS server per node)")
+            self._split([leader])
+            active.targets.append(leader)
+            active.detail["majority"] = others
         elif kind == "kill-follower":
             self._kill(follower, active)
             active.targets.append(follower)

@@ -7,9 +7,10 @@
 
 Starts an AddressedCluster (3 nodes, NATS, each on its own loopback address), creates a
 plain stream (3 partitions) and an exactly-once stream (2 partitions), both replicated
-3 ways with min ISR 2, runs the workloads, applies ``--cycles`` faults of ``--kind``
-(each ``--fault-s`` long, then healed for ``--quiet-s``), waits for the cluster to
-recover, stops the workloads, reads everything back and checks the history.
+3 ways with min ISR 2, runs the workloads (consumer-group members among them), applies
+``--cycles`` faults of ``--kind`` (each ``--fault-s`` long, then healed for
+``--quiet-s``), waits for the cluster to recover, stops the workloads, lets the group
+drain the plain stream, reads everything back and checks the history.
 
 DIR gets ``history.jsonl`` (written as the run goes), ``summary.json`` (the verdict) and
 ``servers/`` (each server's log; the data directories are removed unless --keep-data).
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import itertools
 import json
 import random
 import shutil
@@ -30,9 +33,10 @@ from pathlib import Path
 
 import grpc
 
-from faults.fault_checkers import check, unexpected
+from faults.fault_checkers import PROBE, acked_since, check, unexpected
+from faults.fault_groups import MEMBERS, GroupProgress, drain_group, group_member, record_committed
 from faults.fault_history import Recorder, error_name, load
-from faults.fault_nemesis import KINDS, Nemesis
+from faults.fault_nemesis import KINDS, ROUTED_KINDS, Nemesis
 from faults.fault_workloads import (
     OPTIONS,
     Streams,
@@ -43,8 +47,8 @@ from faults.fault_workloads import (
     run_workers,
     subscriber,
 )
-from liftbridge_client import Client, StreamConfig, Transport, errors
-from liftbridge_client.testing import AddressedCluster
+from liftbridge_client import AckPolicy, Client, RetryPolicy, StreamConfig, Transport, errors
+from liftbridge_client.testing import GROUP_SETTINGS, AddressedCluster
 from liftbridge_client.testing._probe import broker_ids
 
 # The harness's failover timeouts (CLUSTER_SETTINGS: 1 s fetch, 3 s leader and lag), the
@@ -110,9 +114,7 @@ def broker_lists(cluster: AddressedCluster) -> dict[str, object]:
 
 async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
-    async with Client(
-        cluster.addresses, nats_servers=[cluster.nats_url], options=OPTIONS
-    ) as client:
+    async with Client(cluster.addresses, nats_servers=cluster.nats_urls, options=OPTIONS) as client:
         token = f"{args.round}{rng.randrange(16**6):06x}"
         streams = Streams(f"plain-{token}", 3, f"eo-{token}", 2)
         for name, partitions in ((streams.plain, 3), (streams.eo, 2)):
@@ -149,14 +151,37 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
             committed_follower(client, history, streams, stop),
         ]
         running = asyncio.ensure_future(run_workers(publishers, followers, stop, grace=45))
+        # The group outlives the other readers: it drains the stream once publishing ends.
+        group, group_stop, progress = f"faults-{token}", asyncio.Event(), GroupProgress()
+        members = asyncio.gather(
+            *(
+                group_member(
+                    cluster.addresses, history, streams.plain, group, i, group_stop, progress
+                )
+                for i in range(MEMBERS)
+            ),
+            return_exceptions=True,
+        )
         nemesis = Nemesis(cluster, client, history, streams.plain, rng)
         try:
             await asyncio.sleep(args.warmup_s)
             for _cycle in range(args.cycles):
+                split_t = history.now()
                 active = await nemesis.start(args.kind)
+                probe = None
+                if args.kind in ROUTED_KINDS:
+                    node = cluster.node(active.targets[0])
+                    probe = asyncio.ensure_future(
+                        minority_probe(node.address, cluster.addresses, history, streams, 3)
+                    )
                 try:
                     await asyncio.sleep(args.fault_s)
+                    if args.kind in ROUTED_KINDS:
+                        await hold_split(history, streams, started=split_t)
                 finally:
+                    if probe is not None:
+                        probe.cancel()
+                        await asyncio.gather(probe, return_exceptions=True)
                     nemesis.heal(active)
                 await asyncio.sleep(args.quiet_s)
         finally:
@@ -182,12 +207,65 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
         stop.set()
         cancelled = await running
         history.emit("note", f="workloads-stopped", data={"cancelled": cancelled})
+        await drain_group(client, history, streams.plain, 3, progress, timeout=120)
+        group_stop.set()
+        outcomes: list[object]
+        try:
+            async with asyncio.timeout(60):
+                outcomes = list(await members)
+        except TimeoutError:
+            outcomes = ["members did not leave within 60 s"]
+        if crashed := [repr(o)[:200] for o in outcomes if o is not None]:
+            history.emit("note", f="not-recovered", error=f"group members: {crashed}")
+        await record_committed(client, history, streams.plain, group, 3)
         try:
             replicas = {node.server_id: node.address for node in cluster.nodes}
             async with asyncio.timeout(240):
                 await final_reads(client, history, streams, replicas, cluster.nats_url)
         except Exception as exc:
             history.emit("note", f="not-recovered", error=f"final reads: {error_name(exc)}")
+
+
+async def hold_split(history: Recorder, streams: Streams, started: float) -> None:
+    """Keep a split until the majority has acked a write on every partition of the plain
+    stream (at most 60 s more): whether it does is the checkers' question, how soon under
+    this machine's load is not."""
+    deadline = time.monotonic() + 60
+    parts = set(range(streams.plain_partitions))
+    while time.monotonic() < deadline:
+        if parts <= set(acked_since(history.events, streams.plain, started)):
+            return
+        await asyncio.sleep(0.5)
+
+
+async def minority_probe(
+    address: str, addresses: list[str], history: Recorder, streams: Streams, partitions: int
+) -> None:
+    """Publish (ack ALL, one attempt each) to every partition through the minority's node
+    only, until cancelled; what it acks is checked like any plain publish."""
+    pinned = dataclasses.replace(
+        OPTIONS,
+        address_overrides=dict.fromkeys(addresses, address),
+        retry=RetryPolicy(attempts=1),
+    )
+    async with Client([address], options=pinned) as one:
+        for n in itertools.count():
+            value, partition = f"m-{n:06d}", n % partitions
+            fields = {"process": PROBE, "f": "publish", "stream": streams.plain, "value": value}
+            history.emit("invoke", partition=partition, **fields)
+            try:
+                ack = await one.publish(
+                    streams.plain,
+                    value.encode(),
+                    partition=partition,
+                    ack_policy=AckPolicy.ALL,
+                    transport=Transport.GRPC,
+                )
+            except errors.LiftbridgeError as exc:
+                history.emit("info", partition=partition, error=error_name(exc), **fields)
+                await asyncio.sleep(0.2)
+            else:
+                history.emit("ok", partition=partition, offset=ack.offset, **fields)
 
 
 def main(argv: list[str]) -> int:
@@ -201,7 +279,11 @@ def main(argv: list[str]) -> int:
     servers = args.out / "servers"
     crash = None
     cluster = AddressedCluster(
-        3, base_dir=servers, settings=TIMEOUTS[args.timeouts], version=args.version
+        3,
+        routed=args.kind in ROUTED_KINDS,
+        base_dir=servers,
+        settings={**GROUP_SETTINGS, **TIMEOUTS[args.timeouts]},
+        version=args.version,
     )
     try:
         cluster.start(timeout=60)

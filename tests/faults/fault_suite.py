@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from faults.fault_nemesis import KINDS
+from faults.fault_nemesis import KINDS, ROUTED_KINDS
 from liftbridge_client.testing import LIFTBRIDGE_VERSION, private_netns_argv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,9 @@ class Profile:
     def round_timeout(self) -> float:
         """A bound on one round, whatever happens: setup, faults, recovery, reads."""
         leader_timeout = 15.0 if self.timeouts == "server" else 3.0
-        return 150 + self.cycles * (self.fault_s + self.quiet_s) + 10 * leader_timeout
+        # A split is held until the majority acks (runner.hold_split: 60 s at most).
+        hold = 60.0 if set(self.kinds) & set(ROUTED_KINDS) else 0.0
+        return 150 + self.cycles * (self.fault_s + self.quiet_s + hold) + 10 * leader_timeout
 
     def runner_args(self, kind: str, round_: int, out: Path) -> list[str]:
         """The runner's command line for one round (seeded by kind and round)."""
@@ -173,6 +175,12 @@ COLUMNS = (
     "divergent",
     "sub gaps",
     "read lost",
+    "group lost",
+    "group dup",
+    "group gaps",
+    "group recover s (max)",
+    "split: majority acks s (max)",
+    "split: minority acks",
     "recover s (max)",
     "stall s (max)",
     "other",
@@ -193,6 +201,10 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             return sum(int(v.get(key) or 0) for v in verdicts)
 
         recover = [v["recover_s"] for v in verdicts if v.get("recover_s") is not None]
+        majority = [v["majority_s"] for v in verdicts if v.get("majority_s") is not None]
+        group_recover = [
+            v["group_recover_s"] for v in verdicts if v.get("group_recover_s") is not None
+        ]
         stalls = [float(v.get("unavailable_s") or 0) for v in verdicts]
         counted = {
             "acked-lost",
@@ -202,6 +214,9 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             "divergent-replica",
             "subscriber-gap",
             "read-lost",
+            "group-lost",
+            "group-lost-truncated",
+            "group-gap",
         }
         other: dict[str, int] = {}
         for v in verdicts:
@@ -228,6 +243,12 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             total("divergent"),
             total("sub_gaps"),
             total("read_lost"),
+            f"{total('group_lost')} in {sum(1 for v in verdicts if v.get('group_lost'))}",
+            total("group_duplicates"),
+            total("group_gaps"),
+            f"{max(group_recover):.1f}" if group_recover else "-",
+            f"{max(majority):.1f}" if majority else "-",
+            total("minority_acked"),
             f"{max(recover):.1f}" if recover else "-",
             f"{max(stalls):.1f}" if stalls else "-",
             ", ".join(f"{k} in {n}" for k, n in sorted(other.items())) or "-",

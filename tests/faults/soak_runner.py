@@ -95,7 +95,9 @@ def server_figures(cluster: AddressedCluster) -> dict[str, dict[str, Any]]:
     """RSS (MiB) and open descriptors of NATS and each node (None while down)."""
     pids = _ns_pid_map()
     out = {}
-    for name, server in [("nats", cluster.nats), *((n.server_id, n) for n in cluster.nodes)]:
+    nats = cluster.nats_servers
+    named = [("nats" if len(nats) == 1 else f"nats{i}", s) for i, s in enumerate(nats, 1)]
+    for name, server in [*named, *((n.server_id, n) for n in cluster.nodes)]:
         pid = server.process.pid
         running = server.process.running
         outer = pids.get(pid) if pid is not None and running else None

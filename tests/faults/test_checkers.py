@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from faults import fault_check
-from faults.fault_checkers import check, unexpected
+from faults.fault_checkers import PROBE, acked_since, check, unexpected
 from faults.fault_history import Event, Recorder, load, parse
 
 S, E = "plain", "eo"
@@ -233,3 +233,156 @@ def test_the_live_read_committed_reader_is_checked() -> None:
 def test_a_publisher_stalled_from_its_start_counts() -> None:
     history = [e for e in clean_history() if not (e.type == "ok" and e.t < 1.0)]
     assert check(history).unavailable_s == 3.4  # first attempt at 0.1, first ack at 3.5
+
+
+def group_history() -> list[Event]:
+    """The clean history with two group members: g-0 is handed a, rebalances, g-1 is
+    handed b; the group's cursor ends at offset 1."""
+    history = clean_history()
+    history[13:13] = [
+        ev(0.05, "note", process="g-0", f="group-join", stream=S, data={"partitions": [0]}),
+        ev(0.4, "sub", process="g-0", f="group", stream=S, partition=0, offset=0, value="a"),
+        ev(1.1, "note", process="g-0", f="group-assign", stream=S, data={"partitions": []}),
+        ev(1.2, "note", process="g-1", f="group-join", stream=S, data={"partitions": [0]}),
+        ev(3.9, "sub", process="g-1", f="group", stream=S, partition=0, offset=1, value="b"),
+        ev(4.5, "note", f="group-committed", stream=S, data={"committed": {"0": 1}}),
+    ]
+    return sorted(history, key=lambda e: e.t)
+
+
+def test_a_clean_group_history_has_no_anomaly() -> None:
+    verdict = check(group_history())
+    assert verdict.anomalies == []
+    assert (verdict.group_delivered, verdict.group_duplicates) == (2, 0)
+    assert verdict.group_recover_s == 0.9  # heal at 3.0, partition 0 handed out at 3.9
+
+
+def test_an_acked_message_the_group_skipped_is_lost() -> None:
+    history = [e for e in group_history() if not (e.f == "group" and e.value == "b")]
+    verdict = check(history)
+    assert verdict.kinds() == {"group-lost"}  # b is behind the cursor (1), never handed out
+    assert (verdict.group_lost, verdict.anomalies[0].values) == (1, ["b"])
+    assert unexpected(verdict, strict=False) == verdict.anomalies
+    # Beyond the cursor it was merely not handed out yet: still reported, not lost.
+    history = [
+        ev(e.t, "note", f="group-committed", stream=S, data={"committed": {"0": 0}})
+        if e.f == "group-committed"
+        else e
+        for e in history
+    ]
+    verdict = check(history)
+    assert verdict.kinds() == {"group-undelivered"}
+    assert (verdict.group_lost, verdict.group_pending) == (0, 1)
+
+
+def test_a_skip_after_the_log_lost_entries_is_the_servers() -> None:
+    history = [e for e in group_history() if not (e.f == "group" and e.value == "b")]
+    history.append(
+        ev(5.3, "read", f="replica", stream=S, data={"node": "n2", "entries": [[0, 1, "z"]]})
+    )
+    verdict = check(history)
+    assert verdict.kinds() == {"divergent-replica", "group-lost-truncated"}
+    assert unexpected(verdict, strict=False) == []
+
+
+def test_a_gap_inside_a_tenure_is_detected_and_a_rebalance_ends_one() -> None:
+    leader = [[0, 0, "a"], [0, 1, "b"], [0, 2, "c"]]
+    history = [
+        ev(e.t, "sub", process="g-0", f="group", stream=S, partition=0, offset=2, value="c")
+        if e.f == "group" and e.value == "b"
+        else ev(e.t, "read", f="leader", stream=S, data={"entries": leader})
+        if e.f == "leader"
+        else e
+        for e in group_history()
+        if not (e.f == "group-assign" or (e.f == "group-join" and e.process == "g-1"))
+    ]
+    verdict = check(history)  # g-0: offset 0 then 2, no rebalance between; b never handed out
+    assert verdict.kinds() == {"group-gap", "group-lost"}
+    assert verdict.group_gaps == 1
+    assert "g-0: offset 0 then 2" in verdict.anomalies[-2].detail
+    rebalanced = sorted(
+        [*history, ev(2.0, "note", process="g-0", f="group-assign", stream=S, data={})],
+        key=lambda e: e.t,
+    )
+    assert check(rebalanced).kinds() == {"group-lost"}  # a rebalance may resume elsewhere
+
+
+def test_group_duplicates_are_counted_not_failed() -> None:
+    history = group_history()
+    history.append(
+        ev(4.0, "sub", process="g-1", f="group", stream=S, partition=0, offset=1, value="b")
+    )
+    verdict = check(sorted(history, key=lambda e: e.t))
+    assert verdict.group_duplicates == 1
+    assert verdict.anomalies == []  # at-least-once: a second copy is allowed
+
+
+def test_a_partition_never_handed_out_after_a_heal_has_not_recovered() -> None:
+    history = [e for e in group_history() if not (e.f == "group" and e.t > 3.0)]
+    history = [e for e in history if e.f != "group-committed"]
+    verdict = check(history)
+    assert verdict.group_recover_s == float("inf")
+    assert verdict.kinds() == {"group-undelivered"}  # no cursor known: b counts as pending
+
+
+def split_history() -> list[Event]:
+    """A split of n1 from 2.0 to 6.0: p-0 publishes to partition 0 and gets an ack from the
+    majority at 4.0; the probe on n1 gets one ack at 2.5 (kept in the final log)."""
+    setup = ev(0.0, "note", f="setup", data={"streams": [S, E]})
+    return [
+        setup,
+        ev(0.1, "invoke", process="p-0", f="publish", stream=S, partition=0, value="a"),
+        ev(0.2, "ok", process="p-0", f="publish", stream=S, partition=0, offset=0, value="a"),
+        ev(2.0, "nemesis", f="start", value="split-leader", data={"targets": ["n1"]}),
+        ev(2.1, "invoke", process=PROBE, f="publish", stream=S, partition=0, value="m-0"),
+        ev(2.5, "ok", process=PROBE, f="publish", stream=S, partition=0, offset=1, value="m-0"),
+        ev(2.6, "invoke", process="p-0", f="publish", stream=S, partition=0, value="b"),
+        ev(4.0, "ok", process="p-0", f="publish", stream=S, partition=0, offset=2, value="b"),
+        ev(6.0, "nemesis", f="stop", value="split-leader"),
+        ev(
+            7.0,
+            "read",
+            f="leader",
+            stream=S,
+            data={"entries": [[0, 0, "a"], [0, 1, "m-0"], [0, 2, "b"]]},
+        ),
+    ]
+
+
+def test_a_split_whose_majority_acks_is_clean() -> None:
+    verdict = check(split_history())
+    assert verdict.anomalies == []
+    assert (verdict.majority_s, verdict.minority_acked) == (2.0, 1)
+
+
+def test_a_majority_without_acks_during_a_split_fails() -> None:
+    history = split_history()
+    # b was invoked before the split: its ack does not show the majority working.
+    history[6] = ev(1.9, "invoke", process="p-0", f="publish", stream=S, partition=0, value="b")
+    verdict = check(sorted(history, key=lambda e: e.t))
+    assert verdict.kinds() == {"majority-unavailable"}
+    assert "partitions [0]" in verdict.anomalies[0].detail
+    assert unexpected(verdict, strict=False) == verdict.anomalies
+    # Nor do the minority probe's acks.
+    history = [e for e in split_history() if e.value != "b"]
+    history[-1] = ev(
+        7.0, "read", f="leader", stream=S, data={"entries": [[0, 0, "a"], [0, 1, "m-0"]]}
+    )
+    assert check(history).kinds() == {"majority-unavailable"}
+
+
+def test_a_minority_ack_lost_after_the_heal_is_an_acked_loss() -> None:
+    history = split_history()
+    history[-1] = ev(
+        7.0, "read", f="leader", stream=S, data={"entries": [[0, 0, "a"], [0, 2, "b"]]}
+    )
+    verdict = check(history)
+    assert verdict.kinds() == {"acked-lost"}
+    assert verdict.anomalies[0].values == ["m-0"]
+
+
+def test_acked_since_counts_only_publishes_invoked_after_the_split() -> None:
+    history = split_history()
+    assert acked_since(history, S, 2.0) == {0: 4.0}  # not the probe's 2.5
+    history[6] = ev(1.9, "invoke", process="p-0", f="publish", stream=S, partition=0, value="b")
+    assert acked_since(sorted(history, key=lambda e: e.t), S, 2.0) == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,10 @@ def test_overrides_and_their_errors() -> None:
     args = profile.runner_args("lossy", 2, Path("/tmp/x"))
     assert args[-1] == "--strict"
     assert args[args.index("--timeouts") + 1] == "server"
-    assert profile.round_timeout() > PROFILES["long"].round_timeout() - 1  # server timeouts: longer
+    harness = dataclasses.replace(profile, timeouts="harness")
+    assert profile.round_timeout() > harness.round_timeout()  # server timeouts: longer
+    split = dataclasses.replace(harness, kinds=("lossy", "split-leader"))
+    assert split.round_timeout() >= harness.round_timeout() + 3 * 60  # splits are held
     equal = profile_from_env({"FAULTS_TIMEOUTS": "equal", "FAULTS_VERSION": "v1.9.0+lbc.1"})
     args = equal.runner_args("kill-leader", 0, Path("/tmp/x"))
     assert args[args.index("--timeouts") + 1] == "equal"
