@@ -633,10 +633,14 @@ class Consumer:
                 async for msg in sub:
                     await self._queue.put((state, generation, msg))
             log.info("%r: %s/%d ended (%s)", self, state.stream, state.partition, sub.end_reason)
+            if isinstance(sub.end_reason, errors.ReadonlyPartitionEnd):
+                return  # nothing more can come: not restarted
         except _FATAL as exc:
             self._fail(exc)
+            return
         except errors.LiftbridgeError as exc:
-            # Restarted by the next assignment round, after what was processed.
             log.warning("%r: reading %s/%d failed: %s", self, state.stream, state.partition, exc)
-            if self._readers.get(state.key) is not None and state.generation == generation:
-                del self._readers[state.key]
+        # Ended by an error, or cleanly but not for good: the next assignment round starts
+        # it again, after what was processed.
+        if self._readers.get(state.key) is not None and state.generation == generation:
+            del self._readers[state.key]

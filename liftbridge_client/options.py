@@ -204,6 +204,11 @@ class ClientOptions:
     # gRPC keepalive pings during calls; None disables. The server (grpc-go defaults) closes
     # connections that ping more often than every 5 minutes (GOAWAY "too_many_pings").
     keepalive_time: OptionalSeconds = OptionalSeconds(KEEPALIVE_DEFAULT)
+    # How long a broker connection of the h2 transport may go unanswered at the TCP level
+    # before the kernel drops it (keepalive probes and TCP_USER_TIMEOUT; not HTTP/2 pings,
+    # which the server limits): what a subscription whose broker was cut off waits before
+    # it resubscribes. None leaves the kernel's defaults (hours for an idle connection).
+    dead_peer_timeout: OptionalSeconds = OptionalSeconds(20.0)
     address_overrides: Mapping[str, str] = field(default_factory=dict)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     tls: TLSConfig | None = None

@@ -7,6 +7,7 @@ UNIMPLEMENTED: that becomes `FeatureNotSupportedError` before anything else sees
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FEATURE = "consumer_groups"
+# FAILED_PRECONDITION when two joins race to create a group (server ErrConsumerGroupExists).
+GROUP_EXISTS = "consumer group already exists"
+_JOIN_RACE_RETRIES = 3
 """The feature name `FeatureNotSupportedError` carries for the group RPCs."""
 
 T = TypeVar("T")
@@ -111,7 +115,16 @@ async def join(
             "JoinConsumerGroup", "", lambda: stub.JoinConsumerGroup(req, timeout=timeout)
         )()
 
-    resp = await _any_broker(metadata, options, "JoinConsumerGroup", fn)
+    for attempt in range(_JOIN_RACE_RETRIES + 1):
+        try:
+            resp = await _any_broker(metadata, options, "JoinConsumerGroup", fn)
+            break
+        except errors.FailedPreconditionError as exc:
+            # Two members joining a group that does not exist yet both try to create it;
+            # the server refuses the second. Joined again, it finds the group and adds it.
+            if GROUP_EXISTS not in exc.details or attempt == _JOIN_RACE_RETRIES:
+                raise
+            await asyncio.sleep(options.retry.backoff(attempt + 1))
     return Joined(
         coordinator=resp.coordinator,
         epoch=resp.epoch,

@@ -11,6 +11,7 @@ import contextlib
 import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,7 @@ from liftbridge_client import (
     errors,
 )
 from liftbridge_client.groups import group_cursor_id
+from liftbridge_client.subscription import Subscription
 from liftbridge_client.testing import (
     GROUP_SETTINGS,
     SingleNode,
@@ -316,3 +318,59 @@ async def test_a_custom_cursor_id(client: Client, unique_stream: StreamName) -> 
         assert (await consumer.next(timeout=10)).value == b"one"
     assert await client.fetch_cursor(group, stream) == 0
     assert await client.fetch_cursor(group_cursor_id(group), stream) == -1
+
+
+async def test_members_joining_a_new_group_at_once_all_get_in(
+    client: Client, node: SingleNode, unique_stream: StreamName
+) -> None:
+    """Joins racing to create a group: the server refuses all but one with "consumer group
+    already exists"; the others join again and find it (seen by the fault suite)."""
+    stream = unique_stream.name
+    await client.create_stream(unique_stream.subject, stream, StreamConfig(partitions=2))
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(Client(node.addresses, options=OPTIONS))
+            for _ in range(4)
+        ]
+        for round_ in range(5):
+            group = f"g-race-{round_}-{stream}"
+            consumers = [c.consumer(group, [stream], options=FAST) for c in clients]
+            await asyncio.gather(*(consumer.start() for consumer in consumers))  # none raises
+
+            def shared() -> bool:
+                sets = [consumer.assignments for consumer in consumers]  # noqa: B023
+                return sum(map(len, sets)) == 2 and frozenset().union(*sets) == {
+                    (stream, 0),
+                    (stream, 1),
+                }
+
+            await wait_until(shared, timeout=20, what="both partitions assigned once")
+            await asyncio.gather(*(consumer.close() for consumer in consumers))
+
+
+async def test_a_reader_whose_subscription_ends_cleanly_is_started_again(
+    client: Client, unique_stream: StreamName
+) -> None:
+    """A partition reader ended without an error (here its first subscription stops after
+    offset 1, as a StopPositionReached end) is restarted by the next assignment round;
+    only a read-only partition's end is for good (seen by the fault suite: never restarted)."""
+    stream = unique_stream.name
+    await client.create_stream(unique_stream.subject, stream)
+    consumer = client.consumer(f"g-{stream}", [stream], options=FAST)
+    real = consumer._subscribe
+    calls = 0
+
+    def first_stops_early(*args: Any, **kwargs: Any) -> Subscription:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            kwargs = {**kwargs, "stop_offset": 1}
+        return real(*args, **kwargs)
+
+    consumer._subscribe = first_stops_early
+    for i in range(4):
+        await client.publish(stream, b"v%d" % i)
+    async with consumer:
+        got = [(await consumer.next(timeout=15)).offset for _ in range(4)]
+    assert got == [0, 1, 2, 3]
+    assert calls >= 2

@@ -9,6 +9,7 @@ keepalive (330 s) stays inside the policy.
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
@@ -44,3 +45,24 @@ async def test_too_frequent_pings_get_goaway_and_the_subscription_survives(
                 await client.publish(name, b"after")
                 got.append(await reader)
         assert [(m.offset, m.value) for m in got] == [(0, b"before"), (1, b"after")]
+
+
+@pytest.mark.parametrize("timeout", [20.0, None], ids=["default", "off"])
+async def test_h2_connections_ask_the_kernel_to_notice_a_cut_broker(
+    liftbridge_server: Deployment, stream_names: StreamNames, timeout: float | None
+) -> None:
+    """Pings cannot be sent often (above), so a subscription whose broker is cut off
+    learns it from the kernel: keepalive probes and TCP_USER_TIMEOUT on its connection
+    (the fault suite's client-cut-leader rounds drop the packets for real)."""
+    name, subject = stream_names("dead")
+    options = ClientOptions(stream_transport=StreamTransport.H2, dead_peer_timeout=timeout)
+    async with Client(liftbridge_server.addresses, options=options) as client:
+        await client.create_stream(subject, name)
+        async with client.subscribe(name, start=StartPosition.EARLIEST) as sub:
+            assert sub.broker is not None
+            conn = client._pool.h2()._conns[sub.broker]
+            assert conn._transport is not None
+            sock = conn._transport.get_extra_info("socket")
+            keepalive = sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+            user_timeout = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+    assert (keepalive, user_timeout) == ((1, 20_000) if timeout else (0, 0))

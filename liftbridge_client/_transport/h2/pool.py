@@ -19,6 +19,7 @@ from liftbridge_client._transport.h2.calls import (
 )
 from liftbridge_client._transport.h2.connection import STREAM_WINDOW, Connection
 from liftbridge_client._transport.h2.status import H2RpcError
+from liftbridge_client._transport.sockets import detect_dead_peer
 from liftbridge_client.options import ClientOptions, TLSConfig
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,7 @@ class H2Pool:
                     StatusCode.UNAVAILABLE,
                     f"{target} did not agree to HTTP/2 over TLS (ALPN chose {protocol!r})",
                 )
+        detect_dead_peer(transport.get_extra_info("socket"), options.dead_peer_timeout)
         log.debug("h2 connection to %s (%s) open", address, target)
         return conn
 
