@@ -44,6 +44,9 @@ SERVER_ANOMALIES = frozenset(
         "read-lost",
         "not-recovered",
         "group-lost-truncated",
+        # A node exited by itself (v1.9.0's "Read corrupted data" panic, docs/compatibility.md)
+        # and the split's majority was left without one of its two nodes.
+        "majority-unavailable-crashed",
     }
 )
 # Anomalies no server fault explains: the client or its exactly-once layer is wrong.
@@ -457,6 +460,10 @@ def check_splits(events: Sequence[Event], verdict: Verdict) -> None:
     starts = [
         e for e in events if e.type == "nemesis" and e.f == "start" and e.value == "split-leader"
     ]
+    crashed: dict[str, object] | None = None
+    for e in events:
+        if e.type == "note" and e.f == "server-exits" and e.data:
+            crashed = dict(e.data)
     for start in starts:
         stop = next(
             (e.t for e in events if e.type == "nemesis" and e.f == "stop" and e.t >= start.t),
@@ -465,13 +472,15 @@ def check_splits(events: Sequence[Event], verdict: Verdict) -> None:
         window = [e for e in events if start.t <= e.t <= stop]
         acked = acked_since(window, stream or "", start.t)
         if missing := sorted(partitions - set(acked)):
+            crashed = crashed or {}
             verdict.anomalies.append(
                 Anomaly(
-                    "majority-unavailable",
+                    "majority-unavailable-crashed" if crashed else "majority-unavailable",
                     stream,
                     missing[0],
                     f"split at t={start.t:.2f} of {start.data.get('targets')}: no acked publish "
-                    f"of partitions {missing} on the majority side before the heal",
+                    f"of partitions {missing} on the majority side before the heal"
+                    + (f" (servers that exited by themselves: {crashed})" if crashed else ""),
                 )
             )
         if acked:

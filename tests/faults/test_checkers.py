@@ -371,6 +371,22 @@ def test_a_majority_without_acks_during_a_split_fails() -> None:
     assert check(history).kinds() == {"majority-unavailable"}
 
 
+def test_a_majority_missing_a_crashed_node_is_the_servers_anomaly() -> None:
+    """A node that exited by itself (the server's CRC panic) leaves the split's majority one
+    node short: counted as the server's, not failing the round; without the exit it fails."""
+    history = split_history()
+    history[6] = ev(1.9, "invoke", process="p-0", f="publish", stream=S, partition=0, value="b")
+    history.append(ev(8.0, "note", f="server-exits", data={"n2": 2}))
+    verdict = check(sorted(history, key=lambda e: e.t))
+    assert verdict.kinds() == {"majority-unavailable-crashed"}
+    assert "{'n2': 2}" in verdict.anomalies[0].detail
+    assert unexpected(verdict, strict=False) == []
+    assert unexpected(verdict, strict=True) == verdict.anomalies
+    # A note without exits changes nothing.
+    history[-1] = ev(8.0, "note", f="server-exits", data={})
+    assert check(sorted(history, key=lambda e: e.t)).kinds() == {"majority-unavailable"}
+
+
 def test_a_minority_ack_lost_after_the_heal_is_an_acked_loss() -> None:
     history = split_history()
     history[-1] = ev(
