@@ -185,9 +185,10 @@ async def ensure_store(client: Client, store: str) -> None:
     """Create the states stream (one partition, subject = its name, on up to
     `STORE_REPLICAS` servers) unless it exists: the server's default of one replica would
     fail the query whenever that one server is down."""
-    if store in (await client.fetch_metadata(store)).streams:
+    metadata = await client.fetch_metadata(store)  # lists the brokers too: one request
+    if store in metadata.streams:
         return
-    replicas = max(1, min(STORE_REPLICAS, len((await client.fetch_metadata()).brokers)))
+    replicas = max(1, min(STORE_REPLICAS, len(metadata.brokers)))
     config = StreamConfig(partitions=1, replication_factor=replicas)
     await client.create_stream(store, store, config, exist_ok=True)
 
