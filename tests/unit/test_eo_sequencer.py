@@ -68,6 +68,20 @@ def test_continue_txn_waits_for_ack_without_blocking_other_producers() -> None:
     assert log.put(A, 3, Flags.ACK_TXN) == (QueueOutcome.ACK_ROLLBACK, [])  # re-written ack
 
 
+def test_a_gap_in_a_producers_clocks_loses_the_resent_message() -> None:
+    # Why a writer keeps one message in flight per partition (docs/spark.md, "Why one row
+    # at a time"): had clock 12 been stored while clock 11 was lost, the resend of 11
+    # (same UUID, as a retried Spark task sends it) lands after 12 and is dropped, and the
+    # ACK then commits the transaction without it.
+    log = Log(Sequencer())
+    assert log.put(A, 10, Flags.CONTINUE_TXN) == (QueueOutcome.CONTINUE_BEGIN_SPAN, [])
+    assert log.put(A, 12, Flags.CONTINUE_TXN) == (QueueOutcome.CONTINUE_EXTEND_SPAN, [])
+    assert log.put(A, 10, Flags.CONTINUE_TXN) == (QueueOutcome.CONTINUE_TXN_CLOCK_LARGER, [])
+    assert log.put(A, 11, Flags.CONTINUE_TXN) == (QueueOutcome.CONTINUE_TXN_CLOCK_LARGER, [])
+    assert log.put(A, 12, Flags.CONTINUE_TXN) == (QueueOutcome.CONTINUE_TXN_CLOCK_LARGER, [])
+    assert log.put(A, 13, Flags.ACK_TXN) == (QueueOutcome.ACK_COMMIT_RING, [0, 1, 5])
+
+
 def test_ack_with_smaller_clock_commits_only_up_to_it() -> None:
     log = Log(Sequencer())
     log.put(A, 1, Flags.CONTINUE_TXN)
