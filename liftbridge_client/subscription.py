@@ -132,7 +132,7 @@ class Subscription:
         self._finished = False  # ended or failed for good: iteration is over
         self._closed = False
         self._end_reason: errors.SubscriptionEnded | None = None
-        self._progress = Progress(self._spec.reverse)
+        self._progress = Progress.for_spec(self._spec)
         self._resubscribes = 0
         self._lock = asyncio.Lock()
         self._receive_window = STREAM_WINDOW

@@ -238,13 +238,24 @@ class Progress:
     reverse: bool
     last: int | None = None
     descending: bool | None = None  # None: not known yet
+    # Forward reads from StartPosition.OFFSET: offsets below were not asked for. A v1.9.0
+    # node asked for an offset past its high watermark starts at the watermark instead
+    # (its committed reader forgets the offset), e.g. a new leader after a failover.
+    floor: int = 0
 
     def __post_init__(self) -> None:
         if not self.reverse:
             self.descending = False
 
+    @classmethod
+    def for_spec(cls, spec: SubscribeSpec) -> Progress:
+        """Nothing delivered yet, for a read of ``spec``."""
+        forward_from = spec.start is StartPosition.OFFSET and not spec.reverse
+        return cls(spec.reverse, floor=spec.start_offset if forward_from else 0)
+
     def accept(self, offset: int) -> bool:
-        """Record a received offset; False for a replay (delivered already: drop it)."""
+        """Record a received offset; False for a replay (delivered already, or below the
+        offset asked for: drop it)."""
         last = self.last
         if last is not None:
             if offset == last:
@@ -253,6 +264,8 @@ class Progress:
                 self.descending = offset < last
             elif offset > last if self.descending else offset < last:
                 return False
+        elif offset < self.floor:
+            return False
         self.last = offset
         return True
 

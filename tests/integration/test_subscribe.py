@@ -29,7 +29,7 @@ from liftbridge_client import (
     Transport,
     errors,
 )
-from liftbridge_client._proto import api_pb2
+from liftbridge_client._proto import api_pb2, api_pb2_grpc
 from liftbridge_client._transport.h2 import ServerStreamCall
 from liftbridge_client.options import StreamTransport
 from liftbridge_client.subscription import Subscription
@@ -190,6 +190,41 @@ async def test_offset_start_and_stop(client: Client, stream: str) -> None:
         got = await drain(sub)
     assert offsets(got) == [2, 3, 4]
     assert isinstance(sub.end_reason, errors.StopPositionReached)
+
+
+async def test_a_start_offset_past_the_high_watermark_is_where_the_read_starts(
+    client: Client, stream: str, liftbridge_server: Deployment
+) -> None:
+    """The server starts such a read at its high watermark, not at the offset asked for
+    (its committed reader keeps only the watermark while it waits; a failover's new leader
+    is where clients meet it): the client drops what comes before the offset."""
+    await publish(client, stream, b"m0", b"m1", b"m2")  # offsets 0-2: the watermark is 2
+
+    async def raw_first_offset() -> int:
+        async with grpc.aio.insecure_channel(liftbridge_server.addresses[0]) as channel:
+            stub = api_pb2_grpc.APIStub(channel)
+            call = stub.Subscribe(
+                api_pb2.SubscribeRequest(
+                    stream=stream, startPosition=api_pb2.StartPosition.OFFSET, startOffset=6
+                ),
+                timeout=30,
+            )
+            async for message in call:
+                if message.value:  # past the empty handshake message
+                    call.cancel()
+                    return int(message.offset)
+        raise AssertionError("the subscription ended")
+
+    async with client.subscribe(stream, start_offset=6) as sub:
+        raw = asyncio.ensure_future(raw_first_offset())
+        reader = asyncio.ensure_future(read(sub, 4, timeout=20))
+        await wait_until(lambda: reading(sub), timeout=10)
+        await asyncio.sleep(0.5)  # the raw subscription is open too (no handshake to wait on)
+        await publish(client, stream, *(b"m%d" % i for i in range(3, 10)))
+        got = await reader
+        assert [m.offset for m in got] == [6, 7, 8, 9]
+        assert values(got) == [b"m6", b"m7", b"m8", b"m9"]
+        assert await asyncio.wait_for(raw, 10) == 3  # what the server itself sent first
 
 
 async def test_latest_starts_at_the_newest_message(client: Client, stream: str) -> None:
