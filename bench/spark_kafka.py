@@ -112,6 +112,8 @@ class Row:
     note: str = ""
 
 
+EO_PRODUCERS = 16  # producersPerPartition on the exactlyOnce path that sets it
+
 ROWS: tuple[Row, ...] = (
     Row("batch count()", "count", "count"),
     Row("batch to parquet", "parquet", "parquet"),
@@ -120,6 +122,12 @@ ROWS: tuple[Row, ...] = (
     Row("plain write, NATS (`natsServers`)", "write", "write_nats"),
     Row("idempotent write, NATS", "write", "write_idempotent", "vs Kafka's plain sink"),
     Row("exactlyOnce write, NATS", "write", "write_exactly_once", "vs Kafka's plain sink"),
+    Row(
+        f"exactlyOnce write, NATS, `producersPerPartition={EO_PRODUCERS}`",
+        "write",
+        "write_exactly_once_producers",
+        "vs Kafka's plain sink",
+    ),
     Row(
         "plain write, NATS, `packRows=1000`",
         "write",
@@ -148,6 +156,7 @@ LIFTBRIDGE_WRITES = (
     "write_nats",
     "write_idempotent",
     "write_exactly_once",
+    "write_exactly_once_producers",
     "write_packed",
     "write_exactly_once_packed",
     "client_publish",
@@ -156,7 +165,13 @@ PACK_ROWS = 1000  # rows per Liftbridge message on the packed paths
 
 # The goal of issue 23: the sink against this client's own pipelined publish.
 OWN_PUBLISH = "client_publish"
-OWN_PUBLISH_ROWS = ("write_grpc", "write_nats", "write_idempotent", "write_exactly_once")
+OWN_PUBLISH_ROWS = (
+    "write_grpc",
+    "write_nats",
+    "write_idempotent",
+    "write_exactly_once",
+    "write_exactly_once_producers",
+)
 
 
 # --- statistics and tables (pure) ---------------------------------------------------------
@@ -780,11 +795,13 @@ class Run:
             options = {"idempotent": "true", "writeId": f"bench-{uuid.uuid4().hex}"}
         elif path == "write_exactly_once":
             options = {"exactlyOnce": "true"}
+        elif path == "write_exactly_once_producers":
+            options = {"exactlyOnce": "true", "producersPerPartition": str(EO_PRODUCERS)}
         elif path == "write_packed":
             options = {"packRows": str(PACK_ROWS)}
         elif path == "write_exactly_once_packed":
             options = {"exactlyOnce": "true", "packRows": str(PACK_ROWS)}
-        committed = path in ("write_exactly_once", "write_exactly_once_packed")
+        committed = path.startswith("write_exactly_once")
 
         def write() -> Callable[[], str | None]:
             self.liftbridge_sink(self.data, stream, nats=path != "write_grpc", **options)

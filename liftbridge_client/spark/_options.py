@@ -225,6 +225,9 @@ SOURCE_OPTIONS = (
     "producerIdleHorizonMs",
 )
 
+# Each producer is a state in every read-committed reader's checkpoint: bounded.
+MAX_PRODUCERS_PER_PARTITION = 64
+
 DEFAULT_STATES_STREAM = "lbspark-read-committed-states"
 DEFAULT_IDLE_HORIZON_MS = 7 * 24 * 3600 * 1000  # a week, by the producers' own clocks
 
@@ -239,6 +242,7 @@ SINK_OPTIONS = (
     "idempotent",
     "writeId",
     "exactlyOnce",
+    "producersPerPartition",
     "packRows",
 )
 
@@ -409,6 +413,9 @@ class SinkOptions:
     delivery_timeout: float = 120.0
     # Rows per Liftbridge message (liftbridge_client.packing); 1 = one message per row.
     pack_rows: int = 1
+    # exactlyOnce: producers per (task, target partition), each with one message in flight
+    # (see _transactional: rows of one key stay with one producer, so in order).
+    producers_per_partition: int = 1
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> SinkOptions:
@@ -444,6 +451,20 @@ class SinkOptions:
             if ack == "none":
                 raise InvalidInputError("option 'exactlyOnce' needs ackPolicy leader or all")
         pack_rows = _int_option("packRows", get_option(options, "packRows"), 1, 100_000) or 1
+        producers = (
+            _int_option(
+                "producersPerPartition",
+                get_option(options, "producersPerPartition"),
+                1,
+                MAX_PRODUCERS_PER_PARTITION,
+            )
+            or 1
+        )
+        if producers > 1 and not exactly_once:
+            raise InvalidInputError(
+                "option 'producersPerPartition' works with exactlyOnce=true only (the other "
+                "modes pipeline already)"
+            )
         if pack_rows > 1 and idempotent:
             raise InvalidInputError(
                 "option 'packRows' works with exactlyOnce and plain writes, not 'idempotent'"
@@ -476,6 +497,7 @@ class SinkOptions:
             write_id=write_id.strip() if write_id is not None else None,
             exactly_once=exactly_once,
             pack_rows=pack_rows,
+            producers_per_partition=producers,
             delivery_timeout=_float_option(
                 "deliveryTimeoutMs", get_option(options, "deliveryTimeoutMs"), 120_000.0
             )

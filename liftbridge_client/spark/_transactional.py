@@ -1,25 +1,29 @@
 """Exactly-once Spark writes (option ``exactlyOnce=true``) on the exactly-once layer.
 
 Each task attempt publishes its rows as uncommitted (CONTINUE_TXN) messages through one
-`ExactlyOncePublisher` per target partition, whose producer id is derived from the task's
-identity (the write id: the streaming query's id or the ``writeId`` option; the
-micro-batch id; the Spark partition) and the target partition, and whose clock starts at
-a fixed value and ticks once per row it publishes. So a retried task, or a micro-batch
-replayed after the query was stopped or the driver died, sends every row again under the
-SAME UUID, which read-committed readers drop as a duplicate. The partitions are written
-concurrently (one message in flight per partition, the layer's ordering rule); each one's
+`ExactlyOncePublisher` per target partition and lane (below). Its producer id is derived
+from the task's identity (the write id: the streaming query's id or the ``writeId``
+option; the micro-batch id; the Spark partition), the target partition and the lane; its
+clock starts at a fixed value and ticks once per row it publishes. So a retried task, or a
+micro-batch replayed after the query was stopped or the driver died, sends every row again
+under the SAME UUID, which read-committed readers drop as a duplicate. Producers write
+concurrently, each with one message in flight (the layer's ordering rule); each one's
 clocks depend only on the order of its own rows.
 
-The task returns its ACK_TXN intents (one per partition it wrote) in its commit message;
-the driver writes them in ``commit`` only once Spark has decided that the job (or the
-micro-batch) succeeded. A failed or aborted job writes no intent: its messages are never
-visible to read-committed readers. Intents written twice (a batch replayed after the
-driver died between writing them and recording the batch) commit once.
+Option ``producersPerPartition=N`` gives each (task, target partition) N producers (lanes),
+so N messages in flight: a row with a key goes to the lane its key's CRC-32 picks (rows of
+one key keep their order), a row without one to the lane its number among the partition's
+keyless rows picks. Lane 0's producer id is that of the single producer of N=1.
 
-Rows must come in the same order on a retry (the i-th row for a partition gets its i-th
-clock);
-rows without a key or a partition go to the partition the task's number picks, so that
-too is the same on every attempt.
+The task returns its ACK_TXN intents (one per producer) in its commit message; the driver
+writes them in ``commit`` only once Spark has decided that the job (or the micro-batch)
+succeeded. A failed or aborted job writes no intent: its messages are never visible to
+read-committed readers. Intents written twice (a batch replayed after the driver died
+between writing them and recording the batch) commit once.
+
+Rows must come in the same order on a retry (the i-th row for a producer gets its i-th
+clock), and with the same ``producersPerPartition``; rows without a key or a partition go
+to the partition the task's number picks, so that too is the same on every attempt.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -53,6 +58,7 @@ __all__ = [
     "CLOCK_BASE",
     "TaskIntents",
     "commit_intents",
+    "lane_for",
     "producer_for",
     "publish_transactional",
 ]
@@ -63,13 +69,27 @@ log = logging.getLogger(__name__)
 CLOCK_BASE = unix_ns_to_clock(1_577_836_800 * 10**9)
 
 
-def producer_for(identity: TaskIdentity, stream: str, partition: int) -> bytes:
-    """The 6-byte producer id of a task for one target partition (multicast bit set, as
-    random ids have it)."""
+def producer_for(identity: TaskIdentity, stream: str, partition: int, lane: int = 0) -> bytes:
+    """The 6-byte producer id of a task for one target partition and lane (multicast bit
+    set, as random ids have it)."""
     name = f"{identity.tag}\x00{stream}\x00{partition}"
+    if lane:
+        name += f"\x00{lane}"
     raw = bytearray(hashlib.blake2b(name.encode(), digest_size=6).digest())
     raw[0] |= 0x01
     return bytes(raw)
+
+
+def lane_for(key: bytes | None, keyless_number: int, lanes: int) -> int:
+    """A row's lane: its key's (CRC-32, stable across processes, unlike ``hash``), else its
+    number among its partition's keyless rows, round robin."""
+    if key is not None:
+        return zlib.crc32(key) % lanes
+    return keyless_number % lanes
+
+
+# Where a producer writes: (stream, partition, lane).
+_Target = tuple[str, int, int]
 
 
 @dataclass(slots=True)
@@ -90,15 +110,27 @@ class _Producers:
         self._mapping = ModuloMapping()
         # Only for partition lists (metadata, cached): it publishes nothing.
         self._metadata = ExactlyOncePublisher(client, ack_policy=options.ack_policy)
-        self.publishers: dict[tuple[str, int], ExactlyOncePublisher] = {}
+        self.publishers: dict[_Target, ExactlyOncePublisher] = {}
         self.pack_rows = options.pack_rows
-        self.packers: dict[tuple[str, int], Packer] = {}
+        self.packers: dict[_Target, Packer] = {}
+        self._lanes = options.producers_per_partition
+        self._keyless: dict[tuple[str, int], int] = {}  # keyless rows seen per partition
 
-    def packer(self, stream: str, partition: int) -> Packer:
-        found = self.packers.get((stream, partition))
+    def packer(self, target: _Target) -> Packer:
+        found = self.packers.get(target)
         if found is None:
-            found = self.packers[(stream, partition)] = Packer(self.pack_rows)
+            found = self.packers[target] = Packer(self.pack_rows)
         return found
+
+    def lane_of(self, stream: str, partition: int, key: bytes | None) -> int:
+        """The producer of a row among its partition's: the same on every attempt."""
+        if self._lanes == 1:
+            return 0
+        n = 0
+        if key is None:
+            n = self._keyless.get((stream, partition), 0)
+            self._keyless[(stream, partition)] = n + 1
+        return lane_for(key, n, self._lanes)
 
     async def partition_of(self, row: PublishedRow) -> int:
         partitions = await self._metadata.partitions(row.stream)
@@ -115,16 +147,17 @@ class _Producers:
             return partitions[self._identity.task % len(partitions)]
         return self._mapping.choose(row.stream, row.key, partitions)
 
-    def publisher(self, stream: str, partition: int) -> ExactlyOncePublisher:
-        found = self.publishers.get((stream, partition))
+    def publisher(self, target: _Target) -> ExactlyOncePublisher:
+        found = self.publishers.get(target)
         if found is None:
+            stream, partition, lane = target
             found = ExactlyOncePublisher(
                 self._client,
-                producer=producer_for(self._identity, stream, partition),
+                producer=producer_for(self._identity, stream, partition, lane),
                 clock=Clock(CLOCK_BASE),
                 ack_policy=self._options.ack_policy,
             )
-            self.publishers[(stream, partition)] = found
+            self.publishers[target] = found
         return found
 
 
@@ -155,34 +188,37 @@ async def _publish_in_order(
 async def _publish_chunk(
     producers: _Producers, chunk: Sequence[PublishedRow], stats: WriteStats
 ) -> None:
-    by_partition: dict[tuple[str, int], list[_Publish]] = {}
+    by_target: dict[_Target, list[_Publish]] = {}
     for row in chunk:
-        target = (row.stream, await producers.partition_of(row))
-        publishes = by_partition.setdefault(target, [])
+        partition = await producers.partition_of(row)
+        target = (row.stream, partition, producers.lane_of(row.stream, partition, row.key))
+        publishes = by_target.setdefault(target, [])
         if producers.pack_rows > 1:
             packed = PackedRow(row.value, row.key, row.headers)
-            publishes.extend(producers.packer(*target).add(packed))
+            publishes.extend(producers.packer(target).add(packed))
         else:
             publishes.append(row)
-    await _publish_all(producers, by_partition, stats)
+    await _publish_all(producers, by_target, stats)
 
 
 async def _flush_packs(producers: _Producers, stats: WriteStats) -> None:
-    """The last, partial pack of every partition (after the task's last row)."""
-    by_partition: dict[tuple[str, int], list[_Publish]] = {
+    """The last, partial pack of every producer (after the task's last row)."""
+    by_target: dict[_Target, list[_Publish]] = {
         target: list(packer.flush()) for target, packer in producers.packers.items()
     }
-    await _publish_all(producers, by_partition, stats)
+    await _publish_all(producers, by_target, stats)
 
 
 async def _publish_all(
-    producers: _Producers, by_partition: dict[tuple[str, int], list[_Publish]], stats: WriteStats
+    producers: _Producers, by_target: dict[_Target, list[_Publish]], stats: WriteStats
 ) -> None:
-    # One sequence per partition, all at once: the first failure stops the others and
+    # One sequence per producer, all at once: the first failure stops the others and
     # fails the task with its typed error.
     tasks = [
-        asyncio.ensure_future(_publish_in_order(producers.publisher(s, p), s, p, items, stats))
-        for (s, p), items in by_partition.items()
+        asyncio.ensure_future(
+            _publish_in_order(producers.publisher(target), target[0], target[1], items, stats)
+        )
+        for target, items in by_target.items()
         if items
     ]
     try:
@@ -197,8 +233,8 @@ async def _publish_all(
 def publish_transactional(
     batches: Iterable[Columns], options: SinkOptions, identity: TaskIdentity
 ) -> TaskIntents:
-    """Publish a task's rows uncommitted (one in flight per partition, as the layer needs
-    for ordering; partitions concurrently) and return the intents that commit them."""
+    """Publish a task's rows uncommitted (one in flight per producer, as the layer needs
+    for ordering; producers concurrently) and return the intents that commit them."""
     publishes = (row for columns in batches for row in columns.rows())
     result = TaskIntents()
     runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))

@@ -6,12 +6,14 @@ a streaming query stopped and restarted mid-batch)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from replication_support import wait_for_full_isr
 from spark_support import (
     OPTIONS,
     copy_query_failing_while,
@@ -25,7 +27,7 @@ from test_spark_write import flaky_rows
 from liftbridge_client import AckPolicy, Client, Message
 from liftbridge_client.exactly_once import UUID_HEADER, CommittedReader, ExactlyOncePublisher
 from liftbridge_client.exactly_once.uuids import Flags, build_uuid_bytes, new_producer_id
-from liftbridge_client.testing import Deployment, StreamNames
+from liftbridge_client.testing import Cluster, Deployment, StreamNames
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -118,11 +120,13 @@ def eo_sink(df: Any, server: Deployment, stream: str, **options: str) -> Any:
     )
 
 
+@pytest.mark.parametrize("producers", [1, 4])
 def test_exactly_once_write_with_a_task_retry_commits_each_row_once(
     spark: SparkSession,
     liftbridge_server: Deployment,
     stream_names: StreamNames,
     tmp_path: Path,
+    producers: int,
 ) -> None:
     name, subject = stream_names()
     create_stream(liftbridge_server.addresses, subject, name, partitions=2)
@@ -131,10 +135,12 @@ def test_exactly_once_write_with_a_task_retry_commits_each_row_once(
     # Task 0 (rows 0-1199) fails at row 1100 on its first attempt, in its second chunk of
     # 1000 rows: after publishing the first chunk (rows 0-999).
     df = flaky_rows(spark, 2400, fail_at=1100, flag=flag)
-    eo_sink(df, liftbridge_server, name, writeId=name).save()
+    lanes = {"producersPerPartition": str(producers)}
+    eo_sink(df, liftbridge_server, name, writeId=name, **lanes).save()
 
     stored = Counter(m.value for m in read_all(liftbridge_server.addresses, name, 2))
-    assert stored.pop(b"") == 2  # the ACK intents: one per partition
+    # The ACK intents: one per producer (each task writes its keyless rows to one partition).
+    assert stored.pop(b"") == 2 * producers
     assert sum(n - 1 for n in stored.values()) >= 1000  # the retry re-sent rows 0-999
     committed = [m.value for m in read_committed(liftbridge_server.addresses, name)]
     assert len(committed) == 2400
@@ -145,8 +151,9 @@ def test_exactly_once_write_with_a_task_retry_commits_each_row_once(
     # The job run again with the same writeId: its copies are stored, and dropped.
     before = len(read_all(liftbridge_server.addresses, name, 2))
     flag.unlink()
-    eo_sink(flaky_rows(spark, 2400, 1100, flag), liftbridge_server, name, writeId=name).save()
-    assert len(read_all(liftbridge_server.addresses, name, 2)) == before + 2400 + 2
+    rerun = flaky_rows(spark, 2400, 1100, flag)
+    eo_sink(rerun, liftbridge_server, name, writeId=name, **lanes).save()
+    assert len(read_all(liftbridge_server.addresses, name, 2)) == before + 2400 + 2 * producers
     assert len(read_committed(liftbridge_server.addresses, name)) == 2400
 
 
@@ -279,3 +286,69 @@ def test_streaming_read_committed_carries_producer_states_across_batches_and_res
     assert sorted(got) == sorted(
         m.value.decode() for m in read_committed(liftbridge_server.addresses, name)
     )
+
+
+def test_exactly_once_with_many_producers_survives_a_leader_kill_in_key_order(
+    spark: SparkSession, liftbridge_cluster: Cluster, stream_names: StreamNames
+) -> None:
+    """Unpacked rows with keys, 8 producers per (task, partition), ack ALL on the 3-node
+    cluster, the leader of partition 0 SIGKILLed mid-write: read committed yields each row
+    once, and the rows of each key in the order they were written."""
+    name, subject = stream_names()
+    addresses = liftbridge_cluster.addresses
+    create_stream(addresses, subject, name, partitions=2, replication_factor=3)
+
+    async def leader_of_0() -> str:
+        async with Client(addresses, options=OPTIONS) as client:
+            return (await wait_for_full_isr(client, name, 0, timeout=60)).leader
+
+    leader = asyncio.run(leader_of_0())
+    killed, done = threading.Event(), threading.Event()
+
+    async def kill_once_writing() -> None:
+        async with Client(addresses, options=OPTIONS) as client:
+            while not done.is_set():
+                info = await client.fetch_partition_metadata(name, 0)
+                if info.high_watermark >= 1000:
+                    await asyncio.to_thread(liftbridge_cluster.node(leader).kill)
+                    killed.set()
+                    return
+                await asyncio.sleep(0.02)
+
+    watcher = threading.Thread(target=lambda: asyncio.run(kill_once_writing()))
+    watcher.start()
+    rows = 30_000
+    try:
+        df = spark.range(rows, numPartitions=2).selectExpr(
+            "concat('k', cast(id % 40 AS string)) AS key", "concat('row-', id) AS value"
+        )
+        (
+            df.write.format("liftbridge")
+            .option("brokers", ",".join(addresses))  # the commit must reach a live node
+            .option("stream", name)
+            .option("exactlyOnce", "true")
+            .option("producersPerPartition", "8")
+            .option("ackPolicy", "all")
+            .option("writeId", name)
+            .mode("append")
+            .save()
+        )
+        killed_mid_write = killed.is_set()
+    finally:
+        done.set()
+        watcher.join()
+    assert killed_mid_write, "the write ended before the kill: make it longer"
+    liftbridge_cluster.ensure_all_running()
+
+    committed = read_committed(addresses, name)
+    values = [m.value for m in committed]
+    assert len(values) == rows
+    assert set(values) == {b"row-%d" % i for i in range(rows)}
+    # Each Spark task writes its ids in increasing order; a key's rows share one producer.
+    by_key: dict[tuple[int, bytes], list[int]] = {}
+    for m in committed:
+        assert m.key is not None
+        by_key.setdefault((m.partition, m.key), []).append(int(m.value[4:]))
+    for ids in by_key.values():
+        for task_ids in ([i for i in ids if i < rows // 2], [i for i in ids if i >= rows // 2]):
+            assert task_ids == sorted(task_ids)

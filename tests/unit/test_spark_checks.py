@@ -158,3 +158,35 @@ def test_plain_packing_refuses_a_partition_the_stream_lacks_at_that_row() -> Non
     publishes = packed_publishes(rows, 100, lambda stream: 2)
     with pytest.raises(errors.InvalidInputError, match=r"partition 9.*0\.\.1"):
         next(publishes)  # the first pack is not full: the bad row fails before anything
+
+
+def test_producers_per_partition_option() -> None:
+    eo = {**BASE, "exactlyOnce": "true"}
+    assert SinkOptions.parse(eo).producers_per_partition == 1
+    assert SinkOptions.parse({**eo, "producersPerPartition": "8"}).producers_per_partition == 8
+    for bad in ("0", "65", "two"):
+        with pytest.raises(errors.InvalidInputError, match="producersPerPartition"):
+            SinkOptions.parse({**eo, "producersPerPartition": bad})
+    with pytest.raises(errors.InvalidInputError, match=r"producersPerPartition.*exactlyOnce"):
+        SinkOptions.parse({**BASE, "producersPerPartition": "4"})
+
+
+def test_lanes_keep_a_key_on_one_producer_and_lane_0_keeps_the_old_producer_id() -> None:
+    import hashlib
+
+    from liftbridge_client.spark._idempotent import TaskIdentity
+    from liftbridge_client.spark._transactional import lane_for, producer_for
+
+    keys = [b"k%d" % i for i in range(200)]
+    lanes = [lane_for(k, 0, 8) for k in keys]
+    assert lanes == [lane_for(k, 99, 8) for k in keys]  # the key decides, not the number
+    assert set(lanes) == set(range(8))  # and the keys spread over every lane
+    assert [lane_for(None, n, 3) for n in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    identity = TaskIdentity("w", 3, 1)
+    # The id a single producer had before lanes existed: a replay across the upgrade with
+    # one producer per partition sends the same UUIDs.
+    raw = bytearray(hashlib.blake2b(b"w/3/1\x00s\x002", digest_size=6).digest())
+    raw[0] |= 0x01
+    assert producer_for(identity, "s", 2) == producer_for(identity, "s", 2, 0) == bytes(raw)
+    ids = {producer_for(identity, "s", 2, lane) for lane in range(8)}
+    assert len(ids) == 8
