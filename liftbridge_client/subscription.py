@@ -22,7 +22,7 @@ import grpc.aio
 
 from liftbridge_client import errors
 from liftbridge_client._cluster import admin as _admin
-from liftbridge_client._cluster.metadata import MetadataCache
+from liftbridge_client._cluster.metadata import Absence, MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._subscribe import reverse as _reverse
 from liftbridge_client._subscribe.reverse import ReverseReader
@@ -503,6 +503,7 @@ class Subscription:
         if phase is Phase.RESUBSCRIBING:
             deadline = loop.time() + self._options.resubscribe_wait
         attempt = 0
+        absence = Absence()  # of the partition from the metadata, after NOT_FOUND
         while not self._closed:
             attempt += 1
             if phase is Phase.RESUBSCRIBING or attempt > 1:
@@ -514,11 +515,15 @@ class Subscription:
                     return
                 verdict = classify(exc, self._spec, phase)
                 if verdict.action is Action.CHECK_DELETED:
-                    await self._refresh_metadata(deadline)
-                    if not self._listed():
+                    # Deleted only once the metadata has not listed the partition in a few
+                    # answers over a few seconds: a restarting node answers NOT_FOUND, and
+                    # metadata without the stream, until it has reloaded its streams.
+                    refreshed = await self._refresh_metadata(deadline)
+                    absence.note(self._listed() if refreshed else None)
+                    if absence.proven:
                         self._conclude(Action.END_RAISE, verdict.error)
                         return
-                    log.info("%r: %s, but the metadata lists it: trying again", self, exc)
+                    log.info("%r: %s; metadata: %s: trying again", self, exc, self._seen(absence))
                 elif verdict.action is not Action.RESUBSCRIBE:
                     self._conclude(verdict.action, verdict.error)
                     return
@@ -528,6 +533,9 @@ class Subscription:
                     if deadline is None
                     else loop.time() + delay >= deadline
                 ):
+                    if verdict.action is Action.CHECK_DELETED and absence.answers:
+                        # Out of time, and no answer since the last NOT_FOUND listed it.
+                        self._conclude(Action.END_RAISE, verdict.error)
                     log.warning("%r: giving up subscribing after %d attempts", self, attempt)
                     self._conclude(Action.FAIL, exc)
                 log.debug("%r: subscribe attempt %d failed (%s)", self, attempt, exc)
@@ -630,12 +638,19 @@ class Subscription:
         info = self._metadata.current.streams.get(self._spec.stream)
         return info is not None and self._spec.partition in info.partitions
 
-    async def _refresh_metadata(self, deadline: float | None) -> None:
+    async def _refresh_metadata(self, deadline: float | None) -> bool:
+        """Refresh the cached metadata; False when no answer came."""
         try:
             async with asyncio.timeout_at(deadline):
                 await self._metadata.refresh()
         except (errors.LiftbridgeError, TimeoutError) as exc:  # the attempt says what matters
             log.debug("%r: metadata refresh failed: %s", self, exc)
+            return False
+        return True
+
+    @staticmethod
+    def _seen(absence: Absence) -> str:
+        return f"not listed by {absence}" if absence.answers else "listed"
 
     async def _subscribe_once(self, resume_at: int | None, deadline: float | None) -> None:
         """One Subscribe call, up to its handshake, within ``rpc_timeout`` (and ``deadline``)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -25,6 +26,43 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _EMPTY = Metadata(brokers=(), streams={})
+
+
+# A stream (or partition) counts as missing only once this many metadata answers in a row,
+# over at least this many seconds, do not list it: a broker that restarts answers metadata
+# (and NOT_FOUND to publishes) before it has reloaded its streams (a single node for about
+# a second; a follower until its leader reaches it, and a leader backs off from a peer that
+# was down).
+ABSENT_ANSWERS = 3
+ABSENT_SECONDS = 5.0
+
+
+class Absence:
+    """Metadata answers in a row that did not list something, and since when."""
+
+    __slots__ = ("answers", "since")
+
+    def __init__(self) -> None:
+        self.answers = 0
+        self.since = 0.0
+
+    def note(self, listed: bool | None) -> None:
+        """Count an answer; None (no answer) proves nothing either way."""
+        if listed:
+            self.answers = 0
+        elif listed is False:
+            if self.answers == 0:
+                self.since = time.monotonic()
+            self.answers += 1
+
+    @property
+    def proven(self) -> bool:
+        return self.answers >= ABSENT_ANSWERS and time.monotonic() - self.since >= ABSENT_SECONDS
+
+    def __str__(self) -> str:
+        return (
+            f"{self.answers} metadata answers in a row over {time.monotonic() - self.since:.1f} s"
+        )
 
 
 def _unreachable(exc: errors.LiftbridgeError) -> bool:

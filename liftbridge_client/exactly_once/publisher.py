@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from liftbridge_client import errors
+from liftbridge_client._cluster.metadata import Absence
 from liftbridge_client.exactly_once.mapping import Mapping as PartitionMapping
 from liftbridge_client.exactly_once.mapping import ModuloMapping
 from liftbridge_client.exactly_once.uuids import (
@@ -65,42 +66,6 @@ UUID_HEADER = "eo-uuid"
 """The header that carries a message's 16-byte UUID."""
 
 DEFAULT_RETRY = RetryPolicy(attempts=60, initial_backoff=0.1, max_backoff=2.0)
-
-# A stream (or partition) counts as missing only once this many metadata answers in a row,
-# over at least this many seconds, do not list it: a broker that restarts answers metadata
-# (and NOT_FOUND to publishes) before it has reloaded its streams (a single node for about
-# a second; a follower until its leader reaches it, and a leader backs off from a peer that
-# was down).
-_ABSENT_ANSWERS = 3
-_ABSENT_SECONDS = 5.0
-
-
-class _Absence:
-    """Metadata answers in a row that did not list something, and since when."""
-
-    __slots__ = ("answers", "since")
-
-    def __init__(self) -> None:
-        self.answers = 0
-        self.since = 0.0
-
-    def note(self, listed: bool | None) -> None:
-        """Count an answer; None (no answer) proves nothing either way."""
-        if listed:
-            self.answers = 0
-        elif listed is False:
-            if self.answers == 0:
-                self.since = time.monotonic()
-            self.answers += 1
-
-    @property
-    def proven(self) -> bool:
-        return self.answers >= _ABSENT_ANSWERS and time.monotonic() - self.since >= _ABSENT_SECONDS
-
-    def __str__(self) -> str:
-        return (
-            f"{self.answers} metadata answers in a row over {time.monotonic() - self.since:.1f} s"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +197,7 @@ class ExactlyOncePublisher:
         now = time.monotonic()
         if cached is not None and not refresh and now - cached[0] <= self._metadata_max_age:
             return cached[1]
-        absence = _Absence()
+        absence = Absence()
         attempt = 1
         while True:
             try:
@@ -420,7 +385,7 @@ class ExactlyOncePublisher:
         headers: Mapping[str, bytes],
     ) -> Ack:
         attempt = 1
-        absence = _Absence()  # of the partition from the metadata
+        absence = Absence()  # of the partition from the metadata
         while True:
             try:
                 return await self._client.publish(

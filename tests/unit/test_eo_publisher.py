@@ -13,6 +13,7 @@ from typing import Any, cast
 import pytest
 
 from liftbridge_client import Client, RetryPolicy, errors
+from liftbridge_client._cluster import metadata as metadata_module
 from liftbridge_client.exactly_once import (
     UUID_HEADER,
     Clock,
@@ -25,7 +26,6 @@ from liftbridge_client.exactly_once import (
     intents_from_json,
     intents_to_json,
 )
-from liftbridge_client.exactly_once import publisher as eo_publisher
 from liftbridge_client.exactly_once.uuids import clock_of, fields_of, flags_of
 from liftbridge_client.models import Ack, AckPolicy
 
@@ -182,7 +182,7 @@ PATIENT = RetryPolicy(attempts=60, initial_backoff=0.0, max_backoff=0.0)
 @pytest.fixture
 def absence_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Absent answers count without lasting any time (the tests' backoff is zero)."""
-    monkeypatch.setattr(eo_publisher, "_ABSENT_SECONDS", 0.0)
+    monkeypatch.setattr(metadata_module, "ABSENT_SECONDS", 0.0)
 
 
 async def test_not_found_from_a_node_that_has_not_loaded_the_stream_is_retried() -> None:
@@ -210,7 +210,7 @@ async def test_a_stream_the_metadata_never_lists_fails_after_a_few_answers() -> 
 async def test_absence_must_last_a_while_before_the_stream_counts_as_missing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(eo_publisher, "_ABSENT_SECONDS", 0.2)
+    monkeypatch.setattr(metadata_module, "ABSENT_SECONDS", 0.2)
     stub = StubClient(dict.fromkeys(range(1000), NOT_FOUND), listings=[{}])
     steady = RetryPolicy(attempts=1000, initial_backoff=0.01, max_backoff=0.01)
     pub = ExactlyOncePublisher(cast(Client, stub), retry=steady)

@@ -68,6 +68,7 @@ class SubscribeCluster:
 
     def __init__(self, fake: FakeCluster, leader: str, isr: tuple[str, ...]) -> None:
         self.fake = fake
+        self._removed: Stream | None = None
         fake.streams["s"] = Stream(
             "subj", {0: Partition(leader=leader, isr=list(isr), replicas=["a", "b"])}
         )
@@ -87,7 +88,9 @@ class SubscribeCluster:
     @stream_exists.setter
     def stream_exists(self, exists: bool) -> None:
         if not exists:
-            self.fake.streams.pop("s", None)
+            self._removed = self.fake.streams.pop("s", None)
+        elif self._removed is not None:
+            self.fake.streams["s"] = self._removed  # listed again (a node has reloaded it)
 
     def script(self, address: str, *items: Item) -> None:
         self.fake.script(_ID[address], *(_item(i) for i in items))
@@ -445,6 +448,27 @@ async def test_not_found_from_a_restarting_broker_resubscribes_while_metadata_li
         assert (await anext(sub)).offset == 1
         assert sub.end_reason is None
     assert [req.startOffset for _, req in cluster.requests][-1] == 1
+
+
+async def test_a_metadata_answer_without_the_stream_is_no_proof_of_deletion(
+    make_cluster: MakeCluster,
+) -> None:
+    """NOT_FOUND, and a metadata answer that does not list the stream (a restarting node
+    answers both until it has reloaded its streams; the fault suite saw subscribers end
+    with StreamDeletedEnd that way): the subscription tries again and reads on once the
+    stream is listed again."""
+    cluster = await make_cluster()
+    cluster.script(A, EMPTY, msg(0), rpc_error(grpc.StatusCode.UNAVAILABLE, "restarting"))
+    cluster.script(A, rpc_error(grpc.StatusCode.NOT_FOUND, "No such partition"))
+    cluster.script(A, rpc_error(grpc.StatusCode.NOT_FOUND, "No such partition"))
+    cluster.script(A, EMPTY, msg(1))
+    sub, _ = subscribe(cluster)
+    async with sub:
+        assert (await anext(sub)).offset == 0
+        cluster.stream_exists = False
+        asyncio.get_running_loop().call_later(0.3, setattr, cluster, "stream_exists", True)
+        assert (await anext(sub)).offset == 1
+        assert sub.end_reason is None
 
 
 async def test_stop_offset_delivered_before_the_break_ends_without_resubscribing(
