@@ -69,8 +69,8 @@ def test_continue_txn_waits_for_ack_without_blocking_other_producers() -> None:
 
 
 def test_a_gap_in_a_producers_clocks_loses_the_resent_message() -> None:
-    # Why a writer keeps one message in flight per partition (docs/spark.md, "Why one row
-    # at a time"): had clock 12 been stored while clock 11 was lost, the resend of 11
+    # Why a producer keeps one message in flight (docs/spark.md, "Why one row at a time
+    # per producer"): had clock 12 been stored while clock 11 was lost, the resend of 11
     # (same UUID, as a retried Spark task sends it) lands after 12 and is dropped, and the
     # ACK then commits the transaction without it.
     log = Log(Sequencer())
