@@ -322,3 +322,20 @@ def test_switching_a_node_version_rewrites_its_telemetry_setting(tmp_path: Path)
     assert node.process.argv == [str(FAKE_BINARY), "-c", str(node.config_path)]
     node.switch_version("v1.9.0", binary=FAKE_BINARY)  # a downgrade drops the key again
     assert "telemetry" not in node.config_path.read_text()
+
+
+def test_the_carried_patches_are_small_text_diffs_of_source_files() -> None:
+    """A patch is reviewed as text: no binary part (0006 once carried a 35 MB server binary
+    built in the patched tree, a 24 MB patch file), no file outside the Go sources."""
+    patches = sorted((Path(__file__).parents[2] / "patches" / "liftbridge").glob("*/*.patch"))
+    assert patches, "no patch files found"
+    for patch in patches:
+        text = patch.read_text(encoding="utf-8")  # fails on a binary file
+        assert patch.stat().st_size < 64 * 1024, f"{patch.name} is {patch.stat().st_size} bytes"
+        assert "GIT binary patch" not in text, patch.name
+        touched = [
+            line.split(" b/", 1)[1] for line in text.splitlines() if line.startswith("diff --git ")
+        ]
+        assert touched, f"{patch.name} changes no file"
+        for name in touched:
+            assert name.endswith((".go", "go.mod", "go.sum")), f"{patch.name} touches {name}"
