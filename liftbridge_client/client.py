@@ -976,7 +976,9 @@ class Client:
             stream: The stream's name.
             partition: The partition (0 by default).
             start: Where to start; default NEW_ONLY (only messages published from now).
-            start_offset: Start at this offset.
+            start_offset: Start at this offset. No message before it is delivered, even
+                when the node's high watermark is below it (the server then starts at
+                the watermark; the client drops what comes before the offset).
             start_timestamp_ns: Start at the first message at or after this Unix time (ns).
             start_time: The same as a datetime (naive: local time).
             start_time_delta: Start this long ago (seconds or a timedelta).
