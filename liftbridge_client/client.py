@@ -727,15 +727,14 @@ class Client:
         if publisher is None or self._closed:
             publisher = self._require_open()
         if (
-            headers is None
-            and partitioner is None
+            partitioner is None
             and expected_offset is None
             and correlation_id is None
             and ack_wait is None
             and self._tracer is None
             and (
                 fut := publisher.send_plain(
-                    stream, value, partition, ack_policy, transport, False, key
+                    stream, value, partition, ack_policy, transport, False, key, headers
                 )
             )
             is not None

@@ -233,11 +233,19 @@ def encode_message(
 
 
 def encode_message_plain(
-    value: bytes, ack_inbox: str, correlation_id: str, ack_policy: int, key: bytes = b"", /
+    value: bytes,
+    ack_inbox: str,
+    correlation_id: str,
+    ack_policy: int,
+    key: bytes = b"",
+    header_entries: bytes = b"",
+    headers: Mapping[str, bytes] | None = None,
+    /,
 ) -> bytes:
-    """`encode_message` of a message with no headers, offset check or CRC (and at most a
-    key): the same bytes, fewer checks (the publisher's hot path; its arguments are
-    validated already)."""
+    """`encode_message` of a message with no offset check or CRC (and at most a key and
+    plain headers): the same bytes, fewer checks (the publisher's hot path; its arguments
+    are validated already). ``header_entries`` are ``headers`` as `plain_header_entries`
+    encodes them for field 9; ``headers`` itself serves only the general fallback."""
     if value and correlation_id and type(ack_policy) is not bool:
         policy_field = _POLICY_FIELDS.get(ack_policy)
         inbox_field = _INBOX_FIELDS.get(ack_inbox)
@@ -254,6 +262,7 @@ def encode_message_plain(
                     head,
                     _SMALL_VARINTS[size] if size < 0x80 else _varint(size),
                     value,
+                    header_entries,  # field 9, between the value and the inbox
                     inbox_field,
                     b"\x5a",
                     _SMALL_VARINTS[n] if (n := len(cid)) < 0x80 else _varint(n),
@@ -262,8 +271,71 @@ def encode_message_plain(
                 )
             )
     return encode_message(
-        value, key=key, ack_inbox=ack_inbox, correlation_id=correlation_id, ack_policy=ack_policy
+        value,
+        key=key,
+        headers=headers,
+        ack_inbox=ack_inbox,
+        correlation_id=correlation_id,
+        ack_policy=ack_policy,
     )
+
+
+# Headers on the one-step paths: at most this many, exact str names and bytes values;
+# anything else takes the general path, which validates and says what is wrong.
+MAX_PLAIN_HEADERS = 8
+# Map field tags: Message.headers (9) and PublishRequest.headers (5), length-delimited.
+MESSAGE_HEADERS_TAG = b"\x4a"
+REQUEST_HEADERS_TAG = b"\x2a"
+# A header name's entry bytes up to its value's length: field 1 (the name), field 2's tag.
+# Writers send the same few names with every message (the Spark sink: lbspark-id).
+_HEADER_NAMES: dict[str, bytes] = {}
+_HEADER_NAMES_MAX = 256  # the cache starts over beyond this many names
+
+
+def plain_header_entries(headers: object, tag: bytes) -> bytes | None:
+    """The wire bytes of a ``map<string, bytes>`` field (tag byte ``tag``) holding
+    ``headers``, or None outside the plain case (not exactly a dict, too many entries, a
+    name that is not an exact str encoding to at most MAX_HEADER_KEY_BYTES, a value that is
+    not exact bytes). An empty dict gives b"": the general path sends no headers for it.
+
+    Entries go in the dict's order. Protobuf fixes no order for map entries, and the
+    general path has none to match: Python's upb writes a map in hash-table order, which
+    differs from one process to the next. The server decodes the map into a Go map
+    (tests/integration/test_publish_headers.py pins that the order does not matter).
+    """
+    if type(headers) is not dict or len(headers) > MAX_PLAIN_HEADERS:
+        return None
+    if len(headers) == 1:  # the common case (the Spark sink's one header): no list
+        for name, value in headers.items():
+            return _header_entry(tag, name, value)
+    entries = []
+    for name, value in headers.items():
+        entry = _header_entry(tag, name, value)
+        if entry is None:
+            return None
+        entries.append(entry)
+    return b"".join(entries)
+
+
+def _header_entry(tag: bytes, name: object, value: object) -> bytes | None:
+    """One map entry (upb writes both fields even when empty, as this does)."""
+    if type(name) is not str or type(value) is not bytes:
+        return None
+    head = _HEADER_NAMES.get(name)
+    if head is None:
+        try:
+            raw = name.encode()
+        except UnicodeEncodeError:
+            return None
+        if len(raw) > MAX_HEADER_KEY_BYTES:
+            return None
+        head = b"\x0a" + _varint(len(raw)) + raw + b"\x12"
+        if len(_HEADER_NAMES) >= _HEADER_NAMES_MAX:
+            _HEADER_NAMES.clear()
+        _HEADER_NAMES[name] = head
+    size = len(value)
+    value_size = _SMALL_VARINTS[size] if size < 0x80 else _varint(size)
+    return b"".join((tag, _varint(len(head) + len(value_size) + size), head, value_size, value))
 
 
 def _keyed_head(key: bytes) -> bytes:

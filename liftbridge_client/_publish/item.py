@@ -82,6 +82,7 @@ class Route(Protocol):
         ack_policy: AckPolicy,
         held: bool,
         key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
     ) -> AckFuture | None: ...
 
     def submit(self, item: Item, fut: AckFuture) -> bool: ...

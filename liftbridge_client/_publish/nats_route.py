@@ -150,12 +150,15 @@ class NatsPublisher:
         correlation_id: str,
         ack_policy: int,
         key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        header_entries: bytes = b"",
     ) -> bytes:
-        """`encode` of a message with no headers or offset check (the hot path)."""
+        """`encode` of a message with no offset check (the hot path): ``header_entries``
+        are ``headers`` as `envelope.plain_header_entries` encodes them."""
         if not self._crc:
             inbox = "" if ack_policy == api_pb2.NONE else self.inbox
             payload = envelope.encode_message_plain(
-                value, inbox, correlation_id, ack_policy, key or b""
+                value, inbox, correlation_id, ack_policy, key or b"", header_entries, headers
             )
             if len(payload) <= self._nc.max_payload:
                 return payload
@@ -164,7 +167,7 @@ class NatsPublisher:
             subject,
             value,
             key=key,
-            headers=None,
+            headers=headers,
             correlation_id=correlation_id,
             ack_policy=ack_policy,
             expected_offset=-1,

@@ -12,10 +12,10 @@
   client's inbox) and `LeaderRoute` (PublishAsync streams, one per partition
   leader, over h2 or grpc.aio).
 
-Ordering. A plain publish (at most a key, a partition, an ack policy and a transport)
-with nothing queued ahead of it and the sender idle takes one step in the call
-(`Publisher.send_plain`, then the route's ``direct``): over NATS it is appended to
-nats-py's outgoing buffer (`_transport.nats_raw.PubBuffer`), over gRPC with the h2
+Ordering. A plain publish (at most a key, a few plain headers, a partition, an ack
+policy and a transport) with nothing queued ahead of it and the sender idle takes one
+step in the call (`Publisher.send_plain`, then the route's ``direct``): over NATS it is
+appended to nats-py's outgoing buffer (`_transport.nats_raw.PubBuffer`), over gRPC with the h2
 transport it goes, serialized, to the PublishAsync stream to its leader (opened
 from the cached metadata if needed; `LeaderRoute.direct`). Every other `publish`, `send`
 and `publish_nowait` call puts one item on a FIFO queue, synchronously, before it
@@ -284,8 +284,8 @@ class Publisher:
 
         Common means: nothing queued ahead of it (so order holds) and the sender
         idle, a slot free in the window, the stream's metadata cached, plain
-        arguments (exact bytes, at most ``partition``, ``ack_policy`` and
-        ``transport``), no partitioner to call; over gRPC, also the h2 stream
+        arguments (exact bytes, at most ``partition``, ``ack_policy``, ``transport``
+        and a small dict of ``headers``), no partitioner to call; over gRPC, also the h2 stream
         transport and the partition's leader in the cached metadata (its
         PublishAsync stream is opened here if there is none). Then the message
         is encoded and registered here and handed to nats-py's buffer or that
@@ -296,6 +296,7 @@ class Publisher:
         if not kw:
             return self.send_plain(stream, value, None, _LEADER, None, held)
         known = ("partition" in kw) + ("ack_policy" in kw) + ("transport" in kw)
+        known += "headers" in kw
         if len(kw) != known:
             return None
         return self.send_plain(
@@ -305,6 +306,8 @@ class Publisher:
             kw.get("ack_policy", _LEADER),
             kw.get("transport"),
             held,
+            None,
+            kw.get("headers"),
         )
 
     def send_plain(
@@ -316,8 +319,11 @@ class Publisher:
         transport: Transport | None,
         held: bool = False,
         key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
     ) -> AckFuture | None:
-        """`send_direct` for a publish whose only options are these (None: defaults)."""
+        """`send_direct` for a publish whose only options are these (None: defaults).
+        The route takes ``headers`` only when they are cheap to check
+        (`envelope.plain_header_entries`), else returns None for the general path."""
         if (
             self._queue
             or not self._sender_idle
@@ -349,7 +355,7 @@ class Publisher:
             partition = key_partition(key, count) if key and partitioner and count else 0
         elif type(partition) is not int or not 0 <= partition < len(info.partitions):
             return None  # the general path says what is wrong with it
-        return route.direct(stream, value, info, partition, ack_policy, held, key or None)
+        return route.direct(stream, value, info, partition, ack_policy, held, key or None, headers)
 
     # ------------------------------------------------------------ Slots, for the routes
 

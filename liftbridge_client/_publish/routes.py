@@ -16,16 +16,18 @@ Every route implements `_publish.item.Route`:
   route can take it without waiting (False: the sender does it);
 - ``send(item, fut)`` is the sender's way, which may wait (a full NATS buffer, a stream to
   open, a leader to find);
-- ``direct(...)`` is the one-step publish of the common case (plain bytes, at most a key,
-  no headers, the stream's metadata cached): ``send_plain`` of the publisher calls it, and
-  it returns None whenever the general path must run instead. Its bytes and outcomes are
-  those of ``prepare`` + ``submit`` (tests/unit/test_publish_routes.py checks it);
+- ``direct(...)`` is the one-step publish of the common case (plain bytes, at most a key
+  and a small dict of plain headers, the stream's metadata cached): ``send_plain`` of the
+  publisher calls it, and it returns None whenever the general path must run instead.
+  Its bytes and outcomes are those of ``prepare`` + ``submit``
+  (tests/unit/test_publish_routes.py checks it);
 - ``usable`` and ``close``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 import anyio
 
@@ -44,6 +46,11 @@ from liftbridge_client._publish.nats_route import NatsPublisher
 from liftbridge_client._publish.outages import OutageLog
 from liftbridge_client._publish.wire import plain_publish_request
 from liftbridge_client._transport.grpc import BrokerPool
+from liftbridge_client.envelope import (
+    MESSAGE_HEADERS_TAG,
+    REQUEST_HEADERS_TAG,
+    plain_header_entries,
+)
 from liftbridge_client.models import AckPolicy, Metadata, StreamInfo
 
 __all__ = ["MAX_PLAIN_VALUE", "LeaderRoute", "NatsRoute"]
@@ -96,7 +103,11 @@ class NatsRoute:
         ack_policy: AckPolicy,
         held: bool,
         key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
     ) -> AckFuture | None:
+        entries = b"" if headers is None else plain_header_entries(headers, MESSAGE_HEADERS_TAG)
+        if entries is None:
+            return None  # not plain: the general path checks them and says what is wrong
         slots = self._slots
         correlator = self._correlator
         if not held and not correlator.take():
@@ -105,7 +116,7 @@ class NatsRoute:
         subject = info.partition_subject(partition)
         cid = f"{slots.cid_prefix}{next(slots.cid_counter)}"
         try:
-            payload = self.pub.encode_plain(subject, value, cid, ack_policy, key)
+            payload = self.pub.encode_plain(subject, value, cid, ack_policy, key, headers, entries)
         except BaseException:
             if not held:
                 correlator.release()
@@ -113,7 +124,7 @@ class NatsRoute:
         fut = correlator.register(cid, slots.ack_wait)
         if not self._write(stream, subject, payload, fut, ack_policy):
             # nats-py must take it (reconnecting, buffer full...): the sender does that.
-            item = Item(stream, value, key, None, partition, None, ack_policy, -1, cid, self)
+            item = Item(stream, value, key, headers, partition, None, ack_policy, -1, cid, self)
             item.subject = subject
             item.payload = payload
             item.future = fut
@@ -227,17 +238,27 @@ class LeaderRoute:
         ack_policy: AckPolicy,
         held: bool,
         key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
     ) -> AckFuture | None:
         if not self._h2:
             return None  # grpc.aio takes requests, not serialized messages
+        entries = b"" if headers is None else plain_header_entries(headers, REQUEST_HEADERS_TAG)
+        if entries is None:
+            return None  # not plain: the general path checks them and says what is wrong
         route = self._cached(stream, partition)
         if route is None:
             route = self._route_now(stream, partition)
-        if route is None or not route.usable or len(value) + len(key or b"") > MAX_PLAIN_VALUE:
+        if (
+            route is None
+            or not route.usable
+            or len(value) + len(key or b"") + len(entries) > MAX_PLAIN_VALUE
+        ):
             return None
         slots = self._slots
         cid = f"{slots.cid_prefix}{next(slots.cid_counter)}"
-        message = plain_publish_request(value, stream, partition, cid, ack_policy, key or b"")
+        message = plain_publish_request(
+            value, stream, partition, cid, ack_policy, key or b"", entries
+        )
         if message is None:
             return None
         correlator = self._correlator

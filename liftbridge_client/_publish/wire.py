@@ -4,11 +4,12 @@ The request: the gRPC message of a plain PublishRequest, without building the
 protobuf message.
 
 Building ``api_pb2.PublishRequest`` and serializing it costs more per publish
-than the rest of the gRPC publish hot path; a request with no key, headers or
-offset check is a handful of fields in a fixed order, so it is joined from
-cached pieces instead, behind the 5-byte gRPC message head (so the h2 stream
-writes it as it is). The bytes are exactly protobuf's (property-tested against
-``SerializeToString``), and anything out of the plain case returns None for the
+than the rest of the gRPC publish hot path; a request with no offset check (at
+most a key and plain headers, which come encoded by `envelope.plain_header_entries`)
+is a handful of fields in a fixed order, so it is joined from cached pieces instead,
+behind the 5-byte gRPC message head (so the h2 stream writes it as it is). The bytes
+are exactly protobuf's (property-tested against ``SerializeToString``; map entries in
+its deterministic order), and anything out of the plain case returns None for the
 caller to build the message.
 
 The response: `plain_ack` picks the correlation id and the encoded Ack out of
@@ -42,10 +43,12 @@ def plain_publish_request(
     correlation_id: str,
     ack_policy: int,
     key: bytes = b"",
+    header_entries: bytes = b"",
 ) -> bytes | None:
     """The gRPC message (head, then the bytes) of ``PublishRequest(key=, value=, stream=,
-    partition=, correlationId=, ackPolicy=, expectedOffset=-1)``, or None outside
-    the plain case."""
+    partition=, headers=, correlationId=, ackPolicy=, expectedOffset=-1)``, or None
+    outside the plain case. ``header_entries``: field 5 as `envelope.plain_header_entries`
+    encodes the headers (b"": none)."""
     tail = _TAILS.get(ack_policy)
     if tail is None or not (value and stream and correlation_id) or not 0 <= partition < 0x80:
         return None
@@ -65,6 +68,7 @@ def plain_publish_request(
             value,
             stream_field,
             _PARTITIONS[partition],
+            header_entries,  # field 5
             b"\x3a",
             varint(len(cid)),
             cid,

@@ -132,17 +132,22 @@ class InFlight:
 async def _publish_columns(
     client: Client, chunk: Columns, options: SinkOptions, inflight: InFlight
 ) -> None:
-    """One publish per row, straight from the columns. Without a key, headers or
-    partition (and with the client's own ack wait, which `client_options` sets) ``send``
-    takes the client's one-step path; the columns are never turned into row objects."""
+    """One publish per row, straight from the columns. With the client's own ack wait
+    (which `client_options` sets) ``send`` takes the client's one-step path, headers
+    included when they are a small dict of bytes (an idempotent write's ``lbspark-id``);
+    the columns are never turned into row objects."""
     send = client.send
     policy = options.ack_policy
     add = inflight.rows.append
     streams, values = chunk.streams, chunk.values
     keys, partitions, headers = chunk.keys, chunk.partitions, chunk.headers
-    if isinstance(streams, str) and keys is None and partitions is None and headers is None:
-        for value in values:
-            add(await send(streams, value, ack_policy=policy))
+    if isinstance(streams, str) and keys is None and partitions is None:
+        if headers is None:
+            for value in values:
+                add(await send(streams, value, ack_policy=policy))
+        else:  # the idempotent sink's common case: one stream, a header per row
+            for value, header in zip(values, headers, strict=True):
+                add(await send(streams, value, headers=header, ack_policy=policy))
     else:
         n = len(values)
         none: list[None] = [None] * n

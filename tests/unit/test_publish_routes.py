@@ -11,13 +11,17 @@ one-step path takes).
 from __future__ import annotations
 
 import asyncio
+from types import MappingProxyType
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import given, settings
 from publish_fakes import Rig, make_rig
 
+from liftbridge_client import envelope, errors
 from liftbridge_client._publish.routes import LeaderRoute, NatsRoute
+from liftbridge_client.envelope import MAX_HEADER_KEY_BYTES, MAX_PLAIN_HEADERS
 from liftbridge_client.models import Ack, AckPolicy
 from liftbridge_client.options import StreamTransport, Transport
 from liftbridge_client.testing import wait_until
@@ -27,6 +31,21 @@ PLAIN = {
     "partition": st.integers(min_value=0, max_value=2),
     "ack_policy": st.sampled_from(list(AckPolicy)),
     "key": st.one_of(st.none(), st.binary(max_size=300)),
+    # Headers the one-step path takes (envelope.plain_header_entries): exact str names
+    # and bytes values, at most MAX_PLAIN_HEADERS.
+    # One header (the Spark sink's case) is drawn as often as none or several.
+    "headers": st.one_of(
+        st.none(),
+        *(
+            st.dictionaries(
+                st.text(alphabet=st.characters(codec="utf-8"), max_size=20),
+                st.binary(max_size=200),
+                min_size=low,
+                max_size=high,
+            )
+            for low, high in [(1, 1), (0, MAX_PLAIN_HEADERS)]
+        ),
+    ),
 }
 
 
@@ -39,22 +58,38 @@ async def _twins(**options: Any) -> tuple[Rig, Rig]:
 @settings(max_examples=40, deadline=None)
 @given(crc=st.booleans(), **{**PLAIN, "partition": st.none() | PLAIN["partition"]})
 def test_the_nats_one_step_publish_writes_the_general_paths_bytes(
-    crc: bool, value: bytes, partition: int | None, ack_policy: AckPolicy, key: bytes | None
+    crc: bool,
+    value: bytes,
+    partition: int | None,
+    ack_policy: AckPolicy,
+    key: bytes | None,
+    headers: dict[str, bytes] | None,
 ) -> None:
     # No partition: the key picks it (the default KeyPartitioner), on both paths.
     async def compare() -> None:
         one, two = await _twins(transport=Transport.NATS, envelope_crc=crc)
         try:
             assert isinstance(one.publisher._default_route, NatsRoute)
-            direct = one.publisher.send_plain("s", value, partition, ack_policy, None, False, key)
+            direct = one.publisher.send_plain(
+                "s", value, partition, ack_policy, None, False, key, headers
+            )
             assert direct is not None  # the one-step path took it
             general = two.publisher.publish_nowait(
-                "s", value, key=key, partition=partition, ack_policy=ack_policy, expected_offset=-1
+                "s",
+                value,
+                key=key,
+                headers=headers,
+                partition=partition,
+                ack_policy=ack_policy,
+                expected_offset=-1,
             )
             await wait_until(
                 lambda: bool(one.wire.published and two.wire.published), what="both written"
             )
-            assert one.wire.published == two.wire.published  # subject and bytes
+            if headers is None or len(headers) <= 1:
+                assert one.wire.published == two.wire.published  # subject and bytes
+            else:  # the same message; upb orders the map by hash (see plain_header_entries)
+                assert one.wire.messages() == two.wire.messages()
             if ack_policy is AckPolicy.NONE:  # written: both resolve to None at once
                 assert await direct is None
                 assert await general is None
@@ -76,7 +111,11 @@ def test_the_nats_one_step_publish_writes_the_general_paths_bytes(
 @settings(max_examples=25, deadline=None)
 @given(**{**PLAIN, "value": st.binary(min_size=1, max_size=3000)})  # b"" is not plain
 def test_the_h2_one_step_publish_sends_the_general_paths_request(
-    value: bytes, partition: int, ack_policy: AckPolicy, key: bytes | None
+    value: bytes,
+    partition: int,
+    ack_policy: AckPolicy,
+    key: bytes | None,
+    headers: dict[str, bytes] | None,
 ) -> None:
     async def compare() -> None:
         options = {"transport": Transport.GRPC, "stream_transport": StreamTransport.H2}
@@ -86,10 +125,18 @@ def test_the_h2_one_step_publish_sends_the_general_paths_request(
             # The first publish opens the leader's stream; the second takes the one step.
             for rig in (one, two):
                 await rig.publisher.publish("s", b"open", partition=partition)
-            direct = one.publisher.send_plain("s", value, partition, ack_policy, None, False, key)
+            direct = one.publisher.send_plain(
+                "s", value, partition, ack_policy, None, False, key, headers
+            )
             assert direct is not None  # the one-step path took it
             general = two.publisher.publish_nowait(
-                "s", value, key=key, partition=partition, ack_policy=ack_policy, expected_offset=-1
+                "s",
+                value,
+                key=key,
+                headers=headers,
+                partition=partition,
+                ack_policy=ack_policy,
+                expected_offset=-1,
             )
             assert direct.correlation_id == general.correlation_id
             got = await asyncio.gather(direct, general)
@@ -101,12 +148,82 @@ def test_the_h2_one_step_publish_sends_the_general_paths_request(
             assert sent[0] == sent[1]  # the request the broker decoded, field by field
             assert sent[0].value == value
             assert sent[0].key == (key or b"")
+            assert dict(sent[0].headers) == (headers or {})
             if ack_policy is AckPolicy.NONE:
                 assert list(got) == [None, None]
             else:
                 assert got[0] is not None
                 assert got[1] is not None
                 assert got[0].correlation_id == got[1].correlation_id
+        finally:
+            await one.close()
+            await two.close()
+
+    asyncio.run(compare())
+
+
+class _Name(str):
+    pass
+
+
+# Headers the one-step path leaves to the general path, which converts them or says what
+# is wrong (tests/unit/test_publish_wire.py checks the rule itself).
+_CONVERTED: list[Any] = [
+    {"a": bytearray(b"v")},
+    {"a": memoryview(b"v")},
+    MappingProxyType({"a": b"v"}),
+    {_Name("a"): b"v"},
+    {str(i): b"v" for i in range(MAX_PLAIN_HEADERS + 1)},
+]
+_REFUSED: list[Any] = [
+    {b"a": b"v"},
+    {1: b"v"},
+    {"a": "v"},
+    {"a": None},
+    {"\ud800": b"v"},
+    {"n" * (MAX_HEADER_KEY_BYTES + 1): b"v"},
+    [("a", b"v")],
+]
+
+
+@pytest.mark.parametrize("transport", [Transport.NATS, Transport.GRPC])
+@pytest.mark.parametrize("headers", _CONVERTED + _REFUSED)
+def test_headers_the_one_step_path_refuses_get_the_general_paths_outcome(
+    headers: Any, transport: Transport
+) -> None:
+    async def compare() -> None:
+        one, two = await _twins(
+            auto_ack=True, transport=transport, stream_transport=StreamTransport.H2
+        )
+        try:
+            if transport is Transport.GRPC:  # the leader's stream open, as in the test above
+                for rig in (one, two):
+                    await rig.publisher.publish("s", b"open", partition=0)
+                    await rig.publisher.flush(None)
+            before = one.publisher._correlator.held
+            # Refused without a trace: no slot taken, nothing registered or written.
+            assert (
+                one.publisher.send_plain("s", b"v", 0, AckPolicy.LEADER, None, False, None, headers)
+                is None
+            )
+            assert one.publisher._correlator.held == before
+            assert one.publisher.pending == 0
+            if any(headers is refused for refused in _REFUSED):
+                with pytest.raises(errors.InvalidInputError):
+                    two.publisher.publish_nowait("s", b"v", headers=headers, partition=0)
+                return
+            # Valid: the general path sends them, as bytes, as if given as a plain dict.
+            fut = two.publisher.publish_nowait("s", b"v", headers=headers, partition=0)
+            expected = {name: bytes(value) for name, value in headers.items()}
+            if transport is Transport.NATS:
+                await wait_until(lambda: bool(two.wire.published), what="written")
+                sent = dict(envelope.decode_message(two.wire.published[-1][1]).headers)
+                two.ack(fut.correlation_id, 1)
+                await fut
+            else:
+                await fut
+                sent = dict(two.server.published[-1][1].headers)
+            assert sent == expected
         finally:
             await one.close()
             await two.close()
