@@ -59,8 +59,13 @@ def eo_write(df: Any, addresses: Sequence[str], stream: str, **options: str) -> 
     )
 
 
+@pytest.mark.parametrize("producers", [1, 3])
 def test_packed_write_with_a_task_retry_commits_each_row_once(
-    spark: SparkSession, liftbridge_server: Deployment, stream_names: StreamNames, tmp_path: Path
+    spark: SparkSession,
+    liftbridge_server: Deployment,
+    stream_names: StreamNames,
+    tmp_path: Path,
+    producers: int,
 ) -> None:
     name, subject = stream_names()
     addresses = liftbridge_server.addresses
@@ -70,7 +75,8 @@ def test_packed_write_with_a_task_retry_commits_each_row_once(
     # Task 0 (rows 0-2999, all to partition 0) fails at row 2500 on its first attempt (its
     # partition 99 does not exist), after 8 packs of 300 rows were published.
     df = flaky_rows(spark, 6000, fail_at=2500, flag=flag)
-    eo_write(df, addresses, name, writeId=name, packRows="300")
+    lanes = {"producersPerPartition": str(producers)}  # packs per producer
+    eo_write(df, addresses, name, writeId=name, packRows="300", **lanes)
 
     stored = read_all(addresses, name, 2)
     packed = [m for m in stored if PACKED_HEADER in m.headers]
@@ -82,12 +88,13 @@ def test_packed_write_with_a_task_retry_commits_each_row_once(
     # Read uncommitted: the retry re-sent the failed attempt's packs (same UUIDs), and the
     # ACK intents (empty values, one per partition) are rows too.
     uncommitted = spark_rows(spark, addresses, name, "read_uncommitted")
-    assert uncommitted.pop("") == 2
+    assert uncommitted.pop("") == 2 * producers  # an ACK intent per producer
     assert set(uncommitted) == set(expected)
     assert uncommitted.total() > 6000
 
     flag.unlink()  # the job again, same writeId: its packs are copies, dropped
-    eo_write(flaky_rows(spark, 6000, 2500, flag), addresses, name, writeId=name, packRows="300")
+    rerun = flaky_rows(spark, 6000, 2500, flag)
+    eo_write(rerun, addresses, name, writeId=name, packRows="300", **lanes)
     assert spark_rows(spark, addresses, name, "read_committed") == expected
 
 
