@@ -1,20 +1,26 @@
 """The server patch v1.9.0+lbc.1 against stock v1.9.0, on deterministic scenarios.
 
-Each scenario (faults.epoch_scenarios) builds a defect's precondition by construction, so
-stock v1.9.0 is pinned to show the defect and the patched server to show none (figures in
-docs/compatibility.md). If the stock assertion ever fails, the scenario no
-longer reaches the defect: fix the scenario, do not drop the assertion.
+Each scenario (faults.epoch_scenarios, faults.reader_scenarios) builds a defect's
+precondition by construction, so stock v1.9.0 is pinned to show the defect and the patched
+server to show none (figures in docs/compatibility.md). If the stock assertion ever fails,
+the scenario no longer reaches the defect: fix the scenario, do not drop the assertion.
+Patch 0007's Go unit test runs the same way, on the patched source and on v1.9.0's.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from faults.epoch_scenarios import empty_leader_divergence, restart_truncation_loss
-from liftbridge_client.testing import PATCHED_VERSION, Cluster
+from faults.reader_scenarios import follower_catchup_read
+from liftbridge_client.testing import PATCHED_VERSION, Cluster, server_version
+from liftbridge_client.testing._provision import patched_source
 
 pytestmark = pytest.mark.integration
 
@@ -70,3 +76,103 @@ async def test_patched_server_keeps_every_acked_message_when_a_restarted_replica
     assert len(outcome.acked) == 20
     assert outcome.acked_lost() == [], outcome.to_dict()
     assert outcome.divergent_offsets() == [], outcome.to_dict()
+
+
+# Patch 0007 carries a Go unit test of the committed reader (server/commitlog). It runs
+# against the patched source and against stock v1.9.0 with the same test file dropped in.
+READER_TEST = "TestCommittedReaderWokenByHWPastLogEnd"
+READER_TEST_FILE = Path("server/commitlog/reader_hw_test.go")
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        message = "the server patch's Go test needs `go`"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return go
+
+
+@pytest.fixture(scope="module")
+def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return patched_source(_go(), server_version(PATCHED_VERSION), tmp_path_factory.mktemp("lbc"))
+
+
+def _stock_tree(go: str, patched: Path, out: Path) -> Path:
+    """v1.9.0's source (from the module cache, like the patched build) plus the Go test."""
+    found = subprocess.run(
+        [go, "mod", "download", "-json", "github.com/liftbridge-io/liftbridge@v1.9.0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env={**os.environ, "GOTOOLCHAIN": "local"},
+        stdin=subprocess.DEVNULL,
+    )
+    source = Path(re.search(r'"Dir": "([^"]+)"', found.stdout)[1])  # type: ignore[index]
+    tree = out / "stock"
+    shutil.copytree(source, tree)
+    for path in [tree, *tree.rglob("*")]:  # the module cache is read-only
+        path.chmod(path.stat().st_mode | 0o200)
+    shutil.copy(patched / READER_TEST_FILE, tree / READER_TEST_FILE)
+    return tree
+
+
+def _go_test(go: str, tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [go, "test", "-count=1", "-run", f"^{READER_TEST}$", "./server/commitlog/"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=240,  # a cold build cache on a loaded machine; the test itself takes < 1 s
+        check=False,
+        # Offline: the dependencies are in the module cache (the server build put them there).
+        env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod", "GOPROXY": "off"},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.timeout(300)
+def test_stock_v1_9_0_reader_panics_when_woken_by_an_hw_past_the_log_end(
+    patched_tree: Path, tmp_path: Path
+) -> None:
+    go = _go()
+    done = _go_test(go, _stock_tree(go, patched_tree, tmp_path))
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "the reader panicked" in output, output
+    assert "Read corrupted data, expected CRC: 0x00000000" in output, output
+
+
+@pytest.mark.timeout(300)
+def test_patched_reader_survives_an_hw_past_the_log_end(patched_tree: Path) -> None:
+    done = _go_test(_go(), patched_tree)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert re.search(r"^ok\s", output, re.MULTILINE), output
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.liftbridge_version("v1.9.0")
+async def test_stock_v1_9_0_follower_panics_under_a_subscription_reading_its_catch_up(
+    tmp_path: Path,
+) -> None:
+    with Cluster(3, base_dir=tmp_path, versions="v1.9.0") as cluster:
+        outcome = await follower_catchup_read(cluster, "v1.9.0")
+    assert outcome.follower_exited, outcome.to_dict()
+    assert "Read corrupted data, expected CRC: 0x00000000" in outcome.panic, outcome.to_dict()
+    assert not outcome.in_order(), outcome.to_dict()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.liftbridge_version(PATCHED_VERSION)
+async def test_patched_follower_subscription_reads_every_offset_once_through_its_catch_up(
+    tmp_path: Path,
+) -> None:
+    with Cluster(3, base_dir=tmp_path, versions=PATCHED_VERSION) as cluster:
+        outcome = await follower_catchup_read(cluster, PATCHED_VERSION)
+    assert not outcome.follower_exited, outcome.to_dict()
+    assert not outcome.panic, outcome.to_dict()
+    assert outcome.error == "", outcome.to_dict()
+    assert outcome.in_order(), outcome.to_dict()
