@@ -99,7 +99,7 @@ def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return patched_source(_go(), server_version(PATCHED_VERSION), tmp_path_factory.mktemp("lbc"))
 
 
-def _stock_tree(go: str, patched: Path, out: Path) -> Path:
+def _stock_tree(go: str, patched: Path, out: Path, test_file: Path = READER_TEST_FILE) -> Path:
     """v1.9.0's source (from the module cache, like the patched build) plus the Go test."""
     found = subprocess.run(
         [go, "mod", "download", "-json", "github.com/liftbridge-io/liftbridge@v1.9.0"],
@@ -115,17 +115,19 @@ def _stock_tree(go: str, patched: Path, out: Path) -> Path:
     shutil.copytree(source, tree)
     for path in [tree, *tree.rglob("*")]:  # the module cache is read-only
         path.chmod(path.stat().st_mode | 0o200)
-    shutil.copy(patched / READER_TEST_FILE, tree / READER_TEST_FILE)
+    shutil.copy(patched / test_file, tree / test_file)
     return tree
 
 
-def _go_test(go: str, tree: Path) -> subprocess.CompletedProcess[str]:
+def _go_test(
+    go: str, tree: Path, test: str = READER_TEST, package: str = "./server/commitlog/"
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [go, "test", "-count=1", "-run", f"^{READER_TEST}$", "./server/commitlog/"],
+        [go, "test", "-count=1", "-run", f"^{test}$", package],
         cwd=tree,
         capture_output=True,
         text=True,
-        timeout=240,  # a cold build cache on a loaded machine; the test itself takes < 1 s
+        timeout=360,  # a cold build cache on a loaded machine; the test itself takes < 1 s
         check=False,
         # Offline: the dependencies are in the module cache (the server build put them there).
         env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod", "GOPROXY": "off"},
@@ -176,3 +178,30 @@ async def test_patched_follower_subscription_reads_every_offset_once_through_its
     assert not outcome.panic, outcome.to_dict()
     assert outcome.error == "", outcome.to_dict()
     assert outcome.in_order(), outcome.to_dict()
+
+
+# Patch 0008 carries a Go unit test of consumer-group member expiry (package server).
+EXPIRY_TEST = "TestConsumerExpiredAfterTheMemberLeftDoesNotPanic"
+EXPIRY_TEST_FILE = Path("server/groups_expired_test.go")
+
+
+@pytest.mark.timeout(400)
+def test_stock_v1_9_0_panics_when_an_expired_member_is_gone_before_its_retry(
+    patched_tree: Path, tmp_path: Path
+) -> None:
+    go = _go()
+    tree = _stock_tree(go, patched_tree, tmp_path, EXPIRY_TEST_FILE)
+    done = _go_test(go, tree, EXPIRY_TEST, "./server/")
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "nil pointer dereference" in output, output
+
+
+@pytest.mark.timeout(400)
+def test_patched_server_retries_an_expiry_only_for_a_member_still_there(
+    patched_tree: Path,
+) -> None:
+    done = _go_test(_go(), patched_tree, EXPIRY_TEST, "./server/")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert re.search(r"^ok\s", output, re.MULTILINE), output
