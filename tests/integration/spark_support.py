@@ -6,11 +6,13 @@ Java is required: without it the fixture fails with a message saying so (never s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
 import shutil
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
+from replication_support import wait_for_full_isr
 
 from liftbridge_client import (
     AckPolicy,
@@ -28,6 +31,7 @@ from liftbridge_client import (
     StreamConfig,
     Transport,
 )
+from liftbridge_client.testing import Cluster
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -211,3 +215,37 @@ def copy_query_failing_while(
         )
 
     return start
+
+
+@contextlib.contextmanager
+def leader_killed_at(
+    cluster: Cluster, stream: str, partition: int, high_watermark: int
+) -> Iterator[threading.Event]:
+    """Within the block, SIGKILL the leader of ``stream``/``partition`` once its high
+    watermark reaches ``high_watermark`` (mid-write); the event says whether it happened."""
+    addresses = cluster.addresses
+
+    async def leader() -> str:
+        async with Client(addresses, options=OPTIONS) as client:
+            return (await wait_for_full_isr(client, stream, partition, timeout=60)).leader
+
+    node = cluster.node(asyncio.run(leader()))
+    killed, done = threading.Event(), threading.Event()
+
+    async def kill_once_written() -> None:
+        async with Client(addresses, options=OPTIONS) as client:
+            while not done.is_set():
+                info = await client.fetch_partition_metadata(stream, partition)
+                if info.high_watermark >= high_watermark:
+                    await asyncio.to_thread(node.kill)
+                    killed.set()
+                    return
+                await asyncio.sleep(0.02)
+
+    watcher = threading.Thread(target=lambda: asyncio.run(kill_once_written()))
+    watcher.start()
+    try:
+        yield killed
+    finally:
+        done.set()
+        watcher.join()

@@ -6,18 +6,17 @@ a streaming query stopped and restarted mid-batch)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from replication_support import wait_for_full_isr
 from spark_support import (
     OPTIONS,
     copy_query_failing_while,
     create_stream,
+    leader_killed_at,
     publish,
     read_all,
     start_spark,
@@ -297,28 +296,8 @@ def test_exactly_once_with_many_producers_survives_a_leader_kill_in_key_order(
     name, subject = stream_names()
     addresses = liftbridge_cluster.addresses
     create_stream(addresses, subject, name, partitions=2, replication_factor=3)
-
-    async def leader_of_0() -> str:
-        async with Client(addresses, options=OPTIONS) as client:
-            return (await wait_for_full_isr(client, name, 0, timeout=60)).leader
-
-    leader = asyncio.run(leader_of_0())
-    killed, done = threading.Event(), threading.Event()
-
-    async def kill_once_writing() -> None:
-        async with Client(addresses, options=OPTIONS) as client:
-            while not done.is_set():
-                info = await client.fetch_partition_metadata(name, 0)
-                if info.high_watermark >= 1000:
-                    await asyncio.to_thread(liftbridge_cluster.node(leader).kill)
-                    killed.set()
-                    return
-                await asyncio.sleep(0.02)
-
-    watcher = threading.Thread(target=lambda: asyncio.run(kill_once_writing()))
-    watcher.start()
     rows = 30_000
-    try:
+    with leader_killed_at(liftbridge_cluster, name, 0, high_watermark=1000) as killed:
         df = spark.range(rows, numPartitions=2).selectExpr(
             "concat('k', cast(id % 40 AS string)) AS key", "concat('row-', id) AS value"
         )
@@ -334,9 +313,6 @@ def test_exactly_once_with_many_producers_survives_a_leader_kill_in_key_order(
             .save()
         )
         killed_mid_write = killed.is_set()
-    finally:
-        done.set()
-        watcher.join()
     assert killed_mid_write, "the write ended before the kill: make it longer"
     liftbridge_cluster.ensure_all_running()
 

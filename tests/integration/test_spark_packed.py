@@ -6,19 +6,15 @@ not. Real SparkSession, real Liftbridge v1.9.0."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from replication_support import wait_for_full_isr
-from spark_support import OPTIONS, create_stream, read_all, start_spark
+from spark_support import create_stream, leader_killed_at, read_all, start_spark
 from test_spark_write import flaky_rows
 
-from liftbridge_client import Client
 from liftbridge_client.packing import PACKED_HEADER, unpack
 from liftbridge_client.testing import Cluster, Deployment, StreamNames
 
@@ -141,38 +137,14 @@ def test_packed_write_survives_a_leader_kill(
     name, subject = cluster_stream
     addresses = liftbridge_cluster.addresses
     create_stream(addresses, subject, name, partitions=2, replication_factor=3)
-
-    async def leader_of_0() -> str:
-        async with Client(addresses, options=OPTIONS) as client:
-            return (await wait_for_full_isr(client, name, 0, timeout=60)).leader
-
-    leader = asyncio.run(leader_of_0())
-    killed = threading.Event()
-    done = threading.Event()
-
-    async def kill_once_writing() -> None:
-        """Kill the leader of partition 0 as soon as 20 packs are stored there."""
-        async with Client(addresses, options=OPTIONS) as client:
-            while not done.is_set():
-                info = await client.fetch_partition_metadata(name, 0)
-                if info.high_watermark >= 20:
-                    await asyncio.to_thread(liftbridge_cluster.node(leader).kill)
-                    killed.set()
-                    return
-                await asyncio.sleep(0.02)
-
-    watcher = threading.Thread(target=lambda: asyncio.run(kill_once_writing()))
-    watcher.start()
-    try:
-        rows = 400_000
+    rows = 400_000
+    # The leader of partition 0 killed as soon as 20 packs are stored there.
+    with leader_killed_at(liftbridge_cluster, name, 0, high_watermark=20) as killed:
         df = spark.range(rows, numPartitions=2).selectExpr(
             "concat('row-', id) AS value", "cast(id % 2 AS int) AS partition"
         )
         eo_write(df, addresses, name, writeId=name, packRows="200", ackPolicy="all")
         killed_mid_write = killed.is_set()
-    finally:
-        done.set()
-        watcher.join()
     assert killed_mid_write, "the write ended before the kill: make it longer"
     liftbridge_cluster.ensure_all_running()
     got = spark_rows(spark, addresses, name, "read_committed")
