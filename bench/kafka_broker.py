@@ -161,15 +161,22 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
 def new_cluster_id(raw: bytes | None = None) -> str:
     """A KRaft cluster id: 16 random bytes, base64url without padding (as Kafka's Uuid).
 
-    Kafka reserves the all-zero id and the id 1 (its metadata topic's); a random draw never
-    hits them in practice, but ``raw`` may be given (tests), so they are refused.
+    Kafka reserves the all-zero id and the id 1 (its metadata topic's), and, like Kafka's
+    own ``Uuid.randomUuid``, a draw whose text starts with ``-`` is drawn again: one in 64
+    does, and ``kafka-storage format -t -x...`` reads it as an option (the id goes missing).
+    ``raw`` may be given (tests); then such ids are refused instead.
     """
-    data = uuid.uuid4().bytes if raw is None else raw
-    if len(data) != 16:
-        raise ValueError("a cluster id is 16 bytes")
-    if int.from_bytes(data, "big") in (0, 1):
-        raise ValueError("Kafka reserves this id")
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    while True:
+        data = uuid.uuid4().bytes if raw is None else raw
+        if len(data) != 16:
+            raise ValueError("a cluster id is 16 bytes")
+        if int.from_bytes(data, "big") in (0, 1):
+            raise ValueError("Kafka reserves this id")
+        text = base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
+        if raw is not None:
+            raise ValueError(f"the cluster id {text!r} starts with '-', which reads as an option")
 
 
 def broker_properties(
@@ -267,7 +274,7 @@ class KafkaBroker:
         done = subprocess.run(
             [
                 self.java, "-cp", self.classpath, "kafka.tools.StorageTool", "format",
-                "-t", new_cluster_id(), "-c", str(self.config),
+                f"--cluster-id={new_cluster_id()}", "-c", str(self.config),
             ],
             capture_output=True, text=True, check=False, timeout=120,
         )  # fmt: skip

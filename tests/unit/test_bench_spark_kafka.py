@@ -231,6 +231,15 @@ def test_cluster_ids_are_kafka_uuids() -> None:
         kafka_broker.new_cluster_id(b"short")
 
 
+def test_cluster_ids_never_start_with_a_dash() -> None:
+    # 0xF8 as the first byte gives "-" as the first base64url character.
+    dashed = bytes([0xF8]) + bytes(range(1, 16))
+    with pytest.raises(ValueError, match="starts with '-'"):
+        kafka_broker.new_cluster_id(dashed)
+    drawn = [kafka_broker.new_cluster_id() for _ in range(2000)]  # ~31 dashes expected
+    assert not [cid for cid in drawn if cid.startswith("-")]
+
+
 def test_log4j_configuration_writes_to_stdout_at_the_level() -> None:
     text = kafka_broker.log4j2_properties("WARN")
     assert "rootLogger.level = WARN" in text
