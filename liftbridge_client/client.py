@@ -617,15 +617,14 @@ class Client:
         """
         publisher = self._require_open()
         if (
-            headers is None
-            and partitioner is None
+            partitioner is None
             and expected_offset is None
             and correlation_id is None
             and ack_wait is None
             and self._tracer is None
             and (
                 fut := publisher.send_plain(
-                    stream, value, partition, ack_policy, transport, False, key
+                    stream, value, partition, ack_policy, transport, False, key, headers
                 )
             )
             is not None
@@ -835,15 +834,14 @@ class Client:
         """
         publisher = self._require_open()
         if (
-            headers is None
-            and partitioner is None
+            partitioner is None
             and expected_offset is None
             and correlation_id is None
             and ack_wait is None
             and self._tracer is None
             and (
                 fut := publisher.send_plain(
-                    stream, value, partition, ack_policy, transport, False, key
+                    stream, value, partition, ack_policy, transport, False, key, headers
                 )
             )
             is not None

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from test_publish import new_stream, read_back
 
-from liftbridge_client import Client, ClientOptions, Transport
+from liftbridge_client import Client, ClientOptions, Transport, errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.publisher import Publisher
 from liftbridge_client.options import StreamTransport
@@ -96,6 +96,40 @@ async def test_headers_sent_in_one_step_are_stored(
     assert messages[-1].key == b"key"
     for message in messages:
         assert message.headers["subject"] == stream.subject.encode()
+
+
+@ONE_STEP
+async def test_publish_and_publish_nowait_take_the_one_step_path_with_headers(
+    client: Client,
+    stream_names: StreamNames,
+    transport: Transport,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream = await new_stream(client, stream_names)
+    await client.publish(stream.name, b"first", transport=transport)
+    publisher = client._require_open()
+    general = _general_calls(publisher, monkeypatch)
+    # The verbs call send_plain themselves, as send does: no keyword dict, no send_direct.
+    via_kw: list[str] = []
+    send_direct = publisher.send_direct
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        via_kw.append(args[0])
+        return send_direct(*args, **kwargs)
+
+    monkeypatch.setattr(publisher, "send_direct", spy)
+    ack = await client.publish(stream.name, b"p", headers=HEADERS[1], transport=transport)
+    future = client.publish_nowait(stream.name, b"n", headers=HEADERS[2], transport=transport)
+    assert general == []  # neither went through the queue,
+    assert via_kw == []  # nor through the keyword dict
+    assert ack is not None
+    assert ack.offset == 1
+    assert (await future).offset == 2
+    # Headers the one-step check refuses (a str value) still go the general path, typed.
+    with pytest.raises(errors.InvalidInputError):
+        await client.publish(stream.name, b"x", headers={"h": "str"}, transport=transport)  # type: ignore[dict-item]
+    messages = (await read_back(client, stream.name, 3))[1:]
+    assert [(m.value, _stored(m)) for m in messages] == [(b"p", HEADERS[1]), (b"n", HEADERS[2])]
 
 
 @ONE_STEP
