@@ -11,7 +11,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TypeVar
 
 from liftbridge_client import errors
@@ -99,16 +99,23 @@ class MetadataCache:
 
     # ------------------------------------------------------------ fetching
 
-    def addresses(self) -> list[str]:
-        """Known brokers first (shuffled to spread load), then seeds not among them."""
+    def addresses(self, avoid: Collection[str] = ()) -> list[str]:
+        """Known brokers first (shuffled to spread load), then seeds not among them, and the
+        ``avoid`` addresses last."""
         known = [b.address for b in self._metadata.brokers]
         random.shuffle(known)
-        return known + [s for s in self._seeds if s not in known]
+        ordered = known + [s for s in self._seeds if s not in known]
+        if avoid:
+            ordered = [a for a in ordered if a not in avoid] + [a for a in ordered if a in avoid]
+        return ordered
 
-    async def call_any(self, what: str, fn: Callable[[Stub], Awaitable[T]]) -> T:
-        """Run an RPC that any broker can answer, moving on from unreachable ones."""
+    async def call_any(
+        self, what: str, fn: Callable[[Stub], Awaitable[T]], *, avoid: Collection[str] = ()
+    ) -> T:
+        """Run an RPC that any broker can answer, moving on from unreachable ones (the
+        ``avoid`` addresses are asked last)."""
         last: errors.LiftbridgeError | None = None
-        for address in self.addresses():
+        for address in self.addresses(avoid):
             try:
                 return await call(lambda a=address: fn(self._pool.stub(a)))  # type: ignore[misc]
             except errors.LiftbridgeError as exc:
@@ -121,21 +128,30 @@ class MetadataCache:
         ) from last
 
     async def fetch(
-        self, streams: Sequence[str] = (), groups: Sequence[str] = ()
+        self,
+        streams: Sequence[str] = (),
+        groups: Sequence[str] = (),
+        *,
+        avoid: Collection[str] = (),
     ) -> api_pb2.FetchMetadataResponse:
         req = api_pb2.FetchMetadataRequest(streams=list(streams), groups=list(groups))
         timeout = self._options.rpc_timeout
         return await self.call_any(
-            "FetchMetadata", lambda stub: stub.FetchMetadata(req, timeout=timeout)
+            "FetchMetadata", lambda stub: stub.FetchMetadata(req, timeout=timeout), avoid=avoid
         )
 
-    async def refresh(self) -> Metadata:
-        """Fetch all metadata; concurrent callers share one round trip."""
+    async def refresh(self, *, avoid: Collection[str] = ()) -> Metadata:
+        """Fetch all metadata; concurrent callers share one round trip.
+
+        ``avoid``: brokers to ask only when no other answers. A leader that stopped acking
+        may be cut off from the cluster; it still answers metadata, from the view it had
+        (itself the leader) while the others elect a new one, so ask them first.
+        """
         generation = self._generation
         async with self._lock:
             if self._generation != generation:
                 return self._metadata  # someone refreshed while we waited
-            self._metadata = metadata_from_proto(await self.fetch())
+            self._metadata = metadata_from_proto(await self.fetch(avoid=avoid))
             self._generation += 1
             await self._drop_departed()
             return self._metadata

@@ -145,14 +145,14 @@ class Publisher:
             else None
         )
         # A NATS publish that gets no ack is silence, not an answer: ask the metadata why.
+        # A gRPC one makes its leader suspect: the metadata is refreshed around it.
         self._timeouts = TimeoutCheck(
             refresh=metadata.refresh,
             current=lambda: metadata.current,
             spawn=tasks.spawn,
             clock=self._loop.time,
         )
-        if nats is not None:
-            self._correlator.on_timeout = self._timeouts.take
+        self._correlator.on_timeout = self._timeouts.take
         self._transport = options.transport or (_NATS if nats is not None else Transport.GRPC)
         # What the routes share (`_publish.item.Slots`): correlation ids, the ack wait.
         self.cid_prefix = secrets.token_hex(8) + "-"

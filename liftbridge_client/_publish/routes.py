@@ -300,7 +300,7 @@ class LeaderRoute:
                 if retry_at is not None:
                     self._park(item, retry_at)
                     return
-                await self._metadata.refresh()  # the leader may have moved
+                await self._metadata.refresh(avoid=(address,))  # the leader may have moved
                 address = await self._metadata.leader_address(item.stream, item.partition)
                 if (retry_at := outages.retry_at(address)) is not None:
                     self._park(item, retry_at)

@@ -21,13 +21,21 @@ so the check is shared: expiring publishes join the one check in flight, and its
 answer serves every publish that expires within `TTL` seconds after it. A burst of
 1000 timeouts costs one FetchMetadata. The check waits at most `CHECK_TIMEOUT`
 seconds; when it fails, the publishes get their `AckTimeoutError` with the reason.
+
+The check asks the other brokers before the partition's leader: a leader cut off from
+the rest of the cluster still answers metadata from its old view (itself the leader).
+A gRPC publish that times out keeps its `AckTimeoutError` (gRPC answers what NATS leaves
+silent, so the leader is slow or cut off), but its leader is suspect in the same way:
+the metadata is refreshed from the other brokers, so the next publishes go to the
+leader they elect instead of the old one until the periodic refresh.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 
 from liftbridge_client import errors
 from liftbridge_client._publish.acks import AckFuture
@@ -123,7 +131,8 @@ def diagnose(
 class TimeoutCheck:
     """Settles timed-out NATS publishes with `diagnose`'s error, one check per burst.
 
-    ``refresh`` fetches fresh metadata (the client's `MetadataCache.refresh`),
+    ``refresh`` fetches fresh metadata, asking the ``avoid`` brokers last (the client's
+    `MetadataCache.refresh`),
     ``current`` gives the cached metadata, ``spawn`` starts the check as a
     supervised task, ``clock`` is the event loop's time.
     """
@@ -131,7 +140,7 @@ class TimeoutCheck:
     def __init__(
         self,
         *,
-        refresh: Callable[[], Awaitable[Metadata]],
+        refresh: Callable[..., Awaitable[Metadata]],
         current: Callable[[], Metadata],
         spawn: Callable[..., TaskHandle],
         clock: Callable[[], float],
@@ -147,11 +156,19 @@ class TimeoutCheck:
         self._answer: tuple[float, Metadata, Metadata] | None = None
         self._closed = False
         self.checks = 0  # metadata checks made (tests count them)
+        # The refresh for a gRPC publish's timeout, and when the last one started.
+        self._suspect_task: TaskHandle | None = None
+        self._suspected_at = float("-inf")
 
     def take(self, fut: AckFuture, exc: errors.AckTimeoutError) -> bool:
         """Settle ``fut`` (timed out with ``exc``) later or now; False: not a NATS publish."""
         expect = fut.expect
-        if expect is None or self._closed:
+        if self._closed:
+            return False
+        if expect is None:
+            address = getattr(fut.owner, "address", None)  # a gRPC publish's leader
+            if type(address) is str:
+                self._suspect(address)
             return False
         stream, subject = expect
         answer = self._answer
@@ -167,14 +184,37 @@ class TimeoutCheck:
         self._waiting.append((fut, exc, stream, subject))
         return True
 
+    def _suspect(self, address: str) -> None:
+        """Refresh the metadata from the brokers other than ``address`` (at most one
+        refresh in flight, and one per `TTL`)."""
+        now = self._clock()
+        if self._suspect_task is not None or now - self._suspected_at < TTL:
+            return
+        self._suspected_at = now
+        with contextlib.suppress(RuntimeError):  # raised when the client's tasks are stopping
+            self._suspect_task = self._spawn(
+                self._refresh_around, address, name="lb-ack-timeout-refresh"
+            )
+
+    async def _refresh_around(self, address: str) -> None:
+        try:
+            self.checks += 1
+            async with asyncio.timeout(CHECK_TIMEOUT):
+                await self._refresh(avoid=(address,))
+        except (errors.LiftbridgeError, TimeoutError) as exc:
+            log.debug("metadata refresh after a gRPC ack timeout failed: %r", exc)
+        finally:
+            self._suspect_task = None
+
     async def _check(self) -> None:
         before = self._before or self._current()
         after: Metadata | None = None
         failure: BaseException | None = None
         try:
             self.checks += 1
+            avoid = _leaders(before, [(stream, subject) for _, _, stream, subject in self._waiting])
             async with asyncio.timeout(CHECK_TIMEOUT):
-                after = await self._refresh()
+                after = await self._refresh(avoid=avoid)
         except (errors.LiftbridgeError, TimeoutError) as check_exc:
             failure = check_exc
         finally:
@@ -203,9 +243,26 @@ class TimeoutCheck:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
+        suspect, self._suspect_task = self._suspect_task, None
+        if suspect is not None:
+            suspect.cancel()
         waiting, self._waiting = self._waiting, []
         for fut, exc, _, _ in waiting:
             _settle(fut, exc)
+
+
+def _leaders(metadata: Metadata, publishes: Collection[tuple[str, str]]) -> frozenset[str]:
+    """The addresses of the leaders of the partitions these (stream, subject) went to."""
+    found: set[str] = set()
+    for stream, subject in publishes:
+        pid, _ = _partition_of(stream, subject, metadata)
+        if pid is None:
+            continue
+        leader = metadata.streams[stream].partitions[pid].leader
+        broker = metadata.broker(leader) if leader else None
+        if broker is not None:
+            found.add(broker.address)
+    return frozenset(found)
 
 
 def _settle(fut: AckFuture, exc: BaseException) -> None:

@@ -8,6 +8,7 @@ pytest puts this directory on sys.path, and mypy checks it as a top-level module
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -60,6 +61,7 @@ class FakeMetadata:
         self.gate = asyncio.Event()
         self.gate.set()
         self.refreshes = 0
+        self.avoided: list[tuple[str, ...]] = []  # each refresh's ``avoid``, sorted
 
     async def stream(self, name: str) -> StreamInfo:
         await self.gate.wait()
@@ -78,8 +80,9 @@ class FakeMetadata:
     def cached_leader_address(self, stream: str, partition: int) -> str | None:
         return self.address if stream in self.current.streams else None
 
-    async def refresh(self) -> Metadata:
+    async def refresh(self, *, avoid: Collection[str] = ()) -> Metadata:
         self.refreshes += 1
+        self.avoided.append(tuple(sorted(avoid)))
         return self.current
 
     def addresses(self) -> list[str]:

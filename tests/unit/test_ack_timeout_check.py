@@ -11,7 +11,7 @@ from liftbridge_client import errors
 from liftbridge_client._publish.acks import AckFuture, Correlator
 from liftbridge_client._publish.timeouts import TimeoutCheck, diagnose
 from liftbridge_client._util.tasks import TaskSupervisor
-from liftbridge_client.models import Metadata, PartitionInfo, StreamInfo
+from liftbridge_client.models import Broker, Metadata, PartitionInfo, StreamInfo
 
 
 def _meta(
@@ -29,7 +29,8 @@ def _meta(
         )
         for pid in (0, 1)
     }
-    return Metadata(brokers=(), streams={"s": StreamInfo("s", subject, parts)})
+    brokers = tuple(Broker(b, "127.0.0.1", port) for b, port in (("n1", 9001), ("n2", 9002)))
+    return Metadata(brokers=brokers, streams={"s": StreamInfo("s", subject, parts)})
 
 
 TIMEOUT = errors.AckTimeoutError("no ack for correlation id 'c' within 0.5s")
@@ -76,9 +77,11 @@ class _Refresh:
         self.answer = answer
         self.delay = delay
         self.calls = 0
+        self.avoided: list[tuple[str, ...]] = []
 
-    async def __call__(self) -> Metadata:
+    async def __call__(self, *, avoid: tuple[str, ...] | frozenset[str] = ()) -> Metadata:
         self.calls += 1
+        self.avoided.append(tuple(sorted(avoid)))
         await asyncio.sleep(self.delay)
         if isinstance(self.answer, BaseException):
             raise self.answer
@@ -145,13 +148,82 @@ async def test_failed_check_keeps_the_timeout_and_says_why(supervisor: TaskSuper
     assert e.value.__cause__ is cause
 
 
-async def test_grpc_publishes_are_not_checked(supervisor: TaskSupervisor) -> None:
+async def test_the_check_asks_the_other_brokers_before_the_leader(
+    supervisor: TaskSupervisor,
+) -> None:
+    # A leader cut off from the cluster answers metadata from its old view: asked first,
+    # it would say it still leads, and every publish would keep going to it.
+    refresh = _Refresh(_meta(leader="n2"))
+    correlator, _ = _setup(supervisor, refresh)
+    with pytest.raises(errors.NotLeaderError, match="moved from n1 to n2"):
+        await _send(correlator, "a", 0.01)
+    assert refresh.avoided == [("127.0.0.1:9001",)]  # n1, the leader the client knew
+
+
+class _Stream:
+    """What a gRPC publish's future is owned by: the PublishAsync stream to its leader."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+
+async def test_a_grpc_timeout_keeps_its_error_and_refreshes_around_its_leader(
+    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("liftbridge_client._publish.timeouts.TTL", 60.0)
+    refresh = _Refresh(_meta(leader="n2"), delay=0.0)
+    correlator, check = _setup(supervisor, refresh)
+    futs = []
+    for i in range(50):
+        fut = _send(correlator, f"g{i}", 0.01, nats=False)
+        fut.owner = _Stream("127.0.0.1:9001")
+        futs.append(fut)
+    outcomes = await asyncio.gather(*futs, return_exceptions=True)
+    # gRPC answers what NATS leaves silent: the timeout itself is the news, kept as it is.
+    assert all(type(o) is errors.AckTimeoutError for o in outcomes)
+    await asyncio.sleep(0.05)
+    assert refresh.avoided == [("127.0.0.1:9001",)]  # one refresh for the burst
+    assert check.checks == 1
+
+
+async def test_grpc_timeouts_refresh_again_after_the_ttl(
+    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("liftbridge_client._publish.timeouts.TTL", 0.05)
+    refresh = _Refresh(_meta(), delay=0.0)
+    correlator, _ = _setup(supervisor, refresh)
+    for address in ("127.0.0.1:9001", "127.0.0.1:9002"):
+        fut = _send(correlator, address, 0.01, nats=False)
+        fut.owner = _Stream(address)
+        with pytest.raises(errors.AckTimeoutError):
+            await fut
+        await asyncio.sleep(0.1)
+    assert refresh.avoided == [("127.0.0.1:9001",), ("127.0.0.1:9002",)]
+
+
+async def test_a_timeout_without_a_known_leader_is_left_alone(supervisor: TaskSupervisor) -> None:
     refresh = _Refresh(_meta(paused=True))
     correlator, _ = _setup(supervisor, refresh)
     with pytest.raises(errors.AckTimeoutError) as e:
-        await _send(correlator, "a", 0.01, nats=False)
+        await _send(correlator, "a", 0.01, nats=False)  # no owner: written nowhere yet
     assert type(e.value) is errors.AckTimeoutError
+    await asyncio.sleep(0.05)
     assert refresh.calls == 0
+
+
+async def test_a_failed_grpc_refresh_is_quiet_and_retried_later(
+    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("liftbridge_client._publish.timeouts.TTL", 0.05)
+    refresh = _Refresh(errors.NoBrokerAvailableError("no broker reachable"), delay=0.0)
+    correlator, _ = _setup(supervisor, refresh)
+    for i in range(2):
+        fut = _send(correlator, f"f{i}", 0.01, nats=False)
+        fut.owner = _Stream("127.0.0.1:9001")
+        with pytest.raises(errors.AckTimeoutError):
+            await fut
+        await asyncio.sleep(0.1)
+    assert refresh.calls == 2
 
 
 async def test_close_settles_the_waiting(supervisor: TaskSupervisor) -> None:

@@ -71,6 +71,22 @@ async def test_concurrent_refreshes_share_one_round_trip(cluster: FakeCluster) -
     assert len(cluster.calls_of("FetchMetadata")) == 1
 
 
+async def test_a_refresh_asks_the_avoided_brokers_last(cluster: FakeCluster) -> None:
+    """A leader cut off from the cluster still answers metadata from its old view, so a
+    refresh made because it stopped acking asks the others first (and it only when none
+    of them answers)."""
+    cache = cluster.metadata_cache(OPTIONS)
+    await cache.refresh()  # both brokers known: the order is shuffled from here
+    cluster.calls.clear()
+    for _ in range(20):
+        await cache.refresh(avoid=(cluster.address("b"),))
+    assert {broker for broker, _ in cluster.calls_of("FetchMetadata")} == {"a"}
+    cluster.calls.clear()
+    cluster.fail("FetchMetadata", grpc.StatusCode.UNAVAILABLE, "down", broker="a")
+    await cache.refresh(avoid=(cluster.address("b"),))
+    assert [broker for broker, _ in cluster.calls_of("FetchMetadata")] == ["a", "b"]
+
+
 async def test_leader_and_replica_addresses(cluster: FakeCluster) -> None:
     cache = cluster.metadata_cache(OPTIONS)
     assert await cache.leader_address("s", 0) == cluster.address("b")

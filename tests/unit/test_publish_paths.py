@@ -301,6 +301,20 @@ async def test_grpc_request_and_ack(rig: Rig) -> None:
     assert [r.value for r in call.written] == [b"v", b"w"]
 
 
+async def test_a_grpc_ack_timeout_refreshes_the_metadata_around_its_leader() -> None:
+    # Its leader may be cut off from the cluster and still think it leads: the next
+    # publishes should find the leader the others elected, asked of them.
+    rig = await make_rig(with_nats=False)
+    try:
+        with pytest.raises(errors.AckTimeoutError) as info:
+            await rig.publisher.publish("s", b"v", transport=Transport.GRPC, ack_wait=0.05)
+        assert type(info.value) is errors.AckTimeoutError  # the error itself stays as it was
+        await wait_until(lambda: rig.md.avoided, what="the refresh")
+        assert rig.md.avoided == [(rig.md.address,)]
+    finally:
+        await rig.close()
+
+
 async def test_grpc_none_resolves_once_written(rig: Rig) -> None:
     got = await rig.publisher.publish(
         "s", b"v", transport=Transport.GRPC, ack_policy=AckPolicy.NONE
