@@ -78,6 +78,9 @@ class Active:
     targets: list[str]
     undo: list[Callable[[], None]] = field(default_factory=list)
     detail: dict[str, object] = field(default_factory=dict)
+    # The history time of its start event, once every rule is in place: what the checkers
+    # measure from (a publish invoked before it may still reach the old leader).
+    started: float = 0.0
 
 
 class Nemesis:
@@ -189,9 +192,10 @@ class Nemesis:
         else:
             self._apply(kind, leader, follower, others, active)
         active.detail["rules"] = [" ".join(rule) for rule in self.firewall.rules]
-        self.history.emit(
+        event = self.history.emit(
             "nemesis", f="start", value=kind, data={"targets": active.targets, **active.detail}
         )
+        active.started = event.t
         return active
 
     def _apply(

@@ -166,7 +166,6 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
         try:
             await asyncio.sleep(args.warmup_s)
             for _cycle in range(args.cycles):
-                split_t = history.now()
                 active = await nemesis.start(args.kind)
                 probe = None
                 if args.kind in ROUTED_KINDS:
@@ -177,7 +176,9 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
                 try:
                     await asyncio.sleep(args.fault_s)
                     if args.kind in ROUTED_KINDS:
-                        await hold_split(history, streams, started=split_t)
+                        # From the start event, as the checker counts: a publish invoked
+                        # while the rules went in can be acked by the old leader.
+                        await hold_split(history, streams, started=active.started)
                 finally:
                     if probe is not None:
                         probe.cancel()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import pytest
 from faults import fault_check
 from faults.fault_checkers import PROBE, acked_since, check, unexpected
 from faults.fault_history import Event, Recorder, load, parse
+from faults.fault_runner import hold_split
+from faults.fault_workloads import Streams
 
 S, E = "plain", "eo"
 
@@ -402,3 +405,25 @@ def test_acked_since_counts_only_publishes_invoked_after_the_split() -> None:
     assert acked_since(history, S, 2.0) == {0: 4.0}  # not the probe's 2.5
     history[6] = ev(1.9, "invoke", process="p-0", f="publish", stream=S, partition=0, value="b")
     assert acked_since(sorted(history, key=lambda e: e.t), S, 2.0) == {}
+
+
+async def test_the_runner_holds_a_split_by_the_checkers_count(tmp_path: Path) -> None:
+    """The runner keeps a split until the majority acked every partition, counted from the
+    nemesis start event as the checker counts. Counted from before the rules went in, an ack
+    for a publish invoked meanwhile (from the old leader) ended the hold, and the checker,
+    rightly not counting it, failed the round: CI's `majority-unavailable` of 2026-11-26."""
+    recorder = Recorder(tmp_path / "history.jsonl")
+    streams = Streams(S, 1, E, 1)
+    recorder.events += [
+        ev(1.9, "invoke", process="p-0", f="publish", stream=S, partition=0, value="a"),
+        ev(2.0, "nemesis", f="start", value="split-leader"),
+        ev(2.1, "ok", process="p-0", f="publish", stream=S, partition=0, offset=0, value="a"),
+    ]
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(hold_split(recorder, streams, started=2.0), 1.2)
+    recorder.events += [
+        ev(2.2, "invoke", process="p-0", f="publish", stream=S, partition=0, value="b"),
+        ev(4.0, "ok", process="p-0", f="publish", stream=S, partition=0, offset=1, value="b"),
+    ]
+    await asyncio.wait_for(hold_split(recorder, streams, started=2.0), 1.2)
+    recorder.close()
