@@ -22,12 +22,15 @@ answer serves every publish that expires within `TTL` seconds after it. A burst 
 1000 timeouts costs one FetchMetadata. The check waits at most `CHECK_TIMEOUT`
 seconds; when it fails, the publishes get their `AckTimeoutError` with the reason.
 
-The check asks the other brokers before the partition's leader: a leader cut off from
-the rest of the cluster still answers metadata from its old view (itself the leader).
+The check asks the other brokers before the partition's leader, and before the suspects
+below: a broker cut off from the rest of the cluster still answers metadata from its old
+view (itself the leader).
 A gRPC publish that times out keeps its `AckTimeoutError` (gRPC answers what NATS leaves
-silent, so the leader is slow or cut off), but its leader is suspect in the same way:
-the metadata is refreshed from the other brokers, so the next publishes go to the
-leader they elect instead of the old one until the periodic refresh.
+silent, so the leader is slow or cut off), but its leader becomes suspect for
+`SUSPECT_S` seconds: the metadata is refreshed from the other brokers at once, and again
+every `RECHECK_S` while the answer still names a suspect as a leader (the others may not
+have elected a new one yet), so the next publishes go to the leader they elect instead
+of the old one until the periodic refresh.
 """
 
 from __future__ import annotations
@@ -44,10 +47,12 @@ from liftbridge_client.models import Metadata
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CHECK_TIMEOUT", "TTL", "TimeoutCheck", "diagnose"]
+__all__ = ["CHECK_TIMEOUT", "RECHECK_S", "SUSPECT_S", "TTL", "TimeoutCheck", "diagnose"]
 
 TTL = 1.0  # seconds a check's answer serves later timeouts
 CHECK_TIMEOUT = 2.0  # bound on the metadata check (the caller waits for it)
+SUSPECT_S = 10.0  # seconds a leader stays suspect after a gRPC publish to it timed out
+RECHECK_S = 1.0  # between metadata refreshes while a suspect still leads in the answer
 
 # What an ack timeout over NATS may still mean once the partition looks healthy.
 _REMAINING = (
@@ -156,9 +161,10 @@ class TimeoutCheck:
         self._answer: tuple[float, Metadata, Metadata] | None = None
         self._closed = False
         self.checks = 0  # metadata checks made (tests count them)
-        # The refresh for a gRPC publish's timeout, and when the last one started.
+        # Leaders a gRPC publish timed out on, each until when, and the task refreshing
+        # the metadata around them.
+        self._suspects: dict[str, float] = {}
         self._suspect_task: TaskHandle | None = None
-        self._suspected_at = float("-inf")
 
     def take(self, fut: AckFuture, exc: errors.AckTimeoutError) -> bool:
         """Settle ``fut`` (timed out with ``exc``) later or now; False: not a NATS publish."""
@@ -185,24 +191,37 @@ class TimeoutCheck:
         return True
 
     def _suspect(self, address: str) -> None:
-        """Refresh the metadata from the brokers other than ``address`` (at most one
-        refresh in flight, and one per `TTL`)."""
-        now = self._clock()
-        if self._suspect_task is not None or now - self._suspected_at < TTL:
-            return
-        self._suspected_at = now
-        with contextlib.suppress(RuntimeError):  # raised when the client's tasks are stopping
-            self._suspect_task = self._spawn(
-                self._refresh_around, address, name="lb-ack-timeout-refresh"
-            )
+        """Suspect ``address`` for `SUSPECT_S` more seconds; refresh around it (one task)."""
+        self._suspects[address] = self._clock() + SUSPECT_S
+        if self._suspect_task is None:
+            with contextlib.suppress(RuntimeError):  # raised when the client's tasks stop
+                self._suspect_task = self._spawn(
+                    self._refresh_around_suspects, name="lb-ack-timeout-refresh"
+                )
 
-    async def _refresh_around(self, address: str) -> None:
+    def _live_suspects(self) -> frozenset[str]:
+        """The suspects whose time has not run out (the others are forgotten)."""
+        now = self._clock()
+        for address in [a for a, until in self._suspects.items() if until <= now]:
+            del self._suspects[address]
+        return frozenset(self._suspects)
+
+    async def _refresh_around_suspects(self) -> None:
+        """Refresh the metadata from the other brokers until no suspect leads in the answer
+        (the cluster has elected others), or none is suspect any more. A suspect stays one
+        for its whole time even so: asked, it would still name itself."""
         try:
-            self.checks += 1
-            async with asyncio.timeout(CHECK_TIMEOUT):
-                await self._refresh(avoid=(address,))
-        except (errors.LiftbridgeError, TimeoutError) as exc:
-            log.debug("metadata refresh after a gRPC ack timeout failed: %r", exc)
+            while suspects := self._live_suspects():
+                self.checks += 1
+                try:
+                    async with asyncio.timeout(CHECK_TIMEOUT):
+                        answer = await self._refresh(avoid=tuple(sorted(suspects)))
+                except (errors.LiftbridgeError, TimeoutError) as exc:
+                    log.debug("metadata refresh around suspect leaders failed: %r", exc)
+                else:
+                    if not suspects & _leader_addresses(answer):
+                        return
+                await asyncio.sleep(RECHECK_S)
         finally:
             self._suspect_task = None
 
@@ -212,7 +231,10 @@ class TimeoutCheck:
         failure: BaseException | None = None
         try:
             self.checks += 1
+            # The leaders these publishes went to, and the suspects: a broker cut off from
+            # the cluster answers from its old view, whichever it is.
             avoid = _leaders(before, [(stream, subject) for _, _, stream, subject in self._waiting])
+            avoid |= self._live_suspects()
             async with asyncio.timeout(CHECK_TIMEOUT):
                 after = await self._refresh(avoid=avoid)
         except (errors.LiftbridgeError, TimeoutError) as check_exc:
@@ -243,6 +265,7 @@ class TimeoutCheck:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
+        self._suspects.clear()
         suspect, self._suspect_task = self._suspect_task, None
         if suspect is not None:
             suspect.cancel()
@@ -263,6 +286,17 @@ def _leaders(metadata: Metadata, publishes: Collection[tuple[str, str]]) -> froz
         if broker is not None:
             found.add(broker.address)
     return frozenset(found)
+
+
+def _leader_addresses(metadata: Metadata) -> set[str]:
+    """The addresses of every partition leader ``metadata`` names."""
+    found: set[str] = set()
+    for info in metadata.streams.values():
+        for part in info.partitions.values():
+            broker = metadata.broker(part.leader) if part.leader else None
+            if broker is not None:
+                found.add(broker.address)
+    return found
 
 
 def _settle(fut: AckFuture, exc: BaseException) -> None:

@@ -12,6 +12,7 @@ from liftbridge_client._publish.acks import AckFuture, Correlator
 from liftbridge_client._publish.timeouts import TimeoutCheck, diagnose
 from liftbridge_client._util.tasks import TaskSupervisor
 from liftbridge_client.models import Broker, Metadata, PartitionInfo, StreamInfo
+from liftbridge_client.testing import wait_until
 
 
 def _meta(
@@ -168,9 +169,8 @@ class _Stream:
 
 
 async def test_a_grpc_timeout_keeps_its_error_and_refreshes_around_its_leader(
-    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
+    supervisor: TaskSupervisor,
 ) -> None:
-    monkeypatch.setattr("liftbridge_client._publish.timeouts.TTL", 60.0)
     refresh = _Refresh(_meta(leader="n2"), delay=0.0)
     correlator, check = _setup(supervisor, refresh)
     futs = []
@@ -186,19 +186,135 @@ async def test_a_grpc_timeout_keeps_its_error_and_refreshes_around_its_leader(
     assert check.checks == 1
 
 
-async def test_grpc_timeouts_refresh_again_after_the_ttl(
+class _Answers(_Refresh):
+    """Answers these metadata in turn, then the last one again."""
+
+    def __init__(self, *answers: Metadata | BaseException) -> None:
+        super().__init__(answers[0], delay=0.0)
+        self.answers = list(answers)
+
+    async def __call__(self, *, avoid: tuple[str, ...] | frozenset[str] = ()) -> Metadata:
+        self.answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return await super().__call__(avoid=avoid)
+
+
+def _grpc_timeout(correlator: Correlator, cid: str, address: str) -> AckFuture:
+    fut = _send(correlator, cid, 0.01, nats=False)
+    fut.owner = _Stream(address)
+    return fut
+
+
+N1, N2 = "127.0.0.1:9001", "127.0.0.1:9002"
+
+
+async def test_while_the_answer_still_names_the_suspect_the_metadata_is_asked_again(
     supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("liftbridge_client._publish.timeouts.TTL", 0.05)
+    # The others have not elected a new leader yet: ask again until they have, so that
+    # the publishes made meanwhile stop going to the old leader.
+    monkeypatch.setattr("liftbridge_client._publish.timeouts.RECHECK_S", 0.02)
+    refresh = _Answers(_meta(), _meta(), _meta(leader="n2"))
+    correlator, _ = _setup(supervisor, refresh)
+    with pytest.raises(errors.AckTimeoutError):
+        await _grpc_timeout(correlator, "a", N1)
+    await wait_until(lambda: refresh.calls >= 3, what="three refreshes")
+    await asyncio.sleep(0.1)
+    assert refresh.avoided == [(N1,)] * 3  # and none after the answer named n2
+
+
+async def test_a_suspect_that_keeps_leading_is_dropped_after_suspect_s(
+    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A leader that is only slow keeps its partitions: the re-asking ends.
+    monkeypatch.setattr("liftbridge_client._publish.timeouts.RECHECK_S", 0.02)
+    monkeypatch.setattr("liftbridge_client._publish.timeouts.SUSPECT_S", 0.2)
     refresh = _Refresh(_meta(), delay=0.0)
     correlator, _ = _setup(supervisor, refresh)
-    for address in ("127.0.0.1:9001", "127.0.0.1:9002"):
-        fut = _send(correlator, address, 0.01, nats=False)
-        fut.owner = _Stream(address)
-        with pytest.raises(errors.AckTimeoutError):
-            await fut
-        await asyncio.sleep(0.1)
-    assert refresh.avoided == [("127.0.0.1:9001",), ("127.0.0.1:9002",)]
+    with pytest.raises(errors.AckTimeoutError):
+        await _grpc_timeout(correlator, "a", N1)
+    await asyncio.sleep(0.4)
+    calls = refresh.calls
+    assert 2 <= calls <= 12
+    await asyncio.sleep(0.2)
+    assert refresh.calls == calls
+
+
+async def test_failed_refreshes_are_quiet_and_tried_again(
+    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("liftbridge_client._publish.timeouts.RECHECK_S", 0.02)
+    down = errors.NoBrokerAvailableError("no broker reachable")
+    refresh = _Answers(down, TimeoutError(), _meta(leader="n2"))
+    correlator, _ = _setup(supervisor, refresh)
+    with pytest.raises(errors.AckTimeoutError) as info:
+        await _grpc_timeout(correlator, "a", N1)
+    assert type(info.value) is errors.AckTimeoutError
+    await wait_until(lambda: refresh.calls >= 3, what="three refreshes")
+    await asyncio.sleep(0.1)
+    assert refresh.calls == 3
+
+
+async def test_every_suspect_is_avoided_by_the_running_refreshes(
+    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("liftbridge_client._publish.timeouts.RECHECK_S", 0.05)
+    both = Metadata(
+        brokers=_meta().brokers,
+        streams={
+            "s": StreamInfo(
+                "s",
+                "sub",
+                {
+                    0: PartitionInfo("s", 0, "n1", ("n1",), ("n1",)),
+                    1: PartitionInfo("s", 1, "n2", ("n2",), ("n2",)),
+                },
+            )
+        },
+    )
+    refresh = _Answers(both, both, Metadata(brokers=_meta().brokers, streams={}))
+    correlator, check = _setup(supervisor, refresh)
+    with pytest.raises(errors.AckTimeoutError):
+        await _grpc_timeout(correlator, "a", N1)
+    with pytest.raises(errors.AckTimeoutError):
+        await _grpc_timeout(correlator, "b", N2)
+    await wait_until(lambda: refresh.calls >= 3, what="three refreshes")
+    await asyncio.sleep(0.15)
+    assert refresh.avoided[0] == (N1,)
+    assert refresh.avoided[1:] == [(N1, N2)] * (refresh.calls - 1)
+    assert refresh.calls == 3
+    check.close()
+
+
+async def test_the_nats_check_asks_suspects_last_even_once_they_lead_nothing(
+    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # n2 timed out a gRPC publish, and the others have since named n1 the leader. n2, cut
+    # off, still names itself: a NATS check asking it would send the publishes back to it.
+    monkeypatch.setattr("liftbridge_client._publish.timeouts.RECHECK_S", 0.02)
+    refresh = _Refresh(_meta(leader="n1"), delay=0.0)
+    correlator, _ = _setup(supervisor, refresh)
+    with pytest.raises(errors.AckTimeoutError):
+        await _grpc_timeout(correlator, "g", N2)
+    await wait_until(lambda: refresh.calls >= 1, what="the refresh around n2")
+    with pytest.raises(errors.AckTimeoutError):
+        await _send(correlator, "n", 0.01)  # over NATS, to n1 as the client knows
+    assert refresh.avoided == [(N2,), (N1, N2)]
+
+
+async def test_close_stops_the_refreshes(
+    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("liftbridge_client._publish.timeouts.RECHECK_S", 0.02)
+    refresh = _Refresh(_meta(), delay=0.0)
+    correlator, check = _setup(supervisor, refresh)
+    with pytest.raises(errors.AckTimeoutError):
+        await _grpc_timeout(correlator, "a", N1)
+    await wait_until(lambda: refresh.calls >= 1, what="a refresh")
+    check.close()
+    await asyncio.sleep(0.05)
+    calls = refresh.calls
+    await asyncio.sleep(0.1)
+    assert refresh.calls == calls
 
 
 async def test_a_timeout_without_a_known_leader_is_left_alone(supervisor: TaskSupervisor) -> None:
@@ -209,21 +325,6 @@ async def test_a_timeout_without_a_known_leader_is_left_alone(supervisor: TaskSu
     assert type(e.value) is errors.AckTimeoutError
     await asyncio.sleep(0.05)
     assert refresh.calls == 0
-
-
-async def test_a_failed_grpc_refresh_is_quiet_and_retried_later(
-    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("liftbridge_client._publish.timeouts.TTL", 0.05)
-    refresh = _Refresh(errors.NoBrokerAvailableError("no broker reachable"), delay=0.0)
-    correlator, _ = _setup(supervisor, refresh)
-    for i in range(2):
-        fut = _send(correlator, f"f{i}", 0.01, nats=False)
-        fut.owner = _Stream("127.0.0.1:9001")
-        with pytest.raises(errors.AckTimeoutError):
-            await fut
-        await asyncio.sleep(0.1)
-    assert refresh.calls == 2
 
 
 async def test_close_settles_the_waiting(supervisor: TaskSupervisor) -> None:
