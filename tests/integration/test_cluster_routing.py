@@ -47,16 +47,16 @@ class MetadataRequests:
         call_any = MetadataCache.call_any
 
         async def counting(
-            cache: MetadataCache, what: str, fn: Callable[[Any], Awaitable[Any]]
+            cache: MetadataCache, what: str, fn: Callable[[Any], Awaitable[Any]], **kw: Any
         ) -> Any:
             if what != "FetchMetadata":
-                return await call_any(cache, what, fn)
+                return await call_any(cache, what, fn, **kw)
 
             def counted(stub: Any) -> Awaitable[Any]:
                 self.sent += 1
                 return fn(stub)
 
-            return await call_any(cache, what, counted)
+            return await call_any(cache, what, counted, **kw)
 
         monkeypatch.setattr(MetadataCache, "call_any", counting)
 

@@ -458,10 +458,10 @@ async def test_nats_timeout_burst_is_checked_once(
     refreshes = 0
     refresh = client._metadata.refresh
 
-    async def counting() -> Any:
+    async def counting(**kw: Any) -> Any:
         nonlocal refreshes
         refreshes += 1
-        return await refresh()
+        return await refresh(**kw)
 
     publisher._timeouts._refresh = counting
     futs = [
