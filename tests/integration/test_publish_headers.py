@@ -19,7 +19,7 @@ from liftbridge_client import Client, ClientOptions, Transport, errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.publisher import Publisher
 from liftbridge_client.options import StreamTransport
-from liftbridge_client.testing import Deployment, StreamNames
+from liftbridge_client.testing import Deployment, StreamName, StreamNames
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +65,16 @@ def _general_calls(publisher: Publisher, monkeypatch: pytest.MonkeyPatch) -> lis
     return calls
 
 
+async def _warm_stream(
+    client: Client, stream_names: StreamNames, transport: Transport
+) -> StreamName:
+    """A new stream with one message: the first publish looks the stream up (and over h2
+    opens the leader's stream), so the next ones can take the one-step path."""
+    stream = await new_stream(client, stream_names)
+    await client.publish(stream.name, b"first", transport=transport)
+    return stream
+
+
 def _stored(message: api_pb2.Message) -> dict[str, bytes]:
     return {k: v for k, v in message.headers.items() if k not in _SERVER_HEADERS}
 
@@ -76,9 +86,7 @@ async def test_headers_sent_in_one_step_are_stored(
     transport: Transport,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    stream = await new_stream(client, stream_names)
-    # The first publish looks the stream up (and over h2 opens the leader's stream).
-    await client.publish(stream.name, b"first", transport=transport)
+    stream = await _warm_stream(client, stream_names, transport)
     general = _general_calls(client._require_open(), monkeypatch)
     futures = [
         await client.send(stream.name, b"v%d" % i, headers=headers, transport=transport)
@@ -105,8 +113,7 @@ async def test_publish_and_publish_nowait_take_the_one_step_path_with_headers(
     transport: Transport,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    stream = await new_stream(client, stream_names)
-    await client.publish(stream.name, b"first", transport=transport)
+    stream = await _warm_stream(client, stream_names, transport)
     publisher = client._require_open()
     general = _general_calls(publisher, monkeypatch)
     # The verbs call send_plain themselves, as send does: no keyword dict, no send_direct.
@@ -142,8 +149,7 @@ async def test_the_order_of_header_entries_does_not_matter_to_the_server(
     """The same headers in two insertion orders, each on the one-step path (entries in
     that order) and the general path (an explicit correlation id; protobuf's order): the
     server stores the same map, and acks each."""
-    stream = await new_stream(client, stream_names)
-    await client.publish(stream.name, b"first", transport=transport)
+    stream = await _warm_stream(client, stream_names, transport)
     forward, backward = HEADERS[1], HEADERS[2]
     assert list(forward) == list(reversed(backward))
     general = _general_calls(client._require_open(), monkeypatch)
