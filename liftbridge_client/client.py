@@ -4,7 +4,7 @@
 - `_cluster.admin`: stream administration RPCs.
 - `_publish.publisher.Publisher`: publishing over NATS envelopes or gRPC, ack correlation.
 - `subscription.Subscription`: reading a partition.
-- `_cluster.cursors`: cursor storage.
+- `_cluster.admin`: cursor storage.
 """
 
 from __future__ import annotations
@@ -21,20 +21,18 @@ import nats
 import nats.aio.client
 import nats.errors
 
-from liftbridge_client import errors
+from liftbridge_client import _validate, errors
 from liftbridge_client._cluster import admin as _admin
-from liftbridge_client._cluster import cursors as _cursors
 from liftbridge_client._cluster.feature_probe import FeatureDetector
 from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._publish.acks import PublishFuture
 from liftbridge_client._publish.publisher import Publisher
-from liftbridge_client._transport import probe as _probe
+from liftbridge_client._tasks import TaskSupervisor
+from liftbridge_client._transport import nats as _nats
 from liftbridge_client._transport.grpc import BrokerPool
-from liftbridge_client._transport.nats_connect import abort_nats_transport as _abort_nats_transport
-from liftbridge_client._transport.nats_connect import connect_nats, nats_security_args
-from liftbridge_client._transport.nats_connect import nats_tasks as _nats_tasks
-from liftbridge_client._util import validate as _validate
-from liftbridge_client._util.tasks import TaskSupervisor
+from liftbridge_client._transport.nats import abort_nats_transport as _abort_nats_transport
+from liftbridge_client._transport.nats import connect_nats, nats_security_args
+from liftbridge_client._transport.nats import nats_tasks as _nats_tasks
 from liftbridge_client.activity import ACTIVITY_STREAM, ActivityStream
 from liftbridge_client.features import ServerFeatures
 from liftbridge_client.groups import Consumer, ConsumerOptions
@@ -58,8 +56,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Client"]
 
-_NATS = _probe.Protocol.NATS
-_GRPC = _probe.Protocol.GRPC
+_NATS = _nats.Protocol.NATS
+_GRPC = _nats.Protocol.GRPC
 _NATS_CLOSE_WAIT = 0.5  # seconds nats-py's close() gets before its socket is aborted
 
 
@@ -257,13 +255,13 @@ class Client:
             # Name the cause the libraries do not: probe the addresses that failed.
             nats_stage = bool(self._metadata.current.brokers)
             findings = await (
-                _probe.explain([_probe.nats_address(s) for s in self._nats_servers], _NATS)
+                _nats.explain([_nats.nats_address(s) for s in self._nats_servers], _NATS)
                 if nats_stage
-                else _probe.explain(self._seed_targets(), _GRPC)
+                else _nats.explain(self._seed_targets(), _GRPC)
             )
             where = "NATS" if nats_stage else "the cluster"
             seen = "; ".join(list(self._nats_errors)[-3:])
-            why = f": {_probe.describe(findings)}" if findings else ""
+            why = f": {_nats.describe(findings)}" if findings else ""
             last = f" (NATS errors: {seen})" if seen and not findings else ""
             cause = findings[0].cause if findings and findings[0].cause else None
             raise errors.NoBrokerAvailableError(
@@ -274,10 +272,10 @@ class Client:
             if not isinstance(exc.__cause__, errors.ServerError):
                 raise  # connect_nats said why already
             # Every seed failed at once; grpc-core's words rarely say why: look ourselves.
-            findings = await _probe.explain(self._seed_targets(), _GRPC)
+            findings = await _nats.explain(self._seed_targets(), _GRPC)
             if not findings:
                 raise
-            raise errors.NoBrokerAvailableError(f"{exc}: {_probe.describe(findings)}") from (
+            raise errors.NoBrokerAvailableError(f"{exc}: {_nats.describe(findings)}") from (
                 findings[0].cause or exc.__cause__
             )
         except BaseException as exc:
@@ -1045,15 +1043,13 @@ class Client:
         `subscribe`). Conventionally the offset of the last message processed."""
         self._require_open()
         self._features.check("cursors")
-        await _cursors.set_cursor(
-            self._metadata, self._options, cursor_id, stream, partition, offset
-        )
+        await _admin.set_cursor(self._metadata, self._options, cursor_id, stream, partition, offset)
 
     async def fetch_cursor(self, cursor_id: str, stream: str, *, partition: int = 0) -> int:
         """The cursor's stored offset in a partition (0 by default), or -1 if it has none."""
         self._require_open()
         self._features.check("cursors")
-        return await _cursors.fetch_cursor(
+        return await _admin.fetch_cursor(
             self._metadata, self._options, cursor_id, stream, partition
         )
 

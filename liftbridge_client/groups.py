@@ -18,21 +18,20 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from liftbridge_client import errors
-from liftbridge_client._cluster import cursors as _cursors
-from liftbridge_client._cluster.metadata import MetadataCache
-from liftbridge_client._groups import rpc as _group_rpc
-from liftbridge_client._groups.state import (
+from liftbridge_client import _validate, errors
+from liftbridge_client._cluster import admin as _admin
+from liftbridge_client._cluster import groups as _groups
+from liftbridge_client._cluster.groups import (
     AutoOffset,
     PartitionKey,
     PartitionState,
     diff_assignments,
     start_args,
 )
+from liftbridge_client._cluster.metadata import MetadataCache
+from liftbridge_client._tasks import TaskHandle, TaskSupervisor
 from liftbridge_client._transport.grpc import BrokerPool
-from liftbridge_client._util import validate as _validate
-from liftbridge_client._util.option_fields import OptionalSeconds
-from liftbridge_client._util.tasks import TaskHandle, TaskSupervisor
+from liftbridge_client._validate import OptionalSeconds
 from liftbridge_client.models import Message
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.subscription import Subscription
@@ -175,7 +174,7 @@ class Consumer:
         self._queue: asyncio.Queue[_Item] = asyncio.Queue(opts.max_buffered)
         self._parts: dict[PartitionKey, PartitionState] = {}
         # The coordination loops and partition readers run under one anyio task group of
-        # the consumer's own, as the client's tasks do (_util.tasks says why).
+        # the consumer's own, as the client's tasks do (_tasks says why).
         self._tasks = TaskSupervisor(f"lb-group-{self._group_id}")
         self._readers: dict[PartitionKey, TaskHandle] = {}
         self._revoked: list[PartitionState] = []  # awaiting their last commit
@@ -273,7 +272,7 @@ class Consumer:
                     raise
                 # A previous run with this consumer_id that did not leave: take its place.
                 log.info("%r: still a member from before; leaving and joining again", self)
-                await _group_rpc.leave(
+                await _groups.leave(
                     self._metadata, self._options, self._group_id, self._consumer_id
                 )
                 await self._join()
@@ -346,11 +345,11 @@ class Consumer:
                 log.warning("%r: the commit on close failed: %s", self, exc)
             if leave:
                 try:
-                    await _group_rpc.leave(
+                    await _groups.leave(
                         self._metadata, self._options, self._group_id, self._consumer_id
                     )
                 except errors.LiftbridgeError as exc:
-                    if _group_rpc.is_not_member(exc):
+                    if _groups.is_not_member(exc):
                         # Expired already, or a retried leave whose first try went through.
                         log.debug("%r: not a member any more when leaving: %s", self, exc)
                     else:
@@ -434,7 +433,7 @@ class Consumer:
                 offset = state.to_commit()
                 if offset is None:
                     continue
-                await _cursors.set_cursor(
+                await _admin.set_cursor(
                     self._metadata,
                     self._options,
                     self._cursor_id,
@@ -461,7 +460,7 @@ class Consumer:
     # ------------------------------------------------------------ membership
 
     async def _join(self) -> None:
-        joined = await _group_rpc.join(
+        joined = await _groups.join(
             self._metadata, self._options, self._group_id, self._consumer_id, self._streams
         )
         self._coordinator, self._epoch = joined.coordinator, joined.epoch
@@ -509,7 +508,7 @@ class Consumer:
         while True:
             try:
                 address = await self._coordinator_address()
-                epoch, assignments = await _group_rpc.fetch_assignments(
+                epoch, assignments = await _groups.fetch_assignments(
                     self._pool,
                     self._options,
                     address,
@@ -539,13 +538,13 @@ class Consumer:
         try:
             # Right after a join the coordinator may not have applied it yet: only a
             # second "not a member" in a row means the member was dropped.
-            self._strikes = self._strikes + 1 if _group_rpc.is_not_member(exc) else 0
+            self._strikes = self._strikes + 1 if _groups.is_not_member(exc) else 0
             if self._strikes >= 2:
                 self._strikes = 0
                 log.warning("%r: no longer a member (%s); joining again", self, exc)
                 await self._join_again()
                 return
-            info = await _group_rpc.fetch_group(self._metadata, self._group_id)
+            info = await _groups.fetch_group(self._metadata, self._group_id)
             if info is not None and (info.coordinator, info.epoch) != (
                 self._coordinator,
                 self._epoch,
@@ -562,7 +561,7 @@ class Consumer:
                 log.warning(
                     "%r: coordinator silent for %.1fs (%s); reporting it", self, silence, exc
                 )
-                await _group_rpc.report_coordinator(
+                await _groups.report_coordinator(
                     self._metadata,
                     self._options,
                     self._group_id,
@@ -623,7 +622,7 @@ class Consumer:
 
     async def _read(self, state: PartitionState, generation: int) -> None:
         try:
-            cursor = await _cursors.fetch_cursor(
+            cursor = await _admin.fetch_cursor(
                 self._metadata, self._options, self._cursor_id, state.stream, state.partition
             )
             if state.committed is None and cursor >= 0:

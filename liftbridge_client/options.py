@@ -1,7 +1,7 @@
 """Frozen, validated option objects. Times are float seconds everywhere.
 
 Durations may be given as numbers of seconds or as `datetime.timedelta`; they read back
-as float seconds. Validation happens at construction (`_util.validate`), so a bad value fails
+as float seconds. Validation happens at construction (`_validate`), so a bad value fails
 where it was written, with an `InvalidInputError` naming the field.
 """
 
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from liftbridge_client import _validate
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._util import validate as _validate
-from liftbridge_client._util.option_fields import OptionalSeconds, Seconds
+from liftbridge_client._validate import OptionalSeconds, Seconds
 from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.features import parse_version
 from liftbridge_client.partitioning import KeyPartitioner, Partitioner

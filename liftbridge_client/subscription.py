@@ -2,7 +2,7 @@
 
 A `Subscription` holds one server-streaming Subscribe call at a time. Arguments are
 validated, and the wire request and the meaning of each ending status are decided,
-in `_subscribe.spec` (no IO); this module does the IO: connecting, the handshake,
+in `_subscribe` (no IO); this module does the IO: connecting, the handshake,
 reading, resubscribing, closing.
 """
 
@@ -20,25 +20,22 @@ from typing import TYPE_CHECKING, Self, Unpack
 import grpc
 import grpc.aio
 
-from liftbridge_client import errors
+from liftbridge_client import _subscribe, _validate, errors
 from liftbridge_client._cluster import admin as _admin
 from liftbridge_client._cluster.metadata import Absence, MetadataCache
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._subscribe import reverse as _reverse
-from liftbridge_client._subscribe.reverse import ReverseReader
-from liftbridge_client._subscribe.spec import (
+from liftbridge_client._subscribe import (
     Action,
     Phase,
     Progress,
+    ReverseReader,
     SubscribeArgs,
     SubscribeSpec,
     classify,
 )
-from liftbridge_client._transport.errors_map import map_rpc_error
-from liftbridge_client._transport.grpc import BrokerPool
+from liftbridge_client._transport.grpc import BrokerPool, map_rpc_error
 from liftbridge_client._transport.h2 import ServerStreamCall
 from liftbridge_client._transport.h2.connection import STREAM_WINDOW
-from liftbridge_client._util import validate as _validate
 from liftbridge_client.models import Message, StartPosition, owned_message_from_proto
 from liftbridge_client.options import ClientOptions, StreamTransport
 
@@ -93,9 +90,9 @@ class Subscription:
     the high watermark) down to the oldest message, then ends cleanly
     (`StopPositionReached`); an empty partition ends at once. Servers that honour
     ``SubscribeRequest.reverse`` (master) do it natively; on the others (v1.9.0 ignores
-    the field) the client emulates it with forward windows (`_subscribe.reverse`), which gives the
-    same messages in the same order. Which one a broker does is probed once
-    (`Client.features`).
+    the field) the client emulates it with forward windows
+    (`_subscribe.ReverseReader`), which gives the same messages in the same order. Which
+    one a broker does is probed once (`Client.features`).
     """
 
     def __init__(
@@ -598,7 +595,7 @@ class Subscription:
             top,
             oldest,
         )
-        self._emulated = ReverseReader(self._window, top, oldest, size=_reverse.WINDOW)
+        self._emulated = ReverseReader(self._window, top, oldest, size=_subscribe.WINDOW)
         self._established = True
         self._address = address
         return True

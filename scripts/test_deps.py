@@ -10,7 +10,7 @@ not install) and the NATS and h2 integration files run in it.
     python scripts/test_deps.py [low|high ...] [-- pytest args]
 
 Why: nats-py and h2 are used through private attributes (liftbridge_client/_transport/
-nats_raw.py, nats_connect.py, h2/connection.py), each behind a feature check with a
+nats.py and h2/connection.py), each behind a feature check with a
 fallback; this proves the declared range holds with the fast paths at both ends.
 """
 

@@ -29,8 +29,7 @@ from google.protobuf.message import Message as ProtoMessage
 from liftbridge_client import errors
 from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._transport.errors_map import map_rpc_error
-from liftbridge_client._transport.grpc import BrokerPool, Stub
+from liftbridge_client._transport.grpc import BrokerPool, Stub, map_rpc_error
 from liftbridge_client.features import (
     FEATURES,
     PROBED_RPCS,

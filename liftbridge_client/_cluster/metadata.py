@@ -16,8 +16,8 @@ from typing import TypeVar
 
 from liftbridge_client import errors
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._tasks import TaskHandle
 from liftbridge_client._transport.grpc import BrokerPool, Stub, call, with_retries
-from liftbridge_client._util.tasks import TaskHandle
 from liftbridge_client.models import Metadata, PartitionInfo, StreamInfo, metadata_from_proto
 from liftbridge_client.options import ClientOptions
 

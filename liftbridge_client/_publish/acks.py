@@ -299,7 +299,7 @@ class Correlator:
         self._batch = CallbackBatch(self._loop)
         self.unknown_acks = 0
         # Given each publish whose ack wait ran out, with its AckTimeoutError; True: it
-        # settles the future itself (later, with the cause: _publish.timeouts).
+        # settles the future itself (later, with the cause: _publish.publisher.TimeoutCheck).
         self.on_timeout: Callable[[AckFuture, AckTimeoutError], bool] | None = None
 
     def __len__(self) -> int:

@@ -1,13 +1,67 @@
-"""Publishing: NATS envelopes or gRPC, with acks correlated to futures.
+"""Publishing: a call is checked, queued and sent here.
+
+In order: the per-call arguments and their checks (pure); why a publish got no ack
+(`TimeoutCheck`); and `Publisher`, the queue and its one sender loop. Routes are in
+`_publish.routes`, acks in `_publish.acks`.
+
+Arguments
+---------
+
+The per-call keyword types and their checks.
+
+Pure: no IO. `Publisher` (below) validates every call with these before
+anything is queued, so bad input raises `InvalidInputError` and nothing is sent.
+
+Timeouts
+--------
+
+Why a NATS publish got no ack: one metadata check per burst of ack timeouts.
+
+Over NATS the server answers some publishes with silence where gRPC would answer
+with an error (see docs/concepts.md): a paused partition has nobody subscribed to
+its subject, a read-only one drops the message, and a deleted stream (or partition)
+no longer listens. Left alone, each of these ends in a bare `AckTimeoutError`.
+When a NATS publish's ack wait runs out, `TimeoutCheck` looks at the partition in
+fresh metadata and fails the publish with the error that names the cause,
+chained to the `AckTimeoutError`:
+
+- the stream or partition is gone, or its subject changed: `NotFoundError`;
+- read-only: `ReadonlyPartitionError` (what gRPC raises);
+- paused: `PartitionPausedError` (gRPC would have resumed it);
+- no leader, or another leader than the client knew: `NotLeaderError` (the
+  message may have been lost in the failover);
+- none of these: the `AckTimeoutError`, saying what was ruled out and what
+  remains possible.
+
+Publishes time out together (a paused partition silences every message sent to it),
+so the check is shared: expiring publishes join the one check in flight, and its
+answer serves every publish that expires within `TTL` seconds after it. A burst of
+1000 timeouts costs one FetchMetadata. The check waits at most `CHECK_TIMEOUT`
+seconds; when it fails, the publishes get their `AckTimeoutError` with the reason.
+
+The check asks the other brokers before the partition's leader, and before the suspects
+below: a broker cut off from the rest of the cluster still answers metadata from its old
+view (itself the leader).
+A gRPC publish that times out keeps its `AckTimeoutError` (gRPC answers what NATS leaves
+silent, so the leader is slow or cut off), but its leader becomes suspect for
+`SUSPECT_S` seconds: the metadata is refreshed from the other brokers at once, and again
+every `RECHECK_S` while the answer still names a suspect as a leader (the others may not
+have elected a new one yet), so the next publishes go to the leader they elect instead
+of the old one until the periodic refresh.
+
+Publisher
+---------
+
+Publishing: NATS envelopes or gRPC, with acks correlated to futures.
 
 `Publisher` owns what every publish shares, and asks a route for the rest:
 
 - `partitioning`: which partition a message goes to;
-- `_publish.args`: the checks of each call's arguments (nothing is sent for bad input);
+- the checks of each call's arguments (above; nothing is sent for bad input);
 - `_publish.acks.Correlator`: correlation id -> ack future, ack timeouts, the
   in-flight window (``ClientOptions.max_inflight``);
-- the FIFO queue of `_publish.item.Item` and its one sender task;
-- `_publish.routes`: the ways out, behind one interface (`_publish.item.Route`):
+- the FIFO queue of `_publish.routes.Item` and its one sender task;
+- `_publish.routes`: the ways out, behind one interface (`_publish.routes.Route`):
   `NatsRoute` (enveloped messages on the partition's NATS subject, acks on the
   client's inbox) and `LeaderRoute` (PublishAsync streams, one per partition
   leader, over h2 or grpc.aio).
@@ -15,7 +69,7 @@
 Ordering. A plain publish (at most a key, a few plain headers, a partition, an ack
 policy and a transport) with nothing queued ahead of it and the sender idle takes one
 step in the call (`Publisher.send_plain`, then the route's ``direct``): over NATS it is
-appended to nats-py's outgoing buffer (`_transport.nats_raw.PubBuffer`), over gRPC with the h2
+appended to nats-py's outgoing buffer (`_transport.nats.PubBuffer`), over gRPC with the h2
 transport it goes, serialized, to the PublishAsync stream to its leader (opened
 from the cached metadata if needed; `LeaderRoute.direct`). Every other `publish`, `send`
 and `publish_nowait` call puts one item on a FIFO queue, synchronously, before it
@@ -42,7 +96,7 @@ connection, else gRPC), overridden per call with ``transport=``.
 Silence from the server surfaces after the ack wait (which counts from the call,
 queueing included): over NATS, a publish to a paused partition (it is only
 resumed by gRPC publishes and subscribes) or to a read-only one gets no ack at
-all, and `_publish.timeouts` then checks the partition's metadata, once per
+all, and `TimeoutCheck` (above) then checks the partition's metadata, once per
 burst of timeouts, to raise `PartitionPausedError`, `ReadonlyPartitionError`,
 `NotFoundError` or `NotLeaderError`, else an `AckTimeoutError` that says what
 remains possible. Over gRPC the server resumes a paused partition and refuses a
@@ -54,48 +108,36 @@ as the message is written.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import itertools
 import logging
 import secrets
 from collections import deque
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+from typing import Any, TypedDict
 
 import anyio
 import nats.aio.client
 import nats.errors
 
-from liftbridge_client import errors
+from liftbridge_client import _validate, errors
 from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import AckFuture, Correlator
-from liftbridge_client._publish.args import (
-    FAST_KEYS,
-    INT32_MAX,
-    INT64_MAX,
-    PUBLISH_KEYS,
-    SUBJECT_KEYS,
+from liftbridge_client._publish.routes import (
     Item,
-    PublishArgs,
-    SubjectPublishArgs,
-    ack_policy_arg,
-    as_bytes,
-    correlation_id_arg,
-    headers_arg,
-    reject_unknown,
-    seconds_arg,
+    LeaderRoute,
+    NatsPublisher,
+    NatsRoute,
+    OutageLog,
+    Route,
+    publish_to_subject,
 )
-from liftbridge_client._publish.grpc_route import publish_to_subject
-from liftbridge_client._publish.item import Route
-from liftbridge_client._publish.nats_route import NatsPublisher
-from liftbridge_client._publish.outages import OutageLog
-from liftbridge_client._publish.routes import LeaderRoute, NatsRoute
-from liftbridge_client._publish.timeouts import TimeoutCheck
+from liftbridge_client._tasks import TaskHandle, TaskSupervisor
 from liftbridge_client._transport.grpc import BrokerPool
-from liftbridge_client._util import validate as _validate
-from liftbridge_client._util.tasks import TaskHandle, TaskSupervisor
-from liftbridge_client.models import Ack, AckPolicy, PublishStats, StreamInfo
+from liftbridge_client.envelope import check_header_keys
+from liftbridge_client.models import Ack, AckPolicy, Metadata, PublishStats, StreamInfo
 from liftbridge_client.options import ClientOptions, StreamTransport, Transport
 from liftbridge_client.partitioning import (
     KeyPartitioner,
@@ -104,9 +146,397 @@ from liftbridge_client.partitioning import (
     key_partition,
 )
 
+__all__ = [
+    "CHECK_TIMEOUT",
+    "FAST_KEYS",
+    "INT32_MAX",
+    "INT64_MAX",
+    "PUBLISH_KEYS",
+    "RECHECK_S",
+    "SUBJECT_KEYS",
+    "SUSPECT_S",
+    "TTL",
+    "Item",
+    "Partitioner",
+    "PublishArgs",
+    "PublishOptions",
+    "Publisher",
+    "SubjectOptions",
+    "SubjectPublishArgs",
+    "TimeoutCheck",
+    "ack_policy_arg",
+    "as_bytes",
+    "correlation_id_arg",
+    "diagnose",
+    "headers_arg",
+    "reject_unknown",
+    "seconds_arg",
+]
+
+# ---- Arguments -------------------------------------------------------------------------
+
+INT32_MAX = _validate.INT32_MAX
+INT64_MAX = _validate.INT64_MAX
+
+
+class PublishOptions(TypedDict, total=False):
+    """Per-call publish options but ``ack_policy`` (which decides the result type)."""
+
+    key: bytes | None
+    headers: Mapping[str, bytes] | None
+    partition: int | None  # explicit partition wins over the partitioner
+    partitioner: Partitioner | None  # default: ClientOptions.partitioner; None: partition 0
+    expected_offset: int  # optimistic concurrency; -1 (default) = no check
+    correlation_id: str | None  # default: a fresh unique id
+    transport: Transport | None  # default: the client's
+    ack_wait: float | datetime.timedelta | None  # default: ClientOptions.ack_wait
+
+
+class PublishArgs(PublishOptions, total=False):
+    """Per-call publish options (all keyword-only, all optional)."""
+
+    ack_policy: AckPolicy
+
+
+class SubjectOptions(TypedDict, total=False):
+    """Per-call options of `Client.publish_to_subject` but ``ack_policy``."""
+
+    key: bytes | None
+    headers: Mapping[str, bytes] | None
+    correlation_id: str | None
+    ack_wait: float | datetime.timedelta | None
+
+
+class SubjectPublishArgs(TypedDict, total=False):
+    """Per-call options of `Client.publish_to_subject` (always gRPC)."""
+
+    key: bytes | None
+    headers: Mapping[str, bytes] | None
+    ack_policy: AckPolicy
+    correlation_id: str | None
+    ack_wait: float | datetime.timedelta | None
+
+
+PUBLISH_KEYS = frozenset(PublishArgs.__optional_keys__)
+SUBJECT_KEYS = frozenset(SubjectPublishArgs.__optional_keys__)
+FAST_KEYS = frozenset({"partition", "ack_policy"})
+
+
+# ---------------------------------------------------------------- validation
+
+
+def as_bytes(name: str, value: object) -> bytes:
+    if type(value) is bytes:
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise errors.InvalidInputError(f"{name} must be bytes, got {type(value).__name__}")
+
+
+def headers_arg(headers: object) -> dict[str, bytes] | None:
+    if headers is None:
+        return None
+    if not isinstance(headers, Mapping):
+        raise errors.InvalidInputError(f"headers must be a mapping, got {type(headers).__name__}")
+    out: dict[str, bytes] = {}
+    for name, value in headers.items():
+        if not isinstance(name, str):
+            raise errors.InvalidInputError(f"header names must be str, got {name!r}")
+        _validate.text("header name", name, empty_ok=True)
+        out[name] = as_bytes(f"header {name[:40]!r}", value)
+    check_header_keys(out)  # the server crashes on keys over 32767 bytes
+    return out or None
+
+
+def ack_policy_arg(value: object) -> AckPolicy:
+    if isinstance(value, AckPolicy):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return AckPolicy(value)
+        except ValueError:
+            pass
+    raise errors.InvalidInputError(f"ack_policy must be an AckPolicy, got {value!r}")
+
+
+def seconds_arg(name: str, value: object, default: float) -> float:
+    """Seconds > 0 (a number or a timedelta, see `_validate.seconds`); ``default`` for None."""
+    if value is None:
+        return default
+    return _validate.seconds(name, value)
+
+
+def correlation_id_arg(value: object) -> str:
+    return _validate.text("correlation_id", value)
+
+
+def reject_unknown(kw: Mapping[str, object], known: frozenset[str]) -> None:
+    unknown = kw.keys() - known
+    if unknown:
+        raise errors.InvalidInputError(f"unknown publish argument(s): {', '.join(sorted(unknown))}")
+
+
 log = logging.getLogger(__name__)
 
-__all__ = ["Partitioner", "PublishArgs", "Publisher", "SubjectPublishArgs"]
+
+# ---- Timeouts --------------------------------------------------------------------------
+
+TTL = 1.0  # seconds a check's answer serves later timeouts
+CHECK_TIMEOUT = 2.0  # bound on the metadata check (the caller waits for it)
+SUSPECT_S = 10.0  # seconds a leader stays suspect after a gRPC publish to it timed out
+RECHECK_S = 1.0  # between metadata refreshes while a suspect still leads in the answer
+
+# What an ack timeout over NATS may still mean once the partition looks healthy.
+_REMAINING = (
+    "partition {pid} of stream {stream!r} exists, is writable, not paused, and its leader "
+    "{leader} is the one the client knew, so the message or its ack was lost on the way "
+    "(NATS permissions, a NATS outage, the leader overloaded), or ack_wait is too short for "
+    "the load"
+)
+
+
+def _partition_of(stream: str, subject: str, metadata: Metadata) -> tuple[int | None, str]:
+    """The partition id ``subject`` is on, and the stream's subject ('' if no stream)."""
+    info = metadata.streams.get(stream)
+    if info is None:
+        return None, ""
+    for pid in info.partitions:
+        if info.partition_subject(pid) == subject:
+            return pid, info.subject
+    return None, info.subject
+
+
+def diagnose(
+    exc: errors.AckTimeoutError,
+    stream: str,
+    subject: str,
+    before: Metadata,
+    after: Metadata,
+) -> errors.LiftbridgeError:
+    """The error for a NATS publish to ``subject`` of ``stream`` that timed out with ``exc``.
+
+    ``before`` is the metadata the client had (the route it published on),
+    ``after`` the fresh metadata. Pure: no IO. The result is chained to ``exc``.
+    """
+    where = f"publish to stream {stream!r} on subject {subject!r} over NATS got no ack"
+    result: errors.LiftbridgeError
+    if stream not in after.streams:
+        result = errors.NotFoundError(
+            f"{where}: the stream no longer exists", details="stream not found"
+        )
+    else:
+        pid, stream_subject = _partition_of(stream, subject, after)
+        if pid is None:
+            result = errors.NotFoundError(
+                f"{where}: the stream (now on subject {stream_subject!r}) has no partition "
+                "on that subject",
+                details="No such partition",
+            )
+        else:
+            part = after.streams[stream].partitions[pid]
+            old_info = before.streams.get(stream)
+            old = old_info.partitions.get(pid) if old_info is not None else None
+            if part.readonly:
+                result = errors.ReadonlyPartitionError(
+                    f"{where}: partition {pid} is read-only (the server drops NATS "
+                    "publishes to it without an answer)"
+                )
+            elif part.paused:
+                result = errors.PartitionPausedError(
+                    f"{where}: partition {pid} is paused (nobody receives its NATS subject "
+                    "until it is resumed: publish over gRPC, or subscribe, to resume it)"
+                )
+            elif not part.leader:
+                result = errors.NotLeaderError(
+                    f"{where}: partition {pid} has no leader now; retry once one is elected",
+                    details="no leader",
+                )
+            elif old is not None and old.leader and old.leader != part.leader:
+                result = errors.NotLeaderError(
+                    f"{where}: the leader of partition {pid} moved from {old.leader} to "
+                    f"{part.leader}; the message may have been lost in the failover",
+                    details="leader moved",
+                )
+            else:
+                result = errors.AckTimeoutError(
+                    f"{exc}: {_REMAINING.format(pid=pid, stream=stream, leader=part.leader)}"
+                )
+    result.__cause__ = exc
+    return result
+
+
+class TimeoutCheck:
+    """Settles timed-out NATS publishes with `diagnose`'s error, one check per burst.
+
+    ``refresh`` fetches fresh metadata, asking the ``avoid`` brokers last (the client's
+    `MetadataCache.refresh`),
+    ``current`` gives the cached metadata, ``spawn`` starts the check as a
+    supervised task, ``clock`` is the event loop's time.
+    """
+
+    def __init__(
+        self,
+        *,
+        refresh: Callable[..., Awaitable[Metadata]],
+        current: Callable[[], Metadata],
+        spawn: Callable[..., TaskHandle],
+        clock: Callable[[], float],
+    ) -> None:
+        self._refresh = refresh
+        self._current = current
+        self._spawn = spawn
+        self._clock = clock
+        self._waiting: list[tuple[AckFuture, errors.AckTimeoutError, str, str]] = []
+        self._task: TaskHandle | None = None
+        self._before: Metadata | None = None
+        # The last answer: (until when it serves, metadata before, metadata after).
+        self._answer: tuple[float, Metadata, Metadata] | None = None
+        self._closed = False
+        self.checks = 0  # metadata checks made (tests count them)
+        # Leaders a gRPC publish timed out on, each until when, and the task refreshing
+        # the metadata around them.
+        self._suspects: dict[str, float] = {}
+        self._suspect_task: TaskHandle | None = None
+
+    def take(self, fut: AckFuture, exc: errors.AckTimeoutError) -> bool:
+        """Settle ``fut`` (timed out with ``exc``) later or now; False: not a NATS publish."""
+        expect = fut.expect
+        if self._closed:
+            return False
+        if expect is None:
+            address = getattr(fut.owner, "address", None)  # a gRPC publish's leader
+            if type(address) is str:
+                self._suspect(address)
+            return False
+        stream, subject = expect
+        answer = self._answer
+        if answer is not None and answer[0] > self._clock():
+            _settle(fut, diagnose(exc, stream, subject, answer[1], answer[2]))
+            return True
+        if self._task is None:
+            self._before = self._current()
+            try:
+                self._task = self._spawn(self._check, name="lb-ack-timeout-check")
+            except RuntimeError:  # the client's tasks are stopping: no check any more
+                return False
+        self._waiting.append((fut, exc, stream, subject))
+        return True
+
+    def _suspect(self, address: str) -> None:
+        """Suspect ``address`` for `SUSPECT_S` more seconds; refresh around it (one task)."""
+        self._suspects[address] = self._clock() + SUSPECT_S
+        if self._suspect_task is None:
+            with contextlib.suppress(RuntimeError):  # raised when the client's tasks stop
+                self._suspect_task = self._spawn(
+                    self._refresh_around_suspects, name="lb-ack-timeout-refresh"
+                )
+
+    def _live_suspects(self) -> frozenset[str]:
+        """The suspects whose time has not run out (the others are forgotten)."""
+        now = self._clock()
+        for address in [a for a, until in self._suspects.items() if until <= now]:
+            del self._suspects[address]
+        return frozenset(self._suspects)
+
+    async def _refresh_around_suspects(self) -> None:
+        """Refresh the metadata from the other brokers until no suspect leads in the answer
+        (the cluster has elected others), or none is suspect any more. A suspect stays one
+        for its whole time even so: asked, it would still name itself."""
+        try:
+            while suspects := self._live_suspects():
+                self.checks += 1
+                try:
+                    async with asyncio.timeout(CHECK_TIMEOUT):
+                        answer = await self._refresh(avoid=tuple(sorted(suspects)))
+                except (errors.LiftbridgeError, TimeoutError) as exc:
+                    log.debug("metadata refresh around suspect leaders failed: %r", exc)
+                else:
+                    if not suspects & _leader_addresses(answer):
+                        return
+                await asyncio.sleep(RECHECK_S)
+        finally:
+            self._suspect_task = None
+
+    async def _check(self) -> None:
+        before = self._before or self._current()
+        after: Metadata | None = None
+        failure: BaseException | None = None
+        try:
+            self.checks += 1
+            # The leaders these publishes went to, and the suspects: a broker cut off from
+            # the cluster answers from its old view, whichever it is.
+            avoid = _leaders(before, [(stream, subject) for _, _, stream, subject in self._waiting])
+            avoid |= self._live_suspects()
+            async with asyncio.timeout(CHECK_TIMEOUT):
+                after = await self._refresh(avoid=avoid)
+        except (errors.LiftbridgeError, TimeoutError) as check_exc:
+            failure = check_exc
+        finally:
+            # Whatever happened (cancelled by close included), every waiting publish settles.
+            self._task = None
+            waiting, self._waiting = self._waiting, []
+            if after is not None:
+                self._answer = (self._clock() + TTL, before, after)
+            for fut, exc, stream, subject in waiting:
+                if after is not None:
+                    _settle(fut, diagnose(exc, stream, subject, before, after))
+                elif failure is not None:
+                    plain = errors.AckTimeoutError(
+                        f"{exc} (checking the partition's state failed: {failure})"
+                    )
+                    plain.__cause__ = failure
+                    _settle(fut, plain)
+                else:
+                    _settle(fut, exc)
+        if failure is not None:
+            log.debug("ack timeout check failed: %r", failure)
+
+    def close(self) -> None:
+        """Settle the publishes waiting for a check with their `AckTimeoutError` now."""
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+        self._suspects.clear()
+        suspect, self._suspect_task = self._suspect_task, None
+        if suspect is not None:
+            suspect.cancel()
+        waiting, self._waiting = self._waiting, []
+        for fut, exc, _, _ in waiting:
+            _settle(fut, exc)
+
+
+def _leaders(metadata: Metadata, publishes: Collection[tuple[str, str]]) -> frozenset[str]:
+    """The addresses of the leaders of the partitions these (stream, subject) went to."""
+    found: set[str] = set()
+    for stream, subject in publishes:
+        pid, _ = _partition_of(stream, subject, metadata)
+        if pid is None:
+            continue
+        leader = metadata.streams[stream].partitions[pid].leader
+        broker = metadata.broker(leader) if leader else None
+        if broker is not None:
+            found.add(broker.address)
+    return frozenset(found)
+
+
+def _leader_addresses(metadata: Metadata) -> set[str]:
+    """The addresses of every partition leader ``metadata`` names."""
+    found: set[str] = set()
+    for info in metadata.streams.values():
+        for part in info.partitions.values():
+            broker = metadata.broker(part.leader) if part.leader else None
+            if broker is not None:
+                found.add(broker.address)
+    return found
+
+
+def _settle(fut: AckFuture, exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+
+
+# ---- Publisher -------------------------------------------------------------------------
 
 # The sender gets NATS bytes written this often in a long queue, and lets the ack
 # readers run less often: the queue is bounded by max_inflight, and a sender that
@@ -154,7 +584,7 @@ class Publisher:
         )
         self._correlator.on_timeout = self._timeouts.take
         self._transport = options.transport or (_NATS if nats is not None else Transport.GRPC)
-        # What the routes share (`_publish.item.Slots`): correlation ids, the ack wait.
+        # What the routes share (`_publish.routes.Slots`): correlation ids, the ack wait.
         self.cid_prefix = secrets.token_hex(8) + "-"
         self.cid_counter: Iterator[int] = itertools.count(1)
         self.ack_wait = options.ack_wait

@@ -25,8 +25,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self, TypeVar
 
 from liftbridge_client import errors
-from liftbridge_client._subscribe.spec import SubscribeArgs
-from liftbridge_client._util.tasks import TaskHandle, TaskSupervisor
+from liftbridge_client._subscribe import SubscribeArgs
+from liftbridge_client._tasks import TaskHandle, TaskSupervisor
 from liftbridge_client.exactly_once.framing import Framing
 from liftbridge_client.exactly_once.publisher import UUID_HEADER
 from liftbridge_client.exactly_once.sequencer import (
@@ -202,7 +202,7 @@ class CommittedReader:
         self._uuid_of = uuid_of
         self._queue: asyncio.Queue[object] = asyncio.Queue(queue_size)
         # One feeder per partition, under an anyio task group like every background task
-        # of the client (_util.tasks).
+        # of the client (_tasks).
         self._supervisor = TaskSupervisor("lb-read-committed")
         self._tasks: list[TaskHandle] = []
         self._direct: AsyncGenerator[Message, None] | None = None

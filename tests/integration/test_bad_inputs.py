@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from liftbridge_client import Client, ClientOptions, StartPosition, StreamConfig, Transport, errors
-from liftbridge_client._util.validate import stream_name, stream_subject
+from liftbridge_client._validate import stream_name, stream_subject
 from liftbridge_client.testing import SingleNode
 
 pytestmark = pytest.mark.integration

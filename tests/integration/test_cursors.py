@@ -18,7 +18,7 @@ import grpc.aio
 import pytest
 
 from liftbridge_client import Client, ClientOptions, RetryPolicy, StreamConfig, errors
-from liftbridge_client._cluster.cursors import CURSORS_STREAM, cursor_key, cursors_partition
+from liftbridge_client._cluster.admin import CURSORS_STREAM, cursor_key, cursors_partition
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
 from liftbridge_client.testing import (
     Cluster,

@@ -23,10 +23,10 @@ from liftbridge_client import (
     Message,
     StartPosition,
     StreamConfig,
+    _subscribe,
     errors,
 )
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
-from liftbridge_client._subscribe import reverse as _reverse
 from liftbridge_client.features import FEATURES, State
 from liftbridge_client.testing import Cluster, StreamName, StreamNames
 from liftbridge_client.testing.plugin import VersionedDeployments
@@ -114,7 +114,7 @@ async def test_reverse_reads_newest_first_and_ends_cleanly_on_every_version(
     versioned: tuple[str, Client], stream_names: StreamNames, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     version, client = versioned
-    monkeypatch.setattr(_reverse, "WINDOW", 3)  # several windows from few messages
+    monkeypatch.setattr(_subscribe, "WINDOW", 3)  # several windows from few messages
     empty, full = stream_names(), stream_names()
     await client.create_stream(empty.subject, empty.name)
     await client.create_stream(full.subject, full.name)

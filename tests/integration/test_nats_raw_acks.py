@@ -8,7 +8,7 @@ import nats
 import pytest
 
 from liftbridge_client import Client, envelope
-from liftbridge_client._transport import nats_raw as _nats_raw
+from liftbridge_client._transport import nats as transport_nats
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.testing import Deployment, StreamNames, wait_until
 
@@ -30,7 +30,7 @@ async def test_acks_take_the_raw_route_and_other_traffic_is_untouched(
         assert nc is not None
         assert "parse" in vars(nc._ps)  # and this, that the routed-MSG walk is off
         served = 0
-        real_serve = _nats_raw.serve_routed
+        real_serve = transport_nats.serve_routed
 
         def counting_serve(*args: Any) -> tuple[int, bool]:
             nonlocal served
@@ -39,11 +39,11 @@ async def test_acks_take_the_raw_route_and_other_traffic_is_untouched(
 
         stream = stream_names()
         await client.create_stream(stream.subject, stream.name)
-        _nats_raw.serve_routed = counting_serve  # type: ignore[assignment]
+        transport_nats.serve_routed = counting_serve  # type: ignore[assignment]
         try:
             acks = [await client.publish(stream.name, b"v%d" % i) for i in range(3)]
         finally:
-            _nats_raw.serve_routed = real_serve
+            transport_nats.serve_routed = real_serve
         assert [a.offset for a in acks if a is not None] == [0, 1, 2]
         assert served >= 3  # each ack's read went through the walk
         # Then the sender appends to nats-py's buffer itself (the subject is known now).

@@ -16,7 +16,7 @@ import nats.aio.client
 import pytest
 
 from liftbridge_client import Client, ClientOptions, StartPosition, StreamTransport, Transport
-from liftbridge_client._transport import nats_connect, nats_raw
+from liftbridge_client._transport import nats as transport_nats
 from liftbridge_client._transport.h2 import connection as h2conn
 from liftbridge_client.testing import Deployment, StreamNames
 
@@ -84,8 +84,7 @@ EXPECTED_VALUES = [b"one-%d" % i for i in range(ONE_BY_ONE)] + [
 
 @pytest.fixture
 def fresh_logs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nats_raw, "_logged", set())
-    monkeypatch.setattr(nats_connect, "_logged", set())
+    monkeypatch.setattr(transport_nats, "_logged", set())
     monkeypatch.setattr(h2conn, "_fallback_logged", False)
 
 
@@ -96,7 +95,7 @@ async def test_nats_publishing_with_changed_nats_py_internals(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats_raw")
+    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats")
     monkeypatch.setattr(nats.aio.client, "Client", ChangedNats)
     name, subject = stream_names("natsfallback")
     options = ClientOptions(ack_wait=10.0, transport=Transport.NATS)

@@ -28,7 +28,7 @@ from liftbridge_client import (
     errors,
 )
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
-from liftbridge_client._transport.errors_map import publish_status_error
+from liftbridge_client._transport.grpc import publish_status_error
 from liftbridge_client.options import StreamTransport
 from liftbridge_client.partitioning import KeyPartitioner, RoundRobinPartitioner, key_partition
 from liftbridge_client.testing import (

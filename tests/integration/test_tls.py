@@ -19,7 +19,7 @@ from liftbridge_client import (
     errors,
 )
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._transport.errors_map import map_rpc_error
+from liftbridge_client._transport.grpc import map_rpc_error
 from liftbridge_client._transport.h2 import H2Pool, H2RpcError
 from liftbridge_client.options import StreamTransport
 from liftbridge_client.testing import ServerTLS, SingleNode, StreamNames, TestPKI, make_pki

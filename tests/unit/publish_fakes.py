@@ -17,7 +17,7 @@ from fake_liftbridge import FakeCluster, PublishCall
 from liftbridge_client import envelope, errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.publisher import Publisher
-from liftbridge_client._util.tasks import TaskSupervisor
+from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client.models import Metadata, PartitionInfo, StreamInfo
 from liftbridge_client.options import ClientOptions, StreamTransport
 

@@ -1,4 +1,4 @@
-"""Why a NATS publish got no ack: `_publish.timeouts` (the verdicts, and one check per burst)."""
+"""Why a NATS publish got no ack: `_publish.publisher.TimeoutCheck` (one check per burst)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from liftbridge_client import errors
 from liftbridge_client._publish.acks import AckFuture, Correlator
-from liftbridge_client._publish.timeouts import TimeoutCheck, diagnose
-from liftbridge_client._util.tasks import TaskSupervisor
+from liftbridge_client._publish.publisher import TimeoutCheck, diagnose
+from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client.models import Broker, Metadata, PartitionInfo, StreamInfo
 from liftbridge_client.testing import wait_until
 
@@ -112,7 +112,7 @@ async def test_a_burst_of_timeouts_costs_one_check(
 ) -> None:
     # A TTL no stall can outlast: on a loaded machine the burst's timers once spread over
     # more than the 1 s default (expiry has its own test below).
-    monkeypatch.setattr("liftbridge_client._publish.timeouts.TTL", 60.0)
+    monkeypatch.setattr("liftbridge_client._publish.publisher.TTL", 60.0)
     refresh = _Refresh(_meta(paused=True))
     correlator, check = _setup(supervisor, refresh)
     futs = [_send(correlator, f"c{i}", 0.05) for i in range(1000)]
@@ -130,7 +130,7 @@ async def test_a_burst_of_timeouts_costs_one_check(
 
 
 async def test_answer_expires(supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("liftbridge_client._publish.timeouts.TTL", 0.05)
+    monkeypatch.setattr("liftbridge_client._publish.publisher.TTL", 0.05)
     refresh = _Refresh(_meta(readonly=True), delay=0.0)
     correlator, _ = _setup(supervisor, refresh)
     with pytest.raises(errors.ReadonlyPartitionError):
@@ -212,7 +212,7 @@ async def test_while_the_answer_still_names_the_suspect_the_metadata_is_asked_ag
 ) -> None:
     # The others have not elected a new leader yet: ask again until they have, so that
     # the publishes made meanwhile stop going to the old leader.
-    monkeypatch.setattr("liftbridge_client._publish.timeouts.RECHECK_S", 0.02)
+    monkeypatch.setattr("liftbridge_client._publish.publisher.RECHECK_S", 0.02)
     refresh = _Answers(_meta(), _meta(), _meta(leader="n2"))
     correlator, _ = _setup(supervisor, refresh)
     with pytest.raises(errors.AckTimeoutError):
@@ -226,8 +226,8 @@ async def test_a_suspect_that_keeps_leading_is_dropped_after_suspect_s(
     supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A leader that is only slow keeps its partitions: the re-asking ends.
-    monkeypatch.setattr("liftbridge_client._publish.timeouts.RECHECK_S", 0.02)
-    monkeypatch.setattr("liftbridge_client._publish.timeouts.SUSPECT_S", 0.2)
+    monkeypatch.setattr("liftbridge_client._publish.publisher.RECHECK_S", 0.02)
+    monkeypatch.setattr("liftbridge_client._publish.publisher.SUSPECT_S", 0.2)
     refresh = _Refresh(_meta(), delay=0.0)
     correlator, _ = _setup(supervisor, refresh)
     with pytest.raises(errors.AckTimeoutError):
@@ -242,7 +242,7 @@ async def test_a_suspect_that_keeps_leading_is_dropped_after_suspect_s(
 async def test_failed_refreshes_are_quiet_and_tried_again(
     supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("liftbridge_client._publish.timeouts.RECHECK_S", 0.02)
+    monkeypatch.setattr("liftbridge_client._publish.publisher.RECHECK_S", 0.02)
     down = errors.NoBrokerAvailableError("no broker reachable")
     refresh = _Answers(down, TimeoutError(), _meta(leader="n2"))
     correlator, _ = _setup(supervisor, refresh)
@@ -257,7 +257,7 @@ async def test_failed_refreshes_are_quiet_and_tried_again(
 async def test_every_suspect_is_avoided_by_the_running_refreshes(
     supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("liftbridge_client._publish.timeouts.RECHECK_S", 0.05)
+    monkeypatch.setattr("liftbridge_client._publish.publisher.RECHECK_S", 0.05)
     both = Metadata(
         brokers=_meta().brokers,
         streams={
@@ -290,7 +290,7 @@ async def test_the_nats_check_asks_suspects_last_even_once_they_lead_nothing(
 ) -> None:
     # n2 timed out a gRPC publish, and the others have since named n1 the leader. n2, cut
     # off, still names itself: a NATS check asking it would send the publishes back to it.
-    monkeypatch.setattr("liftbridge_client._publish.timeouts.RECHECK_S", 0.02)
+    monkeypatch.setattr("liftbridge_client._publish.publisher.RECHECK_S", 0.02)
     refresh = _Refresh(_meta(leader="n1"), delay=0.0)
     correlator, _ = _setup(supervisor, refresh)
     with pytest.raises(errors.AckTimeoutError):
@@ -304,7 +304,7 @@ async def test_the_nats_check_asks_suspects_last_even_once_they_lead_nothing(
 async def test_close_stops_the_refreshes(
     supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("liftbridge_client._publish.timeouts.RECHECK_S", 0.02)
+    monkeypatch.setattr("liftbridge_client._publish.publisher.RECHECK_S", 0.02)
     refresh = _Refresh(_meta(), delay=0.0)
     correlator, check = _setup(supervisor, refresh)
     with pytest.raises(errors.AckTimeoutError):

@@ -10,7 +10,7 @@ import pytest
 from fake_liftbridge import FakeCluster
 
 from liftbridge_client import errors
-from liftbridge_client._cluster.cursors import (
+from liftbridge_client._cluster.admin import (
     cursor_key,
     cursors_partition,
     fetch_cursor,

@@ -30,7 +30,7 @@ from test_h2_fastpath import (
 from test_nats_fastparse import Conn as ParserConn
 from test_nats_raw import PendingConn, Sub
 
-from liftbridge_client._transport import nats_connect, nats_raw
+from liftbridge_client._transport import nats as transport_nats
 from liftbridge_client._transport.h2 import connection as h2conn
 
 # ------------------------------------------------------------------ nats-py: acks
@@ -59,7 +59,7 @@ READS = [
 
 async def _deliveries(conn: ParserConn, routed: bool) -> list[tuple[Any, ...]]:
     handler = lambda d: conn.events.append(("msg", 3, d, None))  # noqa: E731
-    assert nats_raw.route_sid(cast(Any, conn), Sub(3), handler) is routed
+    assert transport_nats.route_sid(cast(Any, conn), Sub(3), handler) is routed
     for read in READS:
         await conn._ps.parse(read)
     return conn.events
@@ -68,8 +68,7 @@ async def _deliveries(conn: ParserConn, routed: bool) -> list[tuple[Any, ...]]:
 @pytest.fixture
 def fresh_logs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test sees the first (logged) fallback of each hook."""
-    monkeypatch.setattr(nats_raw, "_logged", set())
-    monkeypatch.setattr(nats_connect, "_logged", set())
+    monkeypatch.setattr(transport_nats, "_logged", set())
     monkeypatch.setattr(h2conn, "_fallback_logged", False)
 
 
@@ -77,13 +76,13 @@ def fresh_logs(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_a_changed_process_msg_leaves_acks_to_nats_py(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats_raw")
+    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats")
     routed = await _deliveries(ParserConn(), routed=True)
     plain = await _deliveries(OtherMsgConn(), routed=False)
     assert plain == routed  # the same messages, in the same order, by nats-py's own path
     assert [e[0] for e in plain].count("msg") == 5
     again = OtherMsgConn()
-    assert not nats_raw.route_sid(cast(Any, again), Sub(3), print)
+    assert not transport_nats.route_sid(cast(Any, again), Sub(3), print)
     assert "_process_msg" not in vars(again)  # nothing was replaced
     records = [r for r in caplog.records if "routing acks" in r.getMessage()]
     assert len(records) == 1  # once per process, not per connection
@@ -95,15 +94,15 @@ async def test_a_changed_process_msg_leaves_acks_to_nats_py(
 async def test_a_parser_that_no_longer_calls_process_msg_routes_nothing(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats_raw")
+    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats")
     routed = await _deliveries(ParserConn(), routed=True)
-    monkeypatch.setattr(nats_raw, "_PARSER_CALLS_PROCESS_MSG", False)
+    monkeypatch.setattr(transport_nats, "_PARSER_CALLS_PROCESS_MSG", False)
     assert await _deliveries(ParserConn(), routed=False) == routed
     assert "its parser does not call _process_msg" in caplog.text
 
 
 def test_the_parser_check_reads_nats_py_s_parser() -> None:
-    assert nats_raw._PARSER_CALLS_PROCESS_MSG  # this nats-py's parser calls nc._process_msg
+    assert transport_nats._PARSER_CALLS_PROCESS_MSG  # this nats-py's parser calls nc._process_msg
     assert "_process_msg" in Parser.parse.__code__.co_names
 
 
@@ -111,10 +110,10 @@ def test_the_parser_check_reads_nats_py_s_parser() -> None:
 async def test_a_parser_of_another_shape_keeps_nats_py_s_parse(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats_raw")
+    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats")
     routed = await _deliveries(ParserConn(), routed=True)
     # A nats-py without the parser state the walk starts from.
-    monkeypatch.setattr(nats_raw, "_CONTROL_LINE", None)
+    monkeypatch.setattr(transport_nats, "_CONTROL_LINE", None)
     conn = ParserConn()
     assert await _deliveries(conn, routed=True) == routed  # routed by _process_msg only
     assert "parse" not in vars(conn._ps)
@@ -139,17 +138,17 @@ async def test_a_parser_of_another_shape_keeps_nats_py_s_parse(
 async def test_pub_buffer_leaves_publishing_to_nats_py_when_internals_differ(
     change: Any, why: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats_raw")
+    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats")
     conn = PendingConn()
     change(conn)
-    buf = nats_raw.PubBuffer(cast(Any, conn))
+    buf = transport_nats.PubBuffer(cast(Any, conn))
     buf.learn("s")
     assert not buf.append("s", b"x")  # the caller then awaits nc.publish
     assert not buf.unflushed
     await buf.kick()  # nothing queued: nothing touched
     assert conn.flushes == 0
     assert why in caplog.text
-    nats_raw.PubBuffer(cast(Any, PendingConn()))  # a fit one: no second record
+    transport_nats.PubBuffer(cast(Any, PendingConn()))  # a fit one: no second record
     assert caplog.text.count("publishing goes through") == 1
 
 
@@ -157,10 +156,10 @@ async def test_pub_buffer_leaves_publishing_to_nats_py_when_internals_differ(
 async def test_pub_buffer_without_nats_py_s_connected_status(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats_raw")
+    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats")
     conn = PendingConn()
     monkeypatch.delattr(nats.aio.client.Client, "CONNECTED")
-    buf = nats_raw.PubBuffer(cast(Any, conn))
+    buf = transport_nats.PubBuffer(cast(Any, conn))
     buf.learn("s")
     assert not buf.append("s", b"x")
     assert "has no CONNECTED status" in caplog.text
@@ -173,7 +172,7 @@ async def test_pub_buffer_without_nats_py_s_connected_status(
 async def test_closing_without_nats_py_s_tasks_or_socket_does_nothing_of_its_own(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats_connect")
+    caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats")
 
     class Renamed:
         def __init__(self) -> None:
@@ -181,8 +180,8 @@ async def test_closing_without_nats_py_s_tasks_or_socket_does_nothing_of_its_own
             self._transport = object()  # connected, but no _io_writer under it
 
     nc = cast(Any, Renamed())
-    assert nats_connect.nats_tasks(nc) == []
-    nats_connect.abort_nats_transport(nc)  # nothing to cancel or abort: no error
+    assert transport_nats.nats_tasks(nc) == []
+    transport_nats.abort_nats_transport(nc)  # nothing to cancel or abort: no error
     assert not nc._tasks["reader"].cancelled()
     assert "waiting for nats-py's tasks is left to nats-py's close()" in caplog.text
     assert "aborting the socket is left to nats-py's close()" in caplog.text
@@ -207,8 +206,8 @@ async def test_nats_py_s_tasks_are_found_and_cancelled() -> None:
     reader = loop.create_task(asyncio.sleep(10))
     cast(Any, nc)._reading_task = reader
     cast(Any, nc)._transport = Transport()
-    assert nats_connect.nats_tasks(nc) == [reader]
-    nats_connect.abort_nats_transport(nc)
+    assert transport_nats.nats_tasks(nc) == [reader]
+    transport_nats.abort_nats_transport(nc)
     await asyncio.sleep(0)
     assert reader.cancelled()
     assert aborted == [True]

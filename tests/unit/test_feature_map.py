@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from liftbridge_client import ClientOptions, errors
-from liftbridge_client._subscribe.reverse import windows
+from liftbridge_client._subscribe import windows
 from liftbridge_client.features import (
     FEATURE_MAP,
     FEATURES,

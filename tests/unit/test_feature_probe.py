@@ -10,11 +10,10 @@ import grpc
 import pytest
 from fake_liftbridge import Fail, FakeBroker, FakeCluster, Hang
 
-from liftbridge_client import Client, ClientOptions, StartPosition, StreamConfig, errors
+from liftbridge_client import Client, ClientOptions, StartPosition, StreamConfig, _subscribe, errors
 from liftbridge_client._cluster.feature_probe import FeatureDetector
 from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._subscribe import reverse as _reverse
 from liftbridge_client.features import FEATURES, PROBED_RPCS, State
 from liftbridge_client.subscription import Subscription
 
@@ -223,7 +222,7 @@ def stop_reached() -> Fail:
 async def test_emulated_reverse_reads_windows_backwards_and_ends(
     high_watermark: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_reverse, "WINDOW", 2)
+    monkeypatch.setattr(_subscribe, "WINDOW", 2)
     async with FakeCluster(("a",)) as fake:
         fake.add_stream("s", "s", ["a"])
         speaks(fake, "v1.9.0")
@@ -295,7 +294,7 @@ async def test_a_failure_while_choosing_the_reverse_path_is_retried_not_skipped(
 
 
 def test_master_failing_a_reverse_read_of_an_empty_partition_is_its_end() -> None:
-    from liftbridge_client._subscribe.spec import Action, Phase, SubscribeSpec, classify
+    from liftbridge_client._subscribe import Action, Phase, SubscribeSpec, classify
 
     spec = SubscribeSpec.build("s", 0, {"reverse": True}, now_ns=0)
     details = "Failed to create stream reader: segment not found"
@@ -359,7 +358,7 @@ async def test_a_read_timeout_mid_window_loses_nothing() -> None:
         opened.append(window)
         return window
 
-    reader = _reverse.ReverseReader(open_window, 5, 0, size=3)  # type: ignore[arg-type]
+    reader = _subscribe.ReverseReader(open_window, 5, 0, size=3)  # type: ignore[arg-type]
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(reader.next(), 0.1)
     assert opened[0].closed  # the cancelled window's subscription was closed

@@ -12,8 +12,14 @@ import pytest
 from fake_liftbridge import FakeCluster
 
 from liftbridge_client import AutoOffset, Client, ConsumerOptions, StartPosition, errors
-from liftbridge_client._groups.rpc import FEATURE, is_not_member, join
-from liftbridge_client._groups.state import PartitionState, diff_assignments, start_args
+from liftbridge_client._cluster.groups import (
+    FEATURE,
+    PartitionState,
+    diff_assignments,
+    is_not_member,
+    join,
+    start_args,
+)
 from liftbridge_client.groups import group_cursor_id
 from liftbridge_client.options import ClientOptions, RetryPolicy
 

@@ -7,7 +7,7 @@ import grpc.aio
 import pytest
 
 from liftbridge_client import errors
-from liftbridge_client._transport.errors_map import is_no_metadata_leader, map_rpc_error
+from liftbridge_client._transport.grpc import is_no_metadata_leader, map_rpc_error
 
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:

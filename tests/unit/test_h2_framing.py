@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from liftbridge_client import errors
-from liftbridge_client._transport.errors_map import map_rpc_error
-from liftbridge_client._transport.h2.framing import MessageSplitter, encode_message
-from liftbridge_client._transport.h2.status import (
+from liftbridge_client._transport.grpc import map_rpc_error
+from liftbridge_client._transport.h2.connection import (
     H2RpcError,
+    MessageSplitter,
+    encode_message,
     encode_timeout,
     from_http_status,
     from_reset,

@@ -1,4 +1,4 @@
-"""The routed-MSG fast parse (liftbridge_client._transport.nats_raw) against nats-py's own parser.
+"""The routed-MSG fast parse (liftbridge_client._transport.nats) against nats-py's own parser.
 
 The same protocol bytes, cut into arbitrary reads, go to a parser with the
 fast path installed and to a plain nats-py parser; every handler, message,
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from nats.protocol.parser import Parser
 from test_nats_raw import Sub
 
-from liftbridge_client._transport.nats_raw import route_sid, serve_routed
+from liftbridge_client._transport.nats import route_sid, serve_routed
 
 ROUTED = (3, 11)  # the subscription ids with a raw handler
 

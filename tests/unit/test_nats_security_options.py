@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from liftbridge_client import ClientOptions, NatsAuth, TLSConfig, errors
-from liftbridge_client._transport.nats_connect import nats_security_args
+from liftbridge_client._transport.nats import nats_security_args
 
 
 def test_one_way_to_authenticate(tmp_path: Path) -> None:

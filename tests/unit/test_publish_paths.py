@@ -18,13 +18,11 @@ from publish_fakes import FakeNats, Rig, make_rig
 from liftbridge_client import envelope, errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import Correlator
-from liftbridge_client._publish.grpc_route import PublishStream
-from liftbridge_client._publish.h2_route import H2PublishStream
-from liftbridge_client._publish.nats_route import NatsPublisher
-from liftbridge_client._transport.errors_map import ack_error, async_error
-from liftbridge_client._transport.errors_map import publish_status_error as unary_publish_error
-from liftbridge_client._transport.h2.status import H2RpcError
-from liftbridge_client._util.tasks import TaskSupervisor
+from liftbridge_client._publish.routes import H2PublishStream, NatsPublisher, PublishStream
+from liftbridge_client._tasks import TaskSupervisor
+from liftbridge_client._transport.grpc import ack_error, async_error
+from liftbridge_client._transport.grpc import publish_status_error as unary_publish_error
+from liftbridge_client._transport.h2.connection import H2RpcError
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import ClientOptions, RetryPolicy, StreamTransport, Transport
 from liftbridge_client.partitioning import RoundRobinPartitioner, key_partition

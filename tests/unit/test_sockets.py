@@ -1,4 +1,4 @@
-"""`_transport.sockets.detect_dead_peer`: the kernel options that end a connection whose
+"""`_transport.h2.calls.detect_dead_peer`: the kernel options that end a connection whose
 broker stopped answering (what tells a receive-only subscription its broker was cut off)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from liftbridge_client._transport.sockets import detect_dead_peer
+from liftbridge_client._transport.h2.calls import detect_dead_peer
 from liftbridge_client.errors import InvalidInputError
 from liftbridge_client.options import ClientOptions
 

@@ -12,8 +12,8 @@ from hypothesis import given
 
 from liftbridge_client import StartPosition, StopPosition, errors
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._subscribe.spec import Action, Phase, Progress, SubscribeSpec, classify
-from liftbridge_client._transport.errors_map import map_rpc_error
+from liftbridge_client._subscribe import Action, Phase, Progress, SubscribeSpec, classify
+from liftbridge_client._transport.grpc import map_rpc_error
 
 NOW = 1_700_000_000_000_000_000
 

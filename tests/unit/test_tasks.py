@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from liftbridge_client._util.tasks import TaskSupervisor
+from liftbridge_client._tasks import TaskSupervisor
 
 
 async def _forever(started: asyncio.Event) -> None:
@@ -40,7 +40,7 @@ async def test_an_exception_ends_only_its_own_task(caplog: pytest.LogCaptureFixt
 async def test_a_stray_cancelled_error_ends_only_its_own_task(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level("DEBUG", logger="liftbridge_client._util.tasks")
+    caplog.set_level("DEBUG", logger="liftbridge_client._tasks")
 
     # grpc.aio raises CancelledError from a call cancelled by another task.
     async def stray() -> None:
@@ -96,7 +96,7 @@ async def test_spawn_from_an_event_loop_callback_with_sniffio_installed(
     ack timeouts lost their typed reason."""
     import anyio._core._eventloop as anyio_eventloop
 
-    from liftbridge_client._util import tasks
+    from liftbridge_client import _tasks as tasks
 
     fake = _Sniffio()
     monkeypatch.setattr(anyio_eventloop, "sniffio", fake)

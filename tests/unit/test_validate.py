@@ -1,4 +1,4 @@
-"""`_util.validate`: every rule, as a table and as properties, and where the public API applies it.
+"""`_validate`: every rule, as a table and as properties, and where the public API applies it.
 
 Every bad value raises `InvalidInputError` (a `LiftbridgeError`) naming the parameter; no
 TypeError, ValueError, OverflowError or UnicodeEncodeError gets through.
@@ -15,11 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from liftbridge_client import Client, errors
+from liftbridge_client import Client, _validate, errors
 from liftbridge_client._cluster import admin as _admin
 from liftbridge_client._cluster.metadata import MetadataCache
-from liftbridge_client._subscribe.spec import SubscribeSpec
-from liftbridge_client._util import validate as _validate
+from liftbridge_client._subscribe import SubscribeSpec
 from liftbridge_client.groups import ConsumerOptions
 from liftbridge_client.options import ClientOptions, RetryPolicy, StreamConfig
 

@@ -1,4 +1,44 @@
-"""Short cuts into nats-py for the NATS publish hot path.
+"""NATS: reaching a server, authenticating, and the publish hot path's short cuts.
+
+In order: why an address could not be reached (one TCP look, also used for brokers);
+the connection's authentication, TLS and teardown; the short cuts into nats-py.
+
+Probing an address
+------------------
+
+Why an address could not be reached: one raw TCP look at it, on the failure path only.
+
+grpc-core and nats-py report a failed first contact in their own terms ("failed to
+connect to all addresses", a timeout after ``connect_timeout``) and hide the reason a
+user can act on. When connecting fails, `explain` looks at each address itself:
+
+- the host name does not resolve (DNS);
+- the connection is refused (nothing listens on that port), or not answered;
+- something else listens there: a NATS server greets every client with an
+  ``INFO {...}`` line at once, and a gRPC server (grpc-go, as Liftbridge) sends an
+  HTTP/2 SETTINGS frame at once, so a few bytes tell one from the other. A NATS
+  address given as a broker, or a broker's gRPC address given as a NATS server, is
+  then named as such.
+
+Nothing here runs while connecting works.
+
+Connecting
+----------
+
+How the client's NATS connection authenticates and encrypts: options to nats-py arguments.
+
+Secrets stay in files (nkey seeds, credentials files, TLS keys) or in the `NatsAuth` object;
+nothing here logs them. Problems found before dialing (a missing file, a key that does
+not load, the nkeys package missing) raise `InvalidInputError` naming the option.
+`connect_nats` dials, and says why when no server can be NATS. `nats_tasks` and
+`abort_nats_transport` reach into nats-py's private tasks and socket (it has no public way
+to drop a connection without flushing); both check what they find and do nothing, saying so
+once at DEBUG, when nats-py's internals differ.
+
+Short cuts
+----------
+
+Short cuts into nats-py for the NATS publish hot path.
 
 nats-py delivers every message of a callback subscription as a `Msg` object put
 on an asyncio queue, which a task per subscription takes off and awaits the
@@ -22,18 +62,321 @@ public path, saying so once at DEBUG (the range pyproject.toml allows is what
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import enum
 import importlib.metadata
+import importlib.util
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import nats.aio.client
 import nats.protocol.parser
 
+from liftbridge_client.errors import InvalidInputError, NoBrokerAvailableError, ProtocolError
+from liftbridge_client.options import ClientOptions, NatsAuth, TLSConfig
+
+__all__ = [
+    "Finding",
+    "Protocol",
+    "PubBuffer",
+    "abort_nats_transport",
+    "connect_nats",
+    "describe",
+    "explain",
+    "nats_address",
+    "nats_security_args",
+    "nats_tasks",
+    "route_sid",
+    "serve_routed",
+    "ssl_context",
+    "unroute_sid",
+]
+
+# ---- Probing an address ----------------------------------------------------------------
+
+# How long a probe waits for the greeting (both servers send theirs at once).
+GREETING_WAIT = 0.5
+
+
+class Protocol(enum.Enum):
+    """What the address should speak."""
+
+    GRPC = "a Liftbridge gRPC server"
+    NATS = "a NATS server"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What the probe of ``address`` found: ``reason`` in words, and its exception.
+
+    ``certain``: the address cannot work as given (the name does not resolve, or another
+    protocol answers there); waiting longer will not help.
+    """
+
+    address: str
+    reason: str
+    cause: BaseException | None = None
+    certain: bool = False
+
+
+def nats_address(url: str) -> str:
+    """``host:port`` of a NATS server URL (``nats://h:p``, ``tls://h:p``, ``h:p``, ``h``)."""
+    parts = urlsplit(url if "://" in url else f"nats://{url}")
+    host = parts.hostname or "127.0.0.1"
+    try:
+        port = parts.port or 4222
+    except ValueError:
+        port = 4222
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _greeting_kind(data: bytes) -> str | None:
+    """Which server sent ``data`` first: 'nats', 'http2', 'http1', or None (unknown)."""
+    if data.startswith(b"INFO ") or data.startswith(b"INFO\t"):
+        return "nats"
+    # An HTTP/2 frame header: 24-bit length, type 4 (SETTINGS), flags, stream 0.
+    if len(data) >= 9 and data[3] == 4 and data[5:9] == b"\0\0\0\0":
+        return "http2"
+    if data.startswith(b"HTTP/"):
+        return "http1"
+    return None
+
+
+async def _probe(address: str, expect: Protocol, timeout: float) -> Finding | None:
+    try:
+        host, port = _split(address)
+    except ValueError:
+        return Finding(address, "not a host:port address", certain=True)
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout):
+            await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return Finding(
+            address, f"the host name {host!r} does not resolve ({exc.strerror})", exc, True
+        )
+    except TimeoutError as exc:
+        return Finding(address, f"resolving {host!r} took over {timeout}s", exc)
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port)
+    except ConnectionRefusedError as exc:
+        return Finding(address, "connection refused: nothing listens on that port", exc)
+    except TimeoutError as exc:
+        return Finding(address, f"no answer to connecting within {timeout}s", exc)
+    except OSError as exc:
+        return Finding(address, f"cannot connect: {exc.strerror or exc}", exc)
+    try:
+        data = b""
+        with contextlib.suppress(TimeoutError, OSError):
+            async with asyncio.timeout(min(GREETING_WAIT, timeout)):
+                data = await reader.read(64)
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    return _judge(address, expect, data)
+
+
+def _judge(address: str, expect: Protocol, data: bytes) -> Finding | None:
+    kind = _greeting_kind(data)
+    # The bytes themselves are the evidence: the cause a wrong-protocol finding chains.
+    sent = ProtocolError(f"{address} sent {data[:24]!r} first; {expect.value} was expected")
+    if expect is Protocol.GRPC:
+        if kind == "nats":
+            return Finding(
+                address,
+                "a NATS server listens there (it sent 'INFO {'), not a Liftbridge gRPC "
+                "server: this looks like the NATS port, give the broker's gRPC port "
+                "(9292 by default)",
+                sent,
+                certain=True,
+            )
+        if kind == "http1":
+            return Finding(address, "an HTTP/1 server answers there, not gRPC", sent, True)
+        return None  # an HTTP/2 server, or a quiet one: the gRPC error says more
+    if kind == "nats":
+        return None
+    if kind == "http2":
+        return Finding(
+            address,
+            "an HTTP/2 server listens there (it sent a SETTINGS frame, not a NATS 'INFO' "
+            "line): this looks like a Liftbridge gRPC port, give the NATS port "
+            "(4222 by default)",
+            sent,
+            certain=True,
+        )
+    if data:
+        return Finding(
+            address,
+            f"the server there is not NATS: its first bytes were {data[:16]!r}, not 'INFO {{'",
+            sent,
+            certain=True,
+        )
+    return Finding(
+        address,
+        f"the server accepted the connection but sent no NATS 'INFO' line within {GREETING_WAIT}s",
+    )
+
+
+async def explain(
+    addresses: Sequence[str], expect: Protocol, timeout: float = 1.0
+) -> list[Finding]:
+    """Probe each address (in parallel); the findings of those with something to say."""
+    found = await asyncio.gather(*(_probe(a, expect, timeout) for a in addresses))
+    return [f for f in found if f is not None]
+
+
+def describe(findings: Sequence[Finding]) -> str:
+    """The findings in one line: ``address: reason; address: reason``."""
+    return "; ".join(f"{f.address}: {f.reason}" for f in findings)
+
+
 log = logging.getLogger(__name__)
 
-__all__ = ["PubBuffer", "route_sid", "serve_routed", "unroute_sid"]
+
+# ---- Connecting ------------------------------------------------------------------------
+
+# The tasks nats-py 2.10 to 2.16 start per connection (reader, pinger, flusher, reconnect).
+_TASK_NAMES = ("_reading_task", "_ping_interval_task", "_flusher_task", "_reconnection_task")
+_logged: set[str] = set()
+
+
+def _close_fallback(hook: str, why: str) -> None:
+    if hook not in _logged:
+        _logged.add(hook)
+        log.debug("nats-py internals differ (%s): %s is left to nats-py's close()", why, hook)
+
+
+def nats_tasks(nc: nats.aio.client.Client) -> list[asyncio.Task[Any]]:
+    """The tasks nats-py runs for a connection, so that none outlives the client.
+
+    Private attributes: when this nats-py has none of them, the list is empty and the
+    client relies on ``close()`` alone to end them.
+    """
+    found = [getattr(nc, name, None) for name in _TASK_NAMES]
+    if all(not hasattr(nc, name) for name in _TASK_NAMES):
+        _close_fallback("waiting for nats-py's tasks", f"no attribute among {_TASK_NAMES}")
+    return [t for t in found if isinstance(t, asyncio.Task)]
+
+
+def abort_nats_transport(nc: nats.aio.client.Client) -> None:
+    """Drop nats-py's socket without flushing (its close() is stuck flushing to a dead peer).
+
+    Cancels its tasks and aborts the socket under ``nc._transport._io_writer``; when that
+    chain is not there, only the tasks found are cancelled.
+    """
+    for task in nats_tasks(nc):
+        task.cancel()
+    writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
+    raw = getattr(writer, "transport", None)
+    if raw is None or not callable(getattr(raw, "abort", None)):
+        if getattr(nc, "_transport", None) is not None:  # connected once: the chain differs
+            _close_fallback("aborting the socket", "no _transport._io_writer.transport.abort()")
+        return
+    raw.abort()
+
+
+def ssl_context(tls: TLSConfig, name: str = "nats_tls") -> ssl.SSLContext:
+    """A client-side SSL context: the CA (default: the system's), and a client certificate."""
+    try:
+        ctx = ssl.create_default_context(
+            ssl.Purpose.SERVER_AUTH, cafile=str(tls.ca_file) if tls.ca_file else None
+        )
+        if tls.cert_file is not None and tls.key_file is not None:
+            ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file))
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise InvalidInputError(f"{name}: cannot load the certificates or key: {exc}") from exc
+    return ctx
+
+
+def _auth_args(auth: NatsAuth) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    if auth.user is not None:
+        args["user"] = auth.user
+    if auth.password is not None:
+        args["password"] = auth.password
+    if auth.token is not None:
+        args["token"] = auth.token
+    for option, path, nats_arg in (
+        ("nkey_seed_file", auth.nkey_seed_file, "nkeys_seed"),
+        ("creds_file", auth.creds_file, "user_credentials"),
+    ):
+        if path is None:
+            continue
+        if importlib.util.find_spec("nkeys") is None:
+            raise InvalidInputError(
+                f"NatsAuth.{option} needs the nkeys package: pip install 'liftbridge-client[nkeys]'"
+            )
+        if not path.is_file():
+            raise InvalidInputError(f"NatsAuth.{option}: no such file: {path}")
+        args[nats_arg] = str(path)
+    return args
+
+
+def nats_security_args(options: ClientOptions) -> dict[str, Any]:
+    """The nats-py ``connect`` arguments for ``options.nats_auth``, ``nats_tls`` and
+    ``nats_inbox_prefix``."""
+    args: dict[str, Any] = {}
+    if options.nats_auth is not None:
+        args.update(_auth_args(options.nats_auth))
+    if options.nats_inbox_prefix is not None:
+        args["inbox_prefix"] = options.nats_inbox_prefix
+    tls = options.nats_tls
+    if tls is not None:
+        args["tls"] = ssl_context(tls)
+        if tls.server_name:
+            args["tls_hostname"] = tls.server_name
+    return args
+
+
+async def connect_nats(args: dict[str, Any], timeout: float) -> nats.aio.client.Client:
+    """``nats.connect(**args)``, failing at once when no server in ``args["servers"]`` can be
+    NATS (a host that does not resolve, another protocol on the port: `explain`).
+
+    nats-py alone retries such an address until ``timeout`` runs out and then says
+    nothing about why. The probe runs beside the connect and costs nothing when NATS
+    answers first. `NoBrokerAvailableError` chained to the probe's cause.
+    """
+    servers: list[str] = list(args["servers"])
+    addresses = [nats_address(s) for s in servers]
+    nc = nats.aio.client.Client()
+    connecting = asyncio.ensure_future(nc.connect(**args))
+    probing = asyncio.ensure_future(explain(addresses, Protocol.NATS, timeout))
+    try:
+        await asyncio.wait({connecting, probing}, return_when=asyncio.FIRST_COMPLETED)
+        if not connecting.done():
+            findings = probing.result()
+            if len(findings) == len(addresses) and all(f.certain for f in findings):
+                connecting.cancel()
+                with contextlib.suppress(BaseException):
+                    await connecting
+                with contextlib.suppress(Exception):
+                    await nc.close()
+                raise NoBrokerAvailableError(
+                    f"could not connect to NATS at {servers}: {describe(findings)}"
+                ) from findings[0].cause
+        await connecting
+        return nc
+    finally:
+        for task in (connecting, probing):
+            if not task.done():
+                task.cancel()
+
+
+# ---- Short cuts ------------------------------------------------------------------------
 
 _ROUTES = "_liftbridge_raw_routes"  # the router's table, kept on the connection object
 
@@ -51,7 +394,6 @@ _PARSER_CALLS_PROCESS_MSG: bool = "_process_msg" in getattr(
     (),
 )
 _MSG_ARGS = ("sid", "subject", "reply", "data", "headers")
-_logged: set[str] = set()
 
 
 def _nats_version() -> str:

@@ -1,4 +1,11 @@
-"""Every check of a caller's value, in one place. Pure: no IO.
+"""Every check of a caller's value, and the duration fields of the option classes.
+
+Pure: no IO.
+
+Checks
+------
+
+Every check of a caller's value, in one place. Pure: no IO.
 
 Each function returns the value in the form the client uses (an int, float seconds, a
 str that encodes) or raises `InvalidInputError` naming the parameter. Nothing here lets a
@@ -10,6 +17,20 @@ becomes a directory (``<data dir>/streams/<name>``) and a token of NATS subjects
 (``<namespace>.<name>.<partition>.replicate``); a stream subject is subscribed to as given
 and with ``.<N>`` appended for partition N. Values that break either make the v1.9.0
 server panic, and panic again on every restart.
+
+Duration fields
+---------------
+
+Duration fields of the frozen option dataclasses: numbers or timedeltas in, float out.
+
+A `Seconds` field is a data descriptor: the dataclass ``__init__`` (and `dataclasses.replace`)
+goes through `Seconds.__set__`, which validates the value (`seconds`, above) and stores
+float seconds; reading the attribute gives that float. Type checkers take the ``__set__``
+parameter type for the constructor (``float | timedelta``) and the ``__get__`` result type
+for the attribute (``float``), so code reading options never sees a timedelta.
+
+Classes using it cannot have ``slots=True`` (the descriptor is a class attribute); the values
+live in the instance ``__dict__`` under a private key.
 """
 
 from __future__ import annotations
@@ -18,7 +39,7 @@ import datetime
 import math
 import unicodedata
 import urllib.parse
-from typing import Final
+from typing import Any, Final, overload
 
 from liftbridge_client.errors import InvalidInputError
 
@@ -28,6 +49,8 @@ __all__ = [
     "MAX_NAME_BYTES",
     "MAX_SECONDS",
     "MAX_SUBJECT_BYTES",
+    "OptionalSeconds",
+    "Seconds",
     "broker_address",
     "flag",
     "group_name",
@@ -40,6 +63,8 @@ __all__ = [
     "text",
     "timestamp_ns",
 ]
+
+# ---- Checks ----------------------------------------------------------------------------
 
 INT32_MAX: Final = 2**31 - 1
 INT64_MAX: Final = 2**63 - 1
@@ -313,3 +338,60 @@ def nats_server_url(value: object, name: str = "NATS server URL") -> str:
             f"1..65535), got {_show(value)}"
         )
     return value
+
+
+# ---- Duration fields -------------------------------------------------------------------
+
+
+class Seconds:
+    """A required duration field (> 0, or >= 0 with ``allow_zero``)."""
+
+    def __init__(self, default: float, *, allow_zero: bool = False) -> None:
+        self._default = default
+        self._allow_zero = allow_zero
+        self._name = ""
+        self._key = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+        self._key = f"_seconds_{name}"
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> float: ...
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> float: ...
+    def __get__(self, obj: object, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self._default  # the dataclass reads the default from the class
+        return obj.__dict__[self._key]
+
+    def __set__(self, obj: object, value: float | datetime.timedelta) -> None:
+        obj.__dict__[self._key] = seconds(self._name, value, allow_zero=self._allow_zero)
+
+
+class OptionalSeconds:
+    """A duration field where None means "not set" (or "disabled", as the field says)."""
+
+    def __init__(self, default: float | None, *, allow_zero: bool = False) -> None:
+        self._default = default
+        self._allow_zero = allow_zero
+        self._name = ""
+        self._key = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+        self._key = f"_seconds_{name}"
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> float | None: ...
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> float | None: ...
+    def __get__(self, obj: object, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self._default
+        return obj.__dict__[self._key]
+
+    def __set__(self, obj: object, value: float | datetime.timedelta | None) -> None:
+        obj.__dict__[self._key] = (
+            None if value is None else seconds(self._name, value, allow_zero=self._allow_zero)
+        )

@@ -1,4 +1,23 @@
-"""The consumer-group RPCs, with the errors a group member acts on.
+"""Consumer groups: the member's bookkeeping and the group RPCs.
+
+In order: positions and assignment changes (pure); the RPCs.
+
+Bookkeeping
+-----------
+
+Consumer-group bookkeeping without IO: positions per partition, assignment changes.
+
+A member tracks, for each partition it was assigned, the offset of the last message the
+application finished with (``processed``) and the last one stored in the group's cursor
+(``committed``). Every message handed out carries the partition's ``generation``: when
+the partition is revoked or its reader restarted, messages still buffered from before
+are recognised as stale and dropped (they were never handed out, so nothing is lost:
+the next reader starts after ``processed``).
+
+RPCs
+----
+
+The consumer-group RPCs, with the errors a group member acts on.
 
 No state here: each function is one request (routed and retried as the RPC needs) and the
 typed errors it can end with. A server without the group RPCs (before v1.8.0) answers
@@ -8,10 +27,11 @@ UNIMPLEMENTED: that becomes `FeatureNotSupportedError` before anything else sees
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -19,23 +39,124 @@ import grpc.aio
 from liftbridge_client import errors
 from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._transport.errors_map import is_no_metadata_leader
-from liftbridge_client._transport.grpc import BrokerPool, Stub, call, with_retries
-from liftbridge_client.models import ConsumerGroupInfo, metadata_from_proto
+from liftbridge_client._transport.grpc import (
+    BrokerPool,
+    Stub,
+    call,
+    is_no_metadata_leader,
+    with_retries,
+)
+from liftbridge_client.models import ConsumerGroupInfo, StartPosition, metadata_from_proto
 from liftbridge_client.options import ClientOptions
 
 __all__ = [
     "FEATURE",
+    "AutoOffset",
     "Joined",
+    "PartitionKey",
+    "PartitionState",
+    "diff_assignments",
     "fetch_assignments",
     "fetch_group",
     "is_not_member",
     "join",
     "leave",
     "report_coordinator",
+    "start_args",
 ]
 
+# ---- Bookkeeping -----------------------------------------------------------------------
+
+PartitionKey = tuple[str, int]
+"""(stream, partition)."""
+
+
+class AutoOffset(enum.Enum):
+    """Where a member starts reading a partition the group has no committed offset for."""
+
+    EARLIEST = "earliest"  # the oldest message still stored
+    LATEST = "latest"  # the newest message already stored, then what follows
+    NEW_ONLY = "new_only"  # only messages stored after the subscription starts
+
+
+_AUTO_STARTS = {
+    AutoOffset.EARLIEST: StartPosition.EARLIEST,
+    AutoOffset.LATEST: StartPosition.LATEST,
+    AutoOffset.NEW_ONLY: StartPosition.NEW_ONLY,
+}
+
+
+@dataclass(slots=True, eq=False)
+class PartitionState:
+    """What this member knows of one assigned partition."""
+
+    stream: str
+    partition: int
+    processed: int | None = None  # offset of the last message the application finished
+    committed: int | None = None  # offset last stored in the cursor (None: not by us)
+    generation: int = 0  # bumped when the reader restarts: older buffered messages are stale
+    active: bool = True  # False once revoked
+
+    @property
+    def key(self) -> PartitionKey:
+        return (self.stream, self.partition)
+
+    def mark_processed(self, offset: int) -> None:
+        """Offsets only move forward (a redelivered message does not move them back)."""
+        if self.processed is None or offset > self.processed:
+            self.processed = offset
+
+    def to_commit(self) -> int | None:
+        """The offset to store now, or None when the cursor already has it."""
+        if self.processed is None or self.processed == self.committed:
+            return None
+        return self.processed
+
+    def resume_offset(self, cursor: int) -> int | None:
+        """The offset a restarted reader starts at: after what was processed, or the cursor.
+
+        None when neither is known (the group's auto offset applies).
+        """
+        last = max(cursor, -1 if self.processed is None else self.processed)
+        return None if last < 0 else last + 1
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentDiff:
+    """How the member's partitions change with a new assignment."""
+
+    revoked: tuple[PartitionKey, ...] = ()
+    added: tuple[PartitionKey, ...] = ()
+    kept: tuple[PartitionKey, ...] = field(default=())
+
+
+def flatten(assignments: Mapping[str, Iterable[int]]) -> frozenset[PartitionKey]:
+    return frozenset((stream, p) for stream, parts in assignments.items() for p in parts)
+
+
+def diff_assignments(
+    current: Iterable[PartitionKey], assignments: Mapping[str, Iterable[int]]
+) -> AssignmentDiff:
+    """Compare the partitions read now with the coordinator's answer (sorted, deterministic)."""
+    have = frozenset(current)
+    want = flatten(assignments)
+    return AssignmentDiff(
+        revoked=tuple(sorted(have - want)),
+        added=tuple(sorted(want - have)),
+        kept=tuple(sorted(have & want)),
+    )
+
+
+def start_args(start_offset: int | None, auto_offset: AutoOffset) -> dict[str, Any]:
+    """Subscribe arguments: at ``start_offset`` when known, else per ``auto_offset``."""
+    if start_offset is not None:
+        return {"start_offset": start_offset}
+    return {"start": _AUTO_STARTS[auto_offset]}
+
+
 log = logging.getLogger(__name__)
+
+# ---- RPCs ------------------------------------------------------------------------------
 
 FEATURE = "consumer_groups"
 # FAILED_PRECONDITION when two joins race to create a group (server ErrConsumerGroupExists).

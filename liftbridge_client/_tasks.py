@@ -26,6 +26,8 @@ from typing import Any
 import anyio
 import anyio.abc
 
+__all__ = ["TaskHandle", "TaskSupervisor"]
+
 _sniffio: Any  # not a dependency; anyio consults it when some other package installed it
 try:
     _sniffio = importlib.import_module("sniffio")
@@ -33,8 +35,6 @@ except ImportError:  # pragma: no cover - depends on the environment
     _sniffio = None
 
 log = logging.getLogger(__name__)
-
-__all__ = ["TaskHandle", "TaskSupervisor"]
 
 
 class TaskHandle:
