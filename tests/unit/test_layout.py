@@ -1,0 +1,155 @@
+"""The package's import graph: imports point down the layers README.md draws, never in a cycle.
+
+Every internal import counts, wherever it is (module level, inside a function, under
+``if TYPE_CHECKING:``): a cycle through type-only imports is still two modules that cannot
+be read apart.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import liftbridge_client
+
+PKG = "liftbridge_client"
+ROOT = Path(liftbridge_client.__file__).parent
+
+# Layers, bottom up (README.md, "Where the code is"). A module may import its own layer
+# (acyclically) and any layer below.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    (
+        "_proto",
+        "_version",
+        "_validate",
+        "_tasks",
+        "errors",
+        "models",
+        "options",
+        "envelope",
+        "packing",
+        "partitioning",
+        "features",
+    ),
+    ("_transport",),
+    ("_cluster",),
+    ("_publish", "_subscribe"),
+    ("", "client", "subscription", "groups", "activity", "tracing"),
+    ("exactly_once", "spark", "cli", "testing"),
+)
+LEVEL = {room: n for n, rooms in enumerate(LAYERS) for room in rooms}
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {
+        _module(p): p for p in sorted(ROOT.rglob("*.py")) if "_proto" not in p.relative_to(ROOT).parts
+    }
+
+
+def _resolve(name: str, known: set[str]) -> str | None:
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in known or candidate.startswith(f"{PKG}._proto"):
+            return candidate
+        parts.pop()
+    return None
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*up, *([base] if base else [])])
+            targets = [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for target in targets:
+            resolved = _resolve(target, known)
+            if resolved is not None and resolved != name:
+                found.add(resolved)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: _imports(name, path, known) for name, path in modules.items()}
+
+
+def _room(module: str) -> str:
+    rest = module[len(PKG) + 1 :] if module != PKG else ""
+    return rest.split(".")[0]
+
+
+def test_every_room_has_a_layer() -> None:
+    rooms = {_room(m) for m in _graph()}
+    assert rooms - set(LEVEL) == set(), "a new top-level module or package: give it a layer"
+
+
+def test_imports_point_down_or_across_never_up() -> None:
+    upward = [
+        f"{a} -> {b}"
+        for a, targets in _graph().items()
+        for b in targets
+        if LEVEL[_room(b)] > LEVEL[_room(a)]
+    ]
+    assert upward == []
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_no_import_cycles_even_through_type_only_imports() -> None:
+    assert _cycle(_graph()) is None
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycle(graph) == ["a", "b", "c", "a"]
+
+
+@pytest.mark.parametrize(
+    ("where", "what"),
+    [
+        ("_publish/publisher.py", "class Publisher"),
+        ("_publish/routes.py", "class Route(Protocol)"),
+        ("_publish/acks.py", "class Correlator"),
+    ],
+)
+def test_a_publish_is_queued_sent_and_acked_in_three_files(where: str, what: str) -> None:
+    assert what in (ROOT / where).read_text()
