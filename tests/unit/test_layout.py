@@ -50,9 +50,8 @@ def _module(path: Path) -> str:
 
 
 def _modules() -> dict[str, Path]:
-    return {
-        _module(p): p for p in sorted(ROOT.rglob("*.py")) if "_proto" not in p.relative_to(ROOT).parts
-    }
+    paths = sorted(ROOT.rglob("*.py"))
+    return {_module(p): p for p in paths if "_proto" not in p.relative_to(ROOT).parts}
 
 
 def _resolve(name: str, known: set[str]) -> str | None:
