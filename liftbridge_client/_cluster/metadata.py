@@ -3,11 +3,20 @@
 The cache holds the last FetchMetadata answer (all streams). Calls that must
 reach a partition leader go through `call_leader`, which refreshes the cache
 and retries when the server says it is not the leader or is unreachable.
+
+Suspect leaders. A leader cut off from the rest of the cluster by a network partition
+still answers FetchMetadata from the view it had, naming itself the leader, while the
+others elect a new one. A leader that stopped acking gRPC publishes is therefore
+`suspect` for `SUSPECT_S` seconds: every call that any broker may answer (FetchMetadata
+for every refresh, periodic or not, and the other such RPCs) asks it last, and the
+metadata is refreshed at once and again every `RECHECK_S` while the answer still names it
+a leader, so that the next publishes go to the leader the others elect.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -35,6 +44,10 @@ _EMPTY = Metadata(brokers=(), streams={})
 # was down).
 ABSENT_ANSWERS = 3
 ABSENT_SECONDS = 5.0
+
+SUSPECT_S = 10.0  # seconds a leader stays suspect after a gRPC publish to it timed out
+RECHECK_S = 1.0  # between refreshes while a suspect still leads in the answer
+RECHECK_TIMEOUT = 2.0  # bound on one such refresh
 
 
 class Absence:
@@ -76,6 +89,17 @@ def _unreachable(exc: errors.LiftbridgeError) -> bool:
     )
 
 
+def _leader_addresses(metadata: Metadata) -> set[str]:
+    """The addresses of every partition leader ``metadata`` names."""
+    found: set[str] = set()
+    for info in metadata.streams.values():
+        for part in info.partitions.values():
+            broker = metadata.broker(part.leader) if part.leader else None
+            if broker is not None:
+                found.add(broker.address)
+    return found
+
+
 class MetadataCache:
     def __init__(self, pool: BrokerPool, seeds: Sequence[str], options: ClientOptions) -> None:
         if not seeds:
@@ -87,6 +111,11 @@ class MetadataCache:
         self._lock = asyncio.Lock()
         self._generation = 0
         self._task: TaskHandle | None = None
+        self._spawn: Callable[..., TaskHandle] | None = None
+        # Leaders a gRPC publish timed out on, each until when (monotonic seconds), and the
+        # task refreshing the metadata around them.
+        self._suspects: dict[str, float] = {}
+        self._suspect_task: TaskHandle | None = None
 
     @property
     def current(self) -> Metadata:
@@ -101,12 +130,13 @@ class MetadataCache:
 
     def addresses(self, avoid: Collection[str] = ()) -> list[str]:
         """Known brokers first (shuffled to spread load), then seeds not among them, and the
-        ``avoid`` addresses last."""
+        ``avoid`` addresses and the suspects last."""
         known = [b.address for b in self._metadata.brokers]
         random.shuffle(known)
         ordered = known + [s for s in self._seeds if s not in known]
-        if avoid:
-            ordered = [a for a in ordered if a not in avoid] + [a for a in ordered if a in avoid]
+        last = self.suspects.union(avoid)
+        if last:
+            ordered = [a for a in ordered if a not in last] + [a for a in ordered if a in last]
         return ordered
 
     async def call_any(
@@ -164,7 +194,9 @@ class MetadataCache:
     # ------------------------------------------------------------ periodic refresh
 
     def start(self, spawn: Callable[..., TaskHandle]) -> None:
-        """Start the periodic refresh as a supervised task (`TaskSupervisor.spawn`)."""
+        """Start the periodic refresh as a supervised task (`TaskSupervisor.spawn`); the
+        refreshes around suspect leaders run the same way from then on."""
+        self._spawn = spawn
         interval = self._options.metadata_refresh_interval
         if interval is not None and self._task is None:
             self._task = spawn(self._refresh_loop, interval, name="lb-metadata")
@@ -178,9 +210,54 @@ class MetadataCache:
                 log.warning("periodic metadata refresh failed: %s", exc)
 
     async def stop(self, timeout: float = 1.0) -> None:
-        task, self._task = self._task, None
-        if task is not None and not await task.stop(timeout):
-            log.warning("the metadata refresher did not stop in time")
+        self._spawn = None
+        self._suspects.clear()
+        for task in (self._task, self._suspect_task):
+            if task is not None and not await task.stop(timeout):
+                log.warning("the metadata refresher did not stop in time")
+        self._task = self._suspect_task = None
+
+    # ------------------------------------------------------------ suspect leaders
+
+    def suspect(self, address: str) -> None:
+        """Ask ``address`` last for `SUSPECT_S` more seconds, and refresh around it now (and
+        every `RECHECK_S` while the answer names it a leader): a gRPC publish to this leader
+        got no ack in time, and it may be cut off from the cluster."""
+        self._suspects[address] = time.monotonic() + SUSPECT_S
+        if self._suspect_task is None and self._spawn is not None:
+            with contextlib.suppress(RuntimeError):  # raised when the client's tasks stop
+                self._suspect_task = self._spawn(
+                    self._refresh_around_suspects, name="lb-suspect-refresh"
+                )
+
+    @property
+    def suspects(self) -> frozenset[str]:
+        """The suspect leaders' addresses whose time has not run out (the others are
+        forgotten)."""
+        if not self._suspects:
+            return frozenset()
+        now = time.monotonic()
+        for address in [a for a, until in self._suspects.items() if until <= now]:
+            del self._suspects[address]
+        return frozenset(self._suspects)
+
+    async def _refresh_around_suspects(self) -> None:
+        """Refresh until no suspect leads in the answer (the others have elected new
+        leaders), or none is suspect any more. A suspect stays one for its whole time even
+        so: asked, it would still name itself."""
+        try:
+            while self.suspects:
+                try:
+                    async with asyncio.timeout(RECHECK_TIMEOUT):
+                        answer = await self.refresh()
+                except (errors.LiftbridgeError, TimeoutError) as exc:
+                    log.debug("metadata refresh around suspect leaders failed: %r", exc)
+                else:
+                    if not self.suspects & _leader_addresses(answer):  # new ones included
+                        return
+                await asyncio.sleep(RECHECK_S)
+        finally:
+            self._suspect_task = None
 
     # ------------------------------------------------------------ lookups
 

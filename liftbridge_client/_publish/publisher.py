@@ -39,15 +39,13 @@ answer serves every publish that expires within `TTL` seconds after it. A burst 
 1000 timeouts costs one FetchMetadata. The check waits at most `CHECK_TIMEOUT`
 seconds; when it fails, the publishes get their `AckTimeoutError` with the reason.
 
-The check asks the other brokers before the partition's leader, and before the suspects
-below: a broker cut off from the rest of the cluster still answers metadata from its old
-view (itself the leader).
+The check asks the other brokers before the partition's leader (and the metadata cache
+asks suspect leaders last): a broker cut off from the rest of the cluster still answers
+metadata from its old view (itself the leader).
 A gRPC publish that times out keeps its `AckTimeoutError` (gRPC answers what NATS leaves
-silent, so the leader is slow or cut off), but its leader becomes suspect for
-`SUSPECT_S` seconds: the metadata is refreshed from the other brokers at once, and again
-every `RECHECK_S` while the answer still names a suspect as a leader (the others may not
-have elected a new one yet), so the next publishes go to the leader they elect instead
-of the old one until the periodic refresh.
+silent, so the leader is slow or cut off), and its leader becomes suspect
+(`MetadataCache.suspect`: asked last by every refresh for a while, and the metadata
+refreshed around it at once), so the next publishes go to the leader the others elect.
 
 Publisher
 ---------
@@ -108,7 +106,6 @@ as the message is written.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import itertools
 import logging
@@ -152,9 +149,7 @@ __all__ = [
     "INT32_MAX",
     "INT64_MAX",
     "PUBLISH_KEYS",
-    "RECHECK_S",
     "SUBJECT_KEYS",
-    "SUSPECT_S",
     "TTL",
     "Item",
     "Partitioner",
@@ -283,8 +278,6 @@ log = logging.getLogger(__name__)
 
 TTL = 1.0  # seconds a check's answer serves later timeouts
 CHECK_TIMEOUT = 2.0  # bound on the metadata check (the caller waits for it)
-SUSPECT_S = 10.0  # seconds a leader stays suspect after a gRPC publish to it timed out
-RECHECK_S = 1.0  # between metadata refreshes while a suspect still leads in the answer
 
 # What an ack timeout over NATS may still mean once the partition looks healthy.
 _REMAINING = (
@@ -369,9 +362,9 @@ class TimeoutCheck:
     """Settles timed-out NATS publishes with `diagnose`'s error, one check per burst.
 
     ``refresh`` fetches fresh metadata, asking the ``avoid`` brokers last (the client's
-    `MetadataCache.refresh`),
-    ``current`` gives the cached metadata, ``spawn`` starts the check as a
-    supervised task, ``clock`` is the event loop's time.
+    `MetadataCache.refresh`), ``current`` gives the cached metadata, ``suspect`` names
+    a leader a gRPC publish timed out on (`MetadataCache.suspect`), ``spawn`` starts the
+    check as a supervised task, ``clock`` is the event loop's time.
     """
 
     def __init__(
@@ -379,11 +372,13 @@ class TimeoutCheck:
         *,
         refresh: Callable[..., Awaitable[Metadata]],
         current: Callable[[], Metadata],
+        suspect: Callable[[str], None],
         spawn: Callable[..., TaskHandle],
         clock: Callable[[], float],
     ) -> None:
         self._refresh = refresh
         self._current = current
+        self._suspect = suspect
         self._spawn = spawn
         self._clock = clock
         self._waiting: list[tuple[AckFuture, errors.AckTimeoutError, str, str]] = []
@@ -393,10 +388,6 @@ class TimeoutCheck:
         self._answer: tuple[float, Metadata, Metadata] | None = None
         self._closed = False
         self.checks = 0  # metadata checks made (tests count them)
-        # Leaders a gRPC publish timed out on, each until when, and the task refreshing
-        # the metadata around them.
-        self._suspects: dict[str, float] = {}
-        self._suspect_task: TaskHandle | None = None
 
     def take(self, fut: AckFuture, exc: errors.AckTimeoutError) -> bool:
         """Settle ``fut`` (timed out with ``exc``) later or now; False: not a NATS publish."""
@@ -422,51 +413,15 @@ class TimeoutCheck:
         self._waiting.append((fut, exc, stream, subject))
         return True
 
-    def _suspect(self, address: str) -> None:
-        """Suspect ``address`` for `SUSPECT_S` more seconds; refresh around it (one task)."""
-        self._suspects[address] = self._clock() + SUSPECT_S
-        if self._suspect_task is None:
-            with contextlib.suppress(RuntimeError):  # raised when the client's tasks stop
-                self._suspect_task = self._spawn(
-                    self._refresh_around_suspects, name="lb-ack-timeout-refresh"
-                )
-
-    def _live_suspects(self) -> frozenset[str]:
-        """The suspects whose time has not run out (the others are forgotten)."""
-        now = self._clock()
-        for address in [a for a, until in self._suspects.items() if until <= now]:
-            del self._suspects[address]
-        return frozenset(self._suspects)
-
-    async def _refresh_around_suspects(self) -> None:
-        """Refresh the metadata from the other brokers until no suspect leads in the answer
-        (the cluster has elected others), or none is suspect any more. A suspect stays one
-        for its whole time even so: asked, it would still name itself."""
-        try:
-            while suspects := self._live_suspects():
-                self.checks += 1
-                try:
-                    async with asyncio.timeout(CHECK_TIMEOUT):
-                        answer = await self._refresh(avoid=tuple(sorted(suspects)))
-                except (errors.LiftbridgeError, TimeoutError) as exc:
-                    log.debug("metadata refresh around suspect leaders failed: %r", exc)
-                else:
-                    if not suspects & _leader_addresses(answer):
-                        return
-                await asyncio.sleep(RECHECK_S)
-        finally:
-            self._suspect_task = None
-
     async def _check(self) -> None:
         before = self._before or self._current()
         after: Metadata | None = None
         failure: BaseException | None = None
         try:
             self.checks += 1
-            # The leaders these publishes went to, and the suspects: a broker cut off from
-            # the cluster answers from its old view, whichever it is.
+            # The leaders these publishes went to: a broker cut off from the cluster
+            # answers from its old view.
             avoid = _leaders(before, [(stream, subject) for _, _, stream, subject in self._waiting])
-            avoid |= self._live_suspects()
             async with asyncio.timeout(CHECK_TIMEOUT):
                 after = await self._refresh(avoid=avoid)
         except (errors.LiftbridgeError, TimeoutError) as check_exc:
@@ -497,10 +452,6 @@ class TimeoutCheck:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-        self._suspects.clear()
-        suspect, self._suspect_task = self._suspect_task, None
-        if suspect is not None:
-            suspect.cancel()
         waiting, self._waiting = self._waiting, []
         for fut, exc, _, _ in waiting:
             _settle(fut, exc)
@@ -518,17 +469,6 @@ def _leaders(metadata: Metadata, publishes: Collection[tuple[str, str]]) -> froz
         if broker is not None:
             found.add(broker.address)
     return frozenset(found)
-
-
-def _leader_addresses(metadata: Metadata) -> set[str]:
-    """The addresses of every partition leader ``metadata`` names."""
-    found: set[str] = set()
-    for info in metadata.streams.values():
-        for part in info.partitions.values():
-            broker = metadata.broker(part.leader) if part.leader else None
-            if broker is not None:
-                found.add(broker.address)
-    return found
 
 
 def _settle(fut: AckFuture, exc: BaseException) -> None:
@@ -579,6 +519,7 @@ class Publisher:
         self._timeouts = TimeoutCheck(
             refresh=metadata.refresh,
             current=lambda: metadata.current,
+            suspect=metadata.suspect,
             spawn=tasks.spawn,
             clock=self._loop.time,
         )

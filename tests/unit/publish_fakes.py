@@ -62,6 +62,7 @@ class FakeMetadata:
         self.gate.set()
         self.refreshes = 0
         self.avoided: list[tuple[str, ...]] = []  # each refresh's ``avoid``, sorted
+        self.suspected: list[str] = []  # each leader named suspect, in turn
 
     async def stream(self, name: str) -> StreamInfo:
         await self.gate.wait()
@@ -87,6 +88,9 @@ class FakeMetadata:
 
     def addresses(self) -> list[str]:
         return [self.address]
+
+    def suspect(self, address: str) -> None:
+        self.suspected.append(address)
 
 
 class Rig:

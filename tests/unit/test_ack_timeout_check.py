@@ -12,7 +12,6 @@ from liftbridge_client._publish.acks import AckFuture, Correlator
 from liftbridge_client._publish.publisher import TimeoutCheck, diagnose
 from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client.models import Broker, Metadata, PartitionInfo, StreamInfo
-from liftbridge_client.testing import wait_until
 
 
 def _meta(
@@ -90,11 +89,20 @@ class _Refresh:
 
 
 def _setup(
-    supervisor: TaskSupervisor, refresh: _Refresh, capacity: int = 2000
+    supervisor: TaskSupervisor,
+    refresh: _Refresh,
+    suspected: list[str] | None = None,
+    capacity: int = 2000,
 ) -> tuple[Correlator, TimeoutCheck]:
     loop = asyncio.get_running_loop()
     correlator = Correlator(capacity, loop=loop)
-    check = TimeoutCheck(refresh=refresh, current=_meta, spawn=supervisor.spawn, clock=loop.time)
+    check = TimeoutCheck(
+        refresh=refresh,
+        current=_meta,
+        suspect=(suspected if suspected is not None else []).append,
+        spawn=supervisor.spawn,
+        clock=loop.time,
+    )
     correlator.on_timeout = check.take
     return correlator, check
 
@@ -168,163 +176,52 @@ class _Stream:
         self.address = address
 
 
-async def test_a_grpc_timeout_keeps_its_error_and_refreshes_around_its_leader(
-    supervisor: TaskSupervisor,
-) -> None:
-    refresh = _Refresh(_meta(leader="n2"), delay=0.0)
-    correlator, check = _setup(supervisor, refresh)
-    futs = []
-    for i in range(50):
-        fut = _send(correlator, f"g{i}", 0.01, nats=False)
-        fut.owner = _Stream("127.0.0.1:9001")
-        futs.append(fut)
-    outcomes = await asyncio.gather(*futs, return_exceptions=True)
-    # gRPC answers what NATS leaves silent: the timeout itself is the news, kept as it is.
-    assert all(type(o) is errors.AckTimeoutError for o in outcomes)
-    await asyncio.sleep(0.05)
-    assert refresh.avoided == [("127.0.0.1:9001",)]  # one refresh for the burst
-    assert check.checks == 1
-
-
-class _Answers(_Refresh):
-    """Answers these metadata in turn, then the last one again."""
-
-    def __init__(self, *answers: Metadata | BaseException) -> None:
-        super().__init__(answers[0], delay=0.0)
-        self.answers = list(answers)
-
-    async def __call__(self, *, avoid: tuple[str, ...] | frozenset[str] = ()) -> Metadata:
-        self.answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        return await super().__call__(avoid=avoid)
-
-
 def _grpc_timeout(correlator: Correlator, cid: str, address: str) -> AckFuture:
     fut = _send(correlator, cid, 0.01, nats=False)
     fut.owner = _Stream(address)
     return fut
 
 
-N1, N2 = "127.0.0.1:9001", "127.0.0.1:9002"
+N1 = "127.0.0.1:9001"
 
 
-async def test_while_the_answer_still_names_the_suspect_the_metadata_is_asked_again(
-    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
+async def test_a_grpc_timeout_keeps_its_error_and_names_its_leader_suspect(
+    supervisor: TaskSupervisor,
 ) -> None:
-    # The others have not elected a new leader yet: ask again until they have, so that
-    # the publishes made meanwhile stop going to the old leader.
-    monkeypatch.setattr("liftbridge_client._publish.publisher.RECHECK_S", 0.02)
-    refresh = _Answers(_meta(), _meta(), _meta(leader="n2"))
-    correlator, _ = _setup(supervisor, refresh)
-    with pytest.raises(errors.AckTimeoutError):
-        await _grpc_timeout(correlator, "a", N1)
-    await wait_until(lambda: refresh.calls >= 3, what="three refreshes")
-    await asyncio.sleep(0.1)
-    assert refresh.avoided == [(N1,)] * 3  # and none after the answer named n2
-
-
-async def test_a_suspect_that_keeps_leading_is_dropped_after_suspect_s(
-    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A leader that is only slow keeps its partitions: the re-asking ends.
-    monkeypatch.setattr("liftbridge_client._publish.publisher.RECHECK_S", 0.02)
-    monkeypatch.setattr("liftbridge_client._publish.publisher.SUSPECT_S", 0.2)
-    refresh = _Refresh(_meta(), delay=0.0)
-    correlator, _ = _setup(supervisor, refresh)
-    with pytest.raises(errors.AckTimeoutError):
-        await _grpc_timeout(correlator, "a", N1)
-    await asyncio.sleep(0.4)
-    calls = refresh.calls
-    assert 2 <= calls <= 12
-    await asyncio.sleep(0.2)
-    assert refresh.calls == calls
-
-
-async def test_failed_refreshes_are_quiet_and_tried_again(
-    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("liftbridge_client._publish.publisher.RECHECK_S", 0.02)
-    down = errors.NoBrokerAvailableError("no broker reachable")
-    refresh = _Answers(down, TimeoutError(), _meta(leader="n2"))
-    correlator, _ = _setup(supervisor, refresh)
-    with pytest.raises(errors.AckTimeoutError) as info:
-        await _grpc_timeout(correlator, "a", N1)
-    assert type(info.value) is errors.AckTimeoutError
-    await wait_until(lambda: refresh.calls >= 3, what="three refreshes")
-    await asyncio.sleep(0.1)
-    assert refresh.calls == 3
-
-
-async def test_every_suspect_is_avoided_by_the_running_refreshes(
-    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("liftbridge_client._publish.publisher.RECHECK_S", 0.05)
-    both = Metadata(
-        brokers=_meta().brokers,
-        streams={
-            "s": StreamInfo(
-                "s",
-                "sub",
-                {
-                    0: PartitionInfo("s", 0, "n1", ("n1",), ("n1",)),
-                    1: PartitionInfo("s", 1, "n2", ("n2",), ("n2",)),
-                },
-            )
-        },
-    )
-    refresh = _Answers(both, both, Metadata(brokers=_meta().brokers, streams={}))
-    correlator, check = _setup(supervisor, refresh)
-    with pytest.raises(errors.AckTimeoutError):
-        await _grpc_timeout(correlator, "a", N1)
-    with pytest.raises(errors.AckTimeoutError):
-        await _grpc_timeout(correlator, "b", N2)
-    await wait_until(lambda: refresh.calls >= 3, what="three refreshes")
-    await asyncio.sleep(0.15)
-    assert refresh.avoided[0] == (N1,)
-    assert refresh.avoided[1:] == [(N1, N2)] * (refresh.calls - 1)
-    assert refresh.calls == 3
-    check.close()
-
-
-async def test_the_nats_check_asks_suspects_last_even_once_they_lead_nothing(
-    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # n2 timed out a gRPC publish, and the others have since named n1 the leader. n2, cut
-    # off, still names itself: a NATS check asking it would send the publishes back to it.
-    monkeypatch.setattr("liftbridge_client._publish.publisher.RECHECK_S", 0.02)
-    refresh = _Refresh(_meta(leader="n1"), delay=0.0)
-    correlator, _ = _setup(supervisor, refresh)
-    with pytest.raises(errors.AckTimeoutError):
-        await _grpc_timeout(correlator, "g", N2)
-    await wait_until(lambda: refresh.calls >= 1, what="the refresh around n2")
-    with pytest.raises(errors.AckTimeoutError):
-        await _send(correlator, "n", 0.01)  # over NATS, to n1 as the client knows
-    assert refresh.avoided == [(N2,), (N1, N2)]
-
-
-async def test_close_stops_the_refreshes(
-    supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("liftbridge_client._publish.publisher.RECHECK_S", 0.02)
-    refresh = _Refresh(_meta(), delay=0.0)
-    correlator, check = _setup(supervisor, refresh)
-    with pytest.raises(errors.AckTimeoutError):
-        await _grpc_timeout(correlator, "a", N1)
-    await wait_until(lambda: refresh.calls >= 1, what="a refresh")
-    check.close()
+    # gRPC answers what NATS leaves silent: the timeout itself is the news, kept as it is.
+    # Its leader may be cut off, though: the metadata cache is told, and refreshes around
+    # it (tests/unit/test_metadata.py); no check runs here.
+    refresh = _Refresh(_meta(leader="n2"), delay=0.0)
+    suspected: list[str] = []
+    correlator, check = _setup(supervisor, refresh, suspected)
+    futs = [_grpc_timeout(correlator, f"g{i}", N1) for i in range(50)]
+    outcomes = await asyncio.gather(*futs, return_exceptions=True)
+    assert all(type(o) is errors.AckTimeoutError for o in outcomes)
+    assert suspected == [N1] * 50
     await asyncio.sleep(0.05)
-    calls = refresh.calls
-    await asyncio.sleep(0.1)
-    assert refresh.calls == calls
+    assert refresh.calls == 0
+    assert check.checks == 0
+
+
+async def test_after_close_a_grpc_timeout_names_nobody(supervisor: TaskSupervisor) -> None:
+    suspected: list[str] = []
+    correlator, check = _setup(supervisor, _Refresh(_meta()), suspected)
+    check.close()
+    with pytest.raises(errors.AckTimeoutError):
+        await _grpc_timeout(correlator, "a", N1)
+    assert suspected == []
 
 
 async def test_a_timeout_without_a_known_leader_is_left_alone(supervisor: TaskSupervisor) -> None:
     refresh = _Refresh(_meta(paused=True))
-    correlator, _ = _setup(supervisor, refresh)
+    suspected: list[str] = []
+    correlator, _ = _setup(supervisor, refresh, suspected)
     with pytest.raises(errors.AckTimeoutError) as e:
         await _send(correlator, "a", 0.01, nats=False)  # no owner: written nowhere yet
     assert type(e.value) is errors.AckTimeoutError
     await asyncio.sleep(0.05)
     assert refresh.calls == 0
+    assert suspected == []
 
 
 async def test_close_settles_the_waiting(supervisor: TaskSupervisor) -> None:

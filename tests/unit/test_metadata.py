@@ -6,17 +6,22 @@ Against the in-process fake API (fake_liftbridge.py): real channels, real status
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import grpc
 import pytest
 from fake_liftbridge import FakeCluster, Partition, Stream, dead_address
 
 from liftbridge_client import errors
+from liftbridge_client._cluster import metadata as metadata_module
 from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client._transport.grpc import BrokerPool, Stub
 from liftbridge_client.options import ClientOptions, RetryPolicy
+from liftbridge_client.testing import wait_until
 
 OPTIONS = ClientOptions(
     rpc_timeout=2.0, retry=RetryPolicy(attempts=3, initial_backoff=0, max_backoff=0)
@@ -161,3 +166,159 @@ async def test_non_retriable_errors_surface_at_once(cluster: FakeCluster) -> Non
 def test_needs_a_seed() -> None:
     with pytest.raises(errors.InvalidInputError):
         MetadataCache(BrokerPool(OPTIONS), [], OPTIONS)
+
+
+# ------------------------------------------------------------ suspect leaders
+#
+# A leader that stopped acking a gRPC publish may be cut off from the cluster by a network
+# partition, and it still answers FetchMetadata from its old view, naming itself the
+# leader. Every refresh (the periodic one, call_leader's, a timeout check's) asks it last.
+
+
+@pytest.fixture
+async def supervisor() -> AsyncIterator[TaskSupervisor]:
+    tasks = TaskSupervisor()
+    await tasks.start()
+    yield tasks
+    await tasks.aclose(1.0)
+
+
+@pytest.fixture
+def quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metadata_module, "RECHECK_S", 0.02)
+
+
+NO_PERIODIC = replace(OPTIONS, metadata_refresh_interval=None)
+
+
+async def _started(cluster: FakeCluster, supervisor: TaskSupervisor) -> MetadataCache:
+    cache = cluster.metadata_cache(NO_PERIODIC)
+    await cache.refresh()  # both brokers known
+    cache.start(supervisor.spawn)
+    cluster.calls.clear()
+    return cache
+
+
+def _asked(cluster: FakeCluster) -> list[str]:
+    return [broker for broker, _ in cluster.calls_of("FetchMetadata")]
+
+
+async def test_every_refresh_and_any_broker_call_ask_a_suspect_last(
+    cluster: FakeCluster, supervisor: TaskSupervisor
+) -> None:
+    cache = await _started(cluster, supervisor)
+    cluster.streams["s"].partitions[0].leader = "a"  # b leads nothing: one refresh settles it
+    cache.suspect(cluster.address("b"))
+    await wait_until(lambda: _asked(cluster), what="the refresh around b")
+    for _ in range(20):
+        await cache.refresh()
+        await cache.call_any("partition metadata", partition_metadata)
+    assert set(_asked(cluster)) == {"a"}
+    assert {broker for broker, _ in cluster.calls_of("FetchPartitionMetadata")} == {"a"}
+    assert cache.suspects == frozenset({cluster.address("b")})
+    cluster.calls.clear()
+    cluster.fail("FetchMetadata", grpc.StatusCode.UNAVAILABLE, "down", broker="a")
+    await cache.refresh()  # the suspect still answers when nobody else does
+    assert _asked(cluster) == ["a", "b"]
+
+
+async def test_while_the_answer_names_the_suspect_it_is_asked_again(
+    cluster: FakeCluster, supervisor: TaskSupervisor, quick: None
+) -> None:
+    # The others have not elected a new leader yet: ask again until they have, so that
+    # the publishes made meanwhile stop going to the old leader.
+    cache = await _started(cluster, supervisor)
+    cache.suspect(cluster.address("b"))  # b leads partition 0
+    await wait_until(lambda: len(_asked(cluster)) >= 3, what="three refreshes")
+    cluster.streams["s"].partitions[0].leader = "a"  # elected
+    await wait_until(
+        lambda: cache.current.streams["s"].partitions[0].leader == "a", what="the new leader"
+    )
+    await asyncio.sleep(0.1)
+    asked = _asked(cluster)
+    assert set(asked) == {"a"}
+    await asyncio.sleep(0.1)
+    assert _asked(cluster) == asked  # no more once the answer names another leader
+
+
+async def test_a_suspect_that_keeps_leading_is_dropped_after_suspect_s(
+    cluster: FakeCluster,
+    supervisor: TaskSupervisor,
+    quick: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A leader that is only slow keeps its partitions: the re-asking ends, and it is asked
+    # like any broker again.
+    monkeypatch.setattr(metadata_module, "SUSPECT_S", 0.2)
+    cache = await _started(cluster, supervisor)
+    cache.suspect(cluster.address("b"))
+    await asyncio.sleep(0.4)
+    calls = len(_asked(cluster))
+    assert 2 <= calls <= 12
+    await asyncio.sleep(0.2)
+    assert len(_asked(cluster)) == calls
+    assert cache.suspects == frozenset()
+    cluster.calls.clear()
+    for _ in range(30):  # b first about every other time again
+        await cache.refresh()
+    assert set(_asked(cluster)) == {"a", "b"}
+
+
+async def test_failed_refreshes_around_a_suspect_are_quiet_and_tried_again(
+    cluster: FakeCluster,
+    supervisor: TaskSupervisor,
+    quick: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cache = await _started(cluster, supervisor)
+    cluster.fail("FetchMetadata", grpc.StatusCode.UNAVAILABLE, "down", times=4)  # a, b twice
+    cache.suspect(cluster.address("b"))
+    await wait_until(lambda: len(_asked(cluster)) >= 5, what="a refresh after two failures")
+    assert _asked(cluster)[:4] == ["a", "b", "a", "b"]
+    cluster.streams["s"].partitions[0].leader = "a"
+    await wait_until(
+        lambda: cache.current.streams["s"].partitions[0].leader == "a", what="the new leader"
+    )
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_several_suspects_are_all_asked_last(supervisor: TaskSupervisor, quick: None) -> None:
+    async with FakeCluster(("a", "b", "c")) as three:
+        three.streams["s"] = Stream(
+            "subj", {0: Partition(leader="a", isr=["a"]), 1: Partition(leader="b", isr=["b"])}
+        )
+        cache = await _started(three, supervisor)
+        cache.suspect(three.address("a"))
+        cache.suspect(three.address("b"))
+        await wait_until(lambda: len(_asked(three)) >= 3, what="three refreshes")
+        assert set(_asked(three)) == {"c"}
+        await cache.stop()
+
+
+async def test_stop_ends_the_refreshes_and_forgets_the_suspects(
+    cluster: FakeCluster, supervisor: TaskSupervisor, quick: None
+) -> None:
+    cache = await _started(cluster, supervisor)
+    cache.suspect(cluster.address("b"))
+    await wait_until(lambda: _asked(cluster), what="a refresh")
+    await cache.stop()
+    calls = len(_asked(cluster))
+    await asyncio.sleep(0.1)
+    assert len(_asked(cluster)) == calls
+    assert cache.suspects == frozenset()
+    cache.suspect(cluster.address("b"))  # after stop: remembered, no task started
+    await asyncio.sleep(0.05)
+    assert len(_asked(cluster)) == calls
+
+
+async def test_a_suspect_before_start_is_asked_last_without_a_refresh_task(
+    cluster: FakeCluster,
+) -> None:
+    cache = cluster.metadata_cache(NO_PERIODIC)
+    await cache.refresh()
+    cluster.calls.clear()
+    cache.suspect(cluster.address("b"))
+    await asyncio.sleep(0.05)
+    assert _asked(cluster) == []  # nothing runs on its own before start()
+    await cache.refresh()
+    assert _asked(cluster) == ["a"]
