@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -62,14 +61,6 @@ def test_diagnose_names_the_cause(
 def test_readonly_wins_over_paused() -> None:
     after = _meta(readonly=True, paused=True)
     assert isinstance(diagnose(TIMEOUT, "s", "sub.1", after, after), errors.ReadonlyPartitionError)
-
-
-@pytest.fixture
-async def supervisor() -> AsyncIterator[TaskSupervisor]:
-    tasks = TaskSupervisor()
-    await tasks.start()
-    yield tasks
-    await tasks.aclose(1.0)
 
 
 class _Refresh:

@@ -176,14 +176,6 @@ def test_needs_a_seed() -> None:
 
 
 @pytest.fixture
-async def supervisor() -> AsyncIterator[TaskSupervisor]:
-    tasks = TaskSupervisor()
-    await tasks.start()
-    yield tasks
-    await tasks.aclose(1.0)
-
-
-@pytest.fixture
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metadata_module, "RECHECK_S", 0.02)
 
