@@ -11,9 +11,12 @@ skip: no Java is a failure.
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
+from liftbridge_client._tasks import TaskSupervisor
 
 pytest_plugins = ["liftbridge_client.testing.plugin"]
 
@@ -35,3 +38,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = [item for item in items if not item.get_closest_marker("spark_cluster")]
+
+
+@pytest.fixture
+async def supervisor() -> AsyncIterator[TaskSupervisor]:
+    """A started `TaskSupervisor` (what the client's background tasks run in), closed after
+    the test."""
+    tasks = TaskSupervisor()
+    await tasks.start()
+    yield tasks
+    await tasks.aclose(1.0)
