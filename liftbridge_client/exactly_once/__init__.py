@@ -15,6 +15,7 @@ from liftbridge_client.exactly_once.mapping import (
     RendezvousMapping,
 )
 from liftbridge_client.exactly_once.publisher import (
+    CLOCKS_HEADER,
     UUID_HEADER,
     AckIntent,
     ExactlyOncePublisher,
@@ -23,6 +24,7 @@ from liftbridge_client.exactly_once.publisher import (
 )
 from liftbridge_client.exactly_once.reader import (
     CommittedReader,
+    delivered,
     read_committed,
     read_uncommitted,
     uuid_of,
@@ -47,6 +49,7 @@ from liftbridge_client.exactly_once.uuids import (
 )
 
 __all__ = [
+    "CLOCKS_HEADER",
     "UUID_HEADER",
     "AckIntent",
     "Checkpoint",
@@ -65,6 +68,7 @@ __all__ = [
     "Sequencer",
     "build_uuid",
     "clock_of",
+    "delivered",
     "flags_of",
     "intents_from_json",
     "intents_to_json",

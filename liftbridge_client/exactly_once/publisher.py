@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from liftbridge_client.client import Client
 
 __all__ = [
+    "CLOCKS_HEADER",
     "DEFAULT_RETRY",
     "UUID_HEADER",
     "AckIntent",
@@ -64,6 +65,11 @@ Value = bytes | Callable[[_uuid.UUID], bytes]
 
 UUID_HEADER = "eo-uuid"
 """The header that carries a message's 16-byte UUID."""
+
+CLOCKS_HEADER = "eo-clocks"
+"""The header of a message that takes more than one clock value (ASCII decimal): a pack
+whose rows have a clock each, the UUID carrying the last row's. Readers use it to deliver
+each row once when two copies of a pack end on different rows."""
 
 DEFAULT_RETRY = RetryPolicy(attempts=60, initial_backoff=0.1, max_backoff=2.0)
 
@@ -238,15 +244,21 @@ class ExactlyOncePublisher:
         key: bytes | None = None,
         headers: Mapping[str, bytes] | None = None,
         partition: int | None = None,
+        clocks: int = 1,
     ) -> Ack:
         """Publish an OUTSIDE_TXN message: visible to read-committed readers at once.
 
         ``value``: the bytes, or a function of the message's UUID that returns them (to
         write Gazette-style self-describing values, e.g. with a `framing`); it is called
-        once, and retries re-send its bytes.
+        once, and retries re-send its bytes. ``clocks``: the clock values the message
+        takes, for a pack (`liftbridge_client.packing`) of that many rows, each with a
+        clock of its own (header `CLOCKS_HEADER`); readers then drop the rows of a copy
+        that an earlier copy ending on another row delivered.
         """
         partition = await self._choose(stream, key, partition)
-        return await self._publish(stream, partition, value, key, headers, Flags.OUTSIDE_TXN)
+        return await self._publish(
+            stream, partition, value, key, headers, Flags.OUTSIDE_TXN, clocks
+        )
 
     async def publish_uncommitted(
         self,
@@ -256,12 +268,15 @@ class ExactlyOncePublisher:
         key: bytes | None = None,
         headers: Mapping[str, bytes] | None = None,
         partition: int | None = None,
+        clocks: int = 1,
     ) -> Ack:
         """Publish a CONTINUE_TXN message: visible once an ACK intent commits it.
-        ``value`` as in `publish_committed`."""
+        ``value`` and ``clocks`` as in `publish_committed`."""
         partition = await self._choose(stream, key, partition)
         self._open[(stream, partition)] = None
-        return await self._publish(stream, partition, value, key, headers, Flags.CONTINUE_TXN)
+        return await self._publish(
+            stream, partition, value, key, headers, Flags.CONTINUE_TXN, clocks
+        )
 
     def build_ack_intents(self) -> list[AckIntent]:
         """One ACK_TXN intent per partition written by `publish_uncommitted` since the last
@@ -323,11 +338,16 @@ class ExactlyOncePublisher:
         key: bytes | None,
         headers: Mapping[str, bytes] | None,
         flags: Flags,
+        clocks: int = 1,
     ) -> Ack:
         if type(value) is not bytes and not callable(value):
             raise errors.InvalidInputError("value must be bytes or a function of the UUID")
-        if headers and UUID_HEADER in headers:
-            raise errors.InvalidInputError(f"headers must not hold the reserved {UUID_HEADER!r}")
+        if type(clocks) is not int or clocks < 1:
+            raise errors.InvalidInputError("clocks must be an int >= 1")
+        if headers and (UUID_HEADER in headers or CLOCKS_HEADER in headers):
+            raise errors.InvalidInputError(
+                f"headers must not hold the reserved {UUID_HEADER!r} or {CLOCKS_HEADER!r}"
+            )
         where = (stream, partition)
         lock = self._locks.setdefault(where, asyncio.Lock())
         async with lock:
@@ -335,12 +355,14 @@ class ExactlyOncePublisher:
                 await self._roll_back_locked(stream, partition)
             if self._auto_clock:
                 self._clock.update()
-            uuid = build_uuid_bytes(self._producer, self._clock.tick(), flags)
+            uuid = build_uuid_bytes(self._producer, self._clock.tick(clocks), flags)
             if not isinstance(value, bytes):
                 value = value(_uuid.UUID(bytes=uuid))
                 if type(value) is not bytes:
                     raise errors.InvalidInputError("the value function must return bytes")
             all_headers = {**(headers or {}), UUID_HEADER: uuid}
+            if clocks > 1:
+                all_headers[CLOCKS_HEADER] = str(clocks).encode()
             ack = await self._send_locked(stream, partition, value, key, all_headers)
             if flags is Flags.OUTSIDE_TXN:
                 # Readers drop an open span at an OUTSIDE_TXN of its producer (logged).

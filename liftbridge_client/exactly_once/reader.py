@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import logging
 import traceback
 import uuid as _uuid
@@ -28,7 +29,7 @@ from liftbridge_client import errors
 from liftbridge_client._subscribe import SubscribeArgs
 from liftbridge_client._tasks import TaskHandle, TaskSupervisor
 from liftbridge_client.exactly_once.framing import Framing
-from liftbridge_client.exactly_once.publisher import UUID_HEADER
+from liftbridge_client.exactly_once.publisher import CLOCKS_HEADER, UUID_HEADER
 from liftbridge_client.exactly_once.sequencer import (
     Checkpoint,
     Envelope,
@@ -38,6 +39,7 @@ from liftbridge_client.exactly_once.sequencer import (
 )
 from liftbridge_client.exactly_once.uuids import Flags, flags_of
 from liftbridge_client.models import Message
+from liftbridge_client.packing import PACKED_HEADER, PackedRow, is_packed, pack, unpack
 from liftbridge_client.subscription import Subscription
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CommittedReader",
     "UuidOf",
+    "delivered",
     "envelope_of",
     "header_uuid",
     "read_committed",
@@ -120,7 +123,59 @@ def envelope_of(message: Message, uuid_of: UuidOf = header_uuid) -> Envelope:
             type(uuid).__name__,
         )
         uuid = None
-    return Envelope(ref, message.offset, message.offset + 1, uuid or _ZERO, message)
+    if uuid is None:
+        return Envelope(ref, message.offset, message.offset + 1, _ZERO, message)
+    return Envelope(ref, message.offset, message.offset + 1, uuid, message, _clocks(message))
+
+
+def _clocks(message: Message) -> int:
+    raw = message.headers.get(CLOCKS_HEADER)
+    if raw is None:
+        return 1
+    if raw.isdigit() and 0 < len(raw) <= 9 and int(raw) > 0:
+        return int(raw)
+    log.warning(
+        "%s/%d offset %d: header %s=%r is not a count: read as one clock value",
+        message.stream,
+        message.partition,
+        message.offset,
+        CLOCKS_HEADER,
+        raw[:20],
+    )
+    return 1
+
+
+def delivered(env: Envelope) -> Message:
+    """The message of a committed envelope as it is delivered: a pack whose leading rows
+    an earlier copy delivered (``env.skip``) without them. A message that says it takes
+    several clock values but is not a pack of that many rows is delivered whole, with a
+    warning (its rows may then come twice, never not at all)."""
+    message: Message = env.message
+    if not env.skip:
+        return message
+    rows: list[PackedRow] | None = None
+    if is_packed(message.headers):
+        with contextlib.suppress(errors.FramingError):
+            rows = unpack(message.value)
+    if rows is None or len(rows) != env.ticks:
+        log.warning(
+            "%s/%d offset %d takes %d clock values but is not a pack of %d rows: delivered "
+            "whole, although %d of its clock values came before",
+            message.stream,
+            message.partition,
+            message.offset,
+            env.ticks,
+            env.ticks,
+            env.skip,
+        )
+        return message
+    rest = rows[env.skip :]
+    headers = {
+        **message.headers,
+        PACKED_HEADER: str(len(rest)).encode(),
+        CLOCKS_HEADER: str(len(rest)).encode(),
+    }
+    return dataclasses.replace(message, value=pack(rest), headers=headers)
 
 
 def _is_ack(env: Envelope) -> bool:
@@ -325,8 +380,7 @@ class CommittedReader:
             env = self._seq.step()
             if env is not None:
                 if self._include_acks or not _is_ack(env):
-                    message: Message = env.message
-                    return message
+                    return delivered(env)
                 continue
             item = await self._next_read()
             if item is _DONE:

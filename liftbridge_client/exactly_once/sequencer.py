@@ -18,6 +18,13 @@ interleavings and requires the same committed output):
   continues exactly where this one stands.
 
 On Liftbridge a message at offset ``o`` spans ``[o, o + 1)``.
+
+A message may take several clock values (``Envelope.ticks``: a pack whose rows have a clock
+each; its UUID carries the last). Copies of it made by another attempt of the same writer
+may then start on the same clock and end on another (a task cut short packs fewer rows
+than its retry): the Sequencer keeps the first copy of every clock value, so a committed
+envelope whose first clocks an earlier one already delivered comes out with ``skip`` set
+to how many of its leading clock values (rows) the caller must drop.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import enum
 import json
 import logging
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from liftbridge_client import errors
@@ -57,13 +64,19 @@ class PartitionRef(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """One message as read: where it is, its UUID (16 bytes; zeros when it has none), and
-    the application's message (the Liftbridge `Message`, or a decoded framing)."""
+    the application's message (the Liftbridge `Message`, or a decoded framing).
+
+    ``ticks``: how many clock values the message takes, its UUID's clock the last (1 for
+    a plain message). ``skip``: set by `Sequencer.step` on a committed envelope, how many
+    of its leading clock values an earlier message of the producer already delivered."""
 
     partition: PartitionRef
     begin: int
     end: int
     uuid: bytes
     message: Any = None
+    ticks: int = 1
+    skip: int = 0
 
 
 class QueueOutcome(enum.Enum):
@@ -222,7 +235,8 @@ class Sequencer:
             partial = _Partial(key, 0, -1)
             flags, clock = Flags.OUTSIDE_TXN, 1
         elif partial is None:
-            partial = _Partial(key, clock - 1, -1)
+            # Nothing of this producer seen: every clock value of this message is new.
+            partial = _Partial(key, max(clock - env.ticks, 0), -1)
             self._partials[key] = partial
 
         outcome = self._decide(env, partial, clock, flags)
@@ -335,6 +349,10 @@ class Sequencer:
             if self._dequeued_clock > emit.max_clock:
                 continue  # beyond what the ACK committed
             emit.begin = candidate.begin
+            # Clock values at or below the last delivered one came in an earlier copy.
+            skip = emit.min_clock - (self._dequeued_clock - candidate.ticks)
+            if skip > 0 and self._dequeued_clock != 0:
+                return replace(candidate, skip=skip)
             return candidate
 
         self._finish(emit)

@@ -84,7 +84,7 @@ def clock_to_unix_ns(clock: int) -> int:
 
 
 class Clock:
-    """A producer's monotonic clock: never decreases; every `tick` increments it by one.
+    """A producer's monotonic clock: never decreases; every `tick` moves it forward.
 
     `update` moves it forward to a wall time (never backward); `tick` returns the next value.
     Safe to share between threads (a lock guards the value).
@@ -114,10 +114,14 @@ class Clock:
         with self._lock:
             self._value = max(self._value, target)
 
-    def tick(self) -> int:
-        """Increment by one and return the new value (wraps at 2**64, as Go's uint64)."""
+    def tick(self, n: int = 1) -> int:
+        """Increment by ``n`` (default one) and return the new value (wraps at 2**64, as
+        Go's uint64). A message that takes ``n`` clock values (a pack of ``n`` rows, each
+        with its own clock) ticks once by ``n``: its UUID carries the last."""
+        if type(n) is not int or n < 1:
+            raise errors.InvalidInputError("a clock ticks by an int >= 1")
         with self._lock:
-            self._value = (self._value + 1) & _U64
+            self._value = (self._value + n) & _U64
             return self._value
 
     def __repr__(self) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from liftbridge_client.exactly_once.reader import envelope_of, read_range
+from liftbridge_client.exactly_once.reader import delivered, envelope_of, read_range
 from liftbridge_client.exactly_once.sequencer import (
     Checkpoint,
     PartitionRef,
@@ -85,7 +85,7 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
                     sequencer.start_replay(envelope_of(m) for m in replayed)
                 while (env := sequencer.step()) is not None:
                     if not _is_ack(env.uuid):
-                        out.append(env.message)
+                        out.append(delivered(env))
             if len(out) >= BATCH_ROWS:
                 yield _batch_of(out, options.include_headers)
                 out = []

@@ -32,9 +32,10 @@ import asyncio
 import hashlib
 import logging
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import Any
 
 from liftbridge_client import errors
 from liftbridge_client.client import Client
@@ -60,10 +61,15 @@ __all__ = [
     "commit_intents",
     "lane_for",
     "producer_for",
+    "publish_rows",
     "publish_transactional",
+    "write_intents",
 ]
 
 log = logging.getLogger(__name__)
+
+Runner = Callable[[Coroutine[Any, Any, None]], None]
+"""Runs a coroutine to its end (`TaskRuntime.run`)."""
 
 # A fixed start (2020-01-01): the clocks must be the same on every attempt of a task.
 CLOCK_BASE = unix_ns_to_clock(1_577_836_800 * 10**9)
@@ -179,8 +185,14 @@ async def _publish_in_order(
             )
             stats.add(ack)
         else:
+            # A clock per row: a pack cut short by a failed attempt and the retry's full
+            # pack end on different clocks, and readers deliver each row once.
             ack = await publisher.publish_uncommitted(
-                stream, pack(item), headers=packed_headers(len(item)), partition=partition
+                stream,
+                pack(item),
+                headers=packed_headers(len(item)),
+                partition=partition,
+                clocks=len(item),
             )
             stats.add(ack, len(item))
 
@@ -235,25 +247,39 @@ def publish_transactional(
 ) -> TaskIntents:
     """Publish a task's rows uncommitted (one in flight per producer, as the layer needs
     for ordering; producers concurrently) and return the intents that commit them."""
-    publishes = (row for columns in batches for row in columns.rows())
-    result = TaskIntents()
     runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
     failed = True
     try:
-        producers = _Producers(runtime.client, options, identity)
-        iterator = iter(publishes)
-        while chunk := list(islice(iterator, CHUNK_ROWS)):
-            runtime.run(bounded(_publish_chunk(producers, chunk, result.stats), options))
-        runtime.run(bounded(_flush_packs(producers, result.stats), options))
-        intents = [i for p in producers.publishers.values() for i in p.build_ack_intents()]
-        result.intents = intents_to_json(intents)
+        rows = (row for columns in batches for row in columns.rows())
+        result = publish_rows(runtime.run, runtime.client, rows, options, identity)
         failed = False
     finally:
         runtime.close(drain=not failed)
     return result
 
 
-async def _write(client: Client, options: SinkOptions, intents: list[AckIntent]) -> None:
+def publish_rows(
+    run: Runner,
+    client: Client,
+    rows: Iterable[PublishedRow],
+    options: SinkOptions,
+    identity: TaskIdentity,
+) -> TaskIntents:
+    """`publish_transactional` on a connected ``client``, ``run`` running each step (the
+    rows are pulled between steps, outside the event loop)."""
+    result = TaskIntents()
+    producers = _Producers(client, options, identity)
+    iterator = iter(rows)
+    while chunk := list(islice(iterator, CHUNK_ROWS)):
+        run(bounded(_publish_chunk(producers, chunk, result.stats), options))
+    run(bounded(_flush_packs(producers, result.stats), options))
+    intents = [i for p in producers.publishers.values() for i in p.build_ack_intents()]
+    result.intents = intents_to_json(intents)
+    return result
+
+
+async def write_intents(client: Client, options: SinkOptions, intents: list[AckIntent]) -> None:
+    """Write ACK intents (retried with their UUIDs; written twice, they commit once)."""
     await ExactlyOncePublisher(client, ack_policy=options.ack_policy).write_ack_intents(intents)
 
 
@@ -264,7 +290,7 @@ def commit_intents(options: SinkOptions, documents: Iterable[str], what: str) ->
         return 0
     runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
     try:
-        runtime.run(bounded(_write(runtime.client, options, intents), options, "committing"))
+        runtime.run(bounded(write_intents(runtime.client, options, intents), options, "committing"))
     except errors.LiftbridgeError:
         log.error("%s: writing the ACK intents failed; a replay writes them again", what)
         raise
