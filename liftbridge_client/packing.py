@@ -15,7 +15,9 @@ A packed message carries the header ``lb-packed`` (the number of rows, ASCII) an
   bytes).
 
 Varints are unsigned LEB128, as protobuf's. A message without the header is one row as it
-is, so packed and plain messages can share a stream. Other clients see one message with
+is, so packed and plain messages can share a stream. An exactly-once pack also carries
+``eo-clocks`` (its row count: each row has a clock, the UUID the last row's; see
+`liftbridge_client.exactly_once.publisher.CLOCKS_HEADER`). Other clients see one message with
 the header and an opaque value: they must not take it for one row (the header says).
 """
 
@@ -183,8 +185,9 @@ PACK_BYTES = 768 * 1024
 class Packer:
     """Rows waiting for their pack: a pack is full at ``max_rows`` rows or ``max_bytes``.
 
-    Where a pack ends depends only on the sequence of rows added, so a writer that adds the
-    same rows again (a retried task) builds the same packs.
+    Where a full pack ends depends only on the sequence of rows added, so a writer that adds
+    the same rows again (a retried task) builds the same full packs. The last, `flush`ed
+    pack depends on where the input ended, which a failed attempt does not know.
     """
 
     def __init__(self, max_rows: int, max_bytes: int = PACK_BYTES) -> None:

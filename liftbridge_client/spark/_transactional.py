@@ -4,9 +4,13 @@ Each task attempt publishes its rows as uncommitted (CONTINUE_TXN) messages thro
 `ExactlyOncePublisher` per target partition and lane (below). Its producer id is derived
 from the task's identity (the write id: the streaming query's id or the ``writeId``
 option; the micro-batch id; the Spark partition), the target partition and the lane; its
-clock starts at a fixed value and ticks once per row it publishes. So a retried task, or a
-micro-batch replayed after the query was stopped or the driver died, sends every row again
-under the SAME UUID, which read-committed readers drop as a duplicate. Producers write
+clock starts at a fixed value and ticks once per row it publishes (a pack of ``packRows``
+rows ticks once per row it holds, its UUID carrying the last: header ``eo-clocks``). So a
+retried task, or a micro-batch replayed after the query was stopped or the driver died,
+sends every row again under the SAME clock, which read-committed readers drop as a
+duplicate. A failed attempt whose input Spark cut short publishes a shorter last pack than
+its retry; with a clock per row, readers deliver the retry's pack minus the rows the short
+one delivered. Producers write
 concurrently, each with one message in flight (the layer's ordering rule); each one's
 clocks depend only on the order of its own rows.
 

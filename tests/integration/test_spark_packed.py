@@ -150,3 +150,83 @@ def test_packed_write_survives_a_leader_kill(
     got = spark_rows(spark, addresses, name, "read_committed")
     assert got.total() == rows
     assert set(got) == {f"row-{i}" for i in range(rows)}
+
+
+@pytest.mark.parametrize(
+    ("pack_rows", "producers", "shuffle", "rows", "arrow_batch"),
+    [
+        ("64", "1", False, 20_000, "500"),
+        ("16", "3", False, 20_000, "500"),
+        # 500-row Arrow batches would cut it on a 50-row pack boundary
+        ("50", "1", True, 32_000, "137"),
+    ],
+)
+def test_a_pack_cut_short_by_an_upstream_failure_loses_no_row(
+    spark: SparkSession,
+    liftbridge_server: Deployment,
+    stream_names: StreamNames,
+    tmp_path: Path,
+    pack_rows: str,
+    producers: str,
+    shuffle: bool,
+    rows: int,
+    arrow_batch: str,
+) -> None:
+    """Issue 29: a UDF raising on the first attempt of task 1 at its 7,500th row ends the
+    writer's input there (not an error): the attempt published its partial last pack,
+    and the retry's full pack with the same first row must still deliver the rest.
+    bce26d0 lost 40 rows here (ids 17000-17039 with 500-row Arrow batches), and again
+    on a rerun."""
+    from pyspark import TaskContext
+    from pyspark.sql.functions import col, udf
+
+    name, subject = stream_names()
+    addresses = liftbridge_server.addresses
+    create_stream(addresses, subject, name)
+    flag = tmp_path / "fail"
+    flag.touch()
+    flag_path = str(flag)
+
+    seen: Counter[int] = Counter()  # rows per task attempt, in each Python worker
+
+    def check(i: int) -> int:
+        # At the 7,500th row the first attempt of Spark partition 1 sees.
+        context = TaskContext.get()
+        if context is None or context.partitionId() != 1 or context.attemptNumber() != 0:
+            return i
+        seen[context.taskAttemptId()] += 1
+        if seen[context.taskAttemptId()] == 7_500 and Path(flag_path).exists():
+            raise RuntimeError(f"injected UDF failure at row {i}")
+        return i
+
+    failing = udf(lambda i: check(i), "long")  # noqa: PLW0108
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = str(spark.conf.get(key))
+    spark.conf.set(key, arrow_batch)
+    try:
+        for _ in range(2):  # the job, then a rerun with the same writeId
+            df = spark.range(0, rows, 1, 2)
+            if shuffle:
+                df = df.repartition(4)
+            df = df.select(failing(col("id")).alias("id")).selectExpr("cast(id AS string) AS value")
+            eo_write(
+                df,
+                addresses,
+                name,
+                writeId=name,
+                packRows=pack_rows,
+                producersPerPartition=producers,
+            )
+            counts = spark_rows(spark, addresses, name, "read_committed")
+            expected = Counter(str(i) for i in range(rows))
+            assert counts == expected, sorted(set(expected) - set(counts), key=int)[:40]
+    finally:
+        spark.conf.set(key, before)
+    # The failed attempt did publish a cut-short pack (else this proves nothing): two
+    # stored packs start on the same row and end on different ones.
+    ends: dict[bytes, set[bytes]] = {}
+    for m in read_all(addresses, name):
+        if PACKED_HEADER in m.headers:
+            packed = unpack(m.value)
+            ends.setdefault(packed[0].value, set()).add(packed[-1].value)
+    assert any(len(last) > 1 for last in ends.values()), "no pack was cut short"
