@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource
 
 from liftbridge_client.errors import InvalidInputError
-from liftbridge_client.spark._options import SinkOptions, SourceOptions, get_option
+from liftbridge_client.spark._options import (
+    SINK_OPTIONS,
+    SOURCE_OPTIONS,
+    SinkOptions,
+    SourceOptions,
+    check_known,
+    get_option,
+)
 from liftbridge_client.spark._schema import check_sink_schema, read_schema_ddl
 
 if TYPE_CHECKING:
@@ -36,6 +43,12 @@ class LiftbridgeDataSource(DataSource):
         return "liftbridge"
 
     def schema(self) -> str:
+        # Spark asks for the schema when a read is loaded, on the driver, and reports an
+        # error here as it is; the same error from a streaming reader's constructor ends
+        # under pyspark's own UnboundLocalError (pyspark 4.3 stops a reader it never made).
+        # Reads and writes may share an options map, so only names neither knows fail here;
+        # each side's own parse checks the rest.
+        check_known(self.options, sorted({*SOURCE_OPTIONS, *SINK_OPTIONS}), "read")
         return read_schema_ddl(_include_headers(self.options))
 
     def reader(self, schema: Any) -> BatchReader:

@@ -163,3 +163,24 @@ def test_a_write_fails_within_the_delivery_timeout_when_the_server_stops_answeri
         assert paused, "the write ended before the server was paused: make it longer"
         # Two attempts per task, each bounded by a 5 s step (plus connecting: 3 s).
         assert failed_after < 60, failed_after
+
+
+def test_a_misspelt_streaming_read_option_is_the_error_users_see(
+    spark: SparkSession, liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    """Refused when the read is loaded, with the connector's message last: from inside the
+    streaming reader's constructor, pyspark 4.3 buried it under its own UnboundLocalError
+    ("cannot access local variable 'reader'")."""
+    name, subject = stream_names()
+    create_stream(liftbridge_server.addresses, subject, name)
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - pyspark's AnalysisException
+        (
+            spark.readStream.format("liftbridge")
+            .option("brokers", liftbridge_server.addresses[0])
+            .option("stream", name)
+            .option("maxOffsetPerTrigger", "5")
+            .load()
+        )
+    lines = [line for line in str(raised.value).strip().splitlines() if "SQLSTATE" not in line]
+    assert "did you mean 'maxOffsetsPerTrigger'" in lines[-1], lines[-3:]
+    assert "UnboundLocalError" not in str(raised.value)
