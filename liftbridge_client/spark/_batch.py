@@ -31,8 +31,8 @@ from liftbridge_client.spark._write import (
     SinkGuard,
     WriteStats,
     bounded,
-    client_options,
     publish_batches,
+    sink_runtime,
 )
 
 if TYPE_CHECKING:
@@ -231,7 +231,7 @@ def commit_write(
             return
         from liftbridge_client.spark._idempotent import commit_done
 
-        runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
+        runtime = sink_runtime(options)
         try:
             for write_id in write_ids:
                 done = commit_done(runtime.client, stream, write_id, batch_id)

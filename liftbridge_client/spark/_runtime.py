@@ -25,6 +25,7 @@ import time
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
+from liftbridge_client import errors
 from liftbridge_client.client import Client
 from liftbridge_client.options import ClientOptions
 
@@ -53,8 +54,12 @@ class TaskRuntime:
         brokers: Sequence[str],
         nats_servers: Sequence[str] = (),
         options: ClientOptions | None = None,
+        *,
+        connect_note: str = "",
     ) -> None:
+        """``connect_note``: said after a failed connect's message (which option bounds it)."""
         self._brokers = list(brokers)
+        self._connect_note = connect_note
         self._nats = list(nats_servers)
         self._options = options or ClientOptions()
         self._client: Client | None = None
@@ -67,7 +72,12 @@ class TaskRuntime:
         """The connected client (connects on first use)."""
         if self._client is None:
             client = Client(self._brokers, nats_servers=self._nats or None, options=self._options)
-            run(client.connect())  # a failed connect has closed what it opened
+            try:
+                run(client.connect())  # a failed connect has closed what it opened
+            except (errors.NoBrokerAvailableError, errors.LiftbridgeTimeoutError) as exc:
+                if not self._connect_note:
+                    raise
+                raise type(exc)(f"{exc} ({self._connect_note})") from exc
             self._client = client
         return self._client
 

@@ -56,8 +56,7 @@ from liftbridge_client.spark._columns import Columns
 from liftbridge_client.spark._idempotent import TaskIdentity
 from liftbridge_client.spark._options import SinkOptions
 from liftbridge_client.spark._rows import PublishedRow
-from liftbridge_client.spark._runtime import TaskRuntime
-from liftbridge_client.spark._write import CHUNK_ROWS, WriteStats, bounded, client_options
+from liftbridge_client.spark._write import CHUNK_ROWS, WriteStats, bounded, sink_runtime
 
 __all__ = [
     "CLOCK_BASE",
@@ -251,7 +250,7 @@ def publish_transactional(
 ) -> TaskIntents:
     """Publish a task's rows uncommitted (one in flight per producer, as the layer needs
     for ordering; producers concurrently) and return the intents that commit them."""
-    runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
+    runtime = sink_runtime(options)
     failed = True
     try:
         rows = (row for columns in batches for row in columns.rows())
@@ -292,7 +291,7 @@ def commit_intents(options: SinkOptions, documents: Iterable[str], what: str) ->
     intents = [intent for doc in documents for intent in intents_from_json(doc)]
     if not intents:
         return 0
-    runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
+    runtime = sink_runtime(options)
     try:
         runtime.run(bounded(write_intents(runtime.client, options, intents), options, "committing"))
     except errors.LiftbridgeError:

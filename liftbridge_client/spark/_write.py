@@ -248,9 +248,23 @@ async def _partition_count(client: Client, stream: str) -> int:
     return len(info.partitions)
 
 
+def sink_runtime(options: SinkOptions) -> TaskRuntime:
+    """A runtime for a write's task or commit, its connect bounded as `client_options` says."""
+    note = (
+        f"a write connects within connectTimeoutMs={options.connect_timeout * 1000:.0f} or "
+        f"deliveryTimeoutMs={options.delivery_timeout * 1000:.0f}, the smaller; Spark "
+        "retries the task up to spark.task.maxFailures times"
+    )
+    return TaskRuntime(
+        options.brokers, options.nats_servers, client_options(options), connect_note=note
+    )
+
+
 def client_options(options: SinkOptions) -> ClientOptions:
+    # Connecting is a step of the write too: deliveryTimeoutMs bounds it (a frozen server
+    # accepts connections and answers nothing, so only the connect timeout ended it).
     return ClientOptions(
-        connect_timeout=options.connect_timeout,
+        connect_timeout=min(options.connect_timeout, options.delivery_timeout),
         max_inflight=options.max_inflight,
         transport=options.transport,
         ack_wait=options.ack_timeout,
@@ -300,7 +314,7 @@ def publish_batches(
     earlier attempt of the same task published are skipped, see `_idempotent`).
     """
     stats = WriteStats()
-    runtime = TaskRuntime(options.brokers, options.nats_servers, client_options(options))
+    runtime = sink_runtime(options)
     failed = True
     guard = None
     try:

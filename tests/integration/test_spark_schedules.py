@@ -178,7 +178,7 @@ def _options(s: SparkSchedule, stream: str, broker: str) -> dict[str, str]:
 
 def _rows_of(messages: list[Message]) -> list[tuple[int, str]]:
     """(partition, value) per row, in stored order, packs unpacked."""
-    out = []
+    out: list[tuple[int, str]] = []
     for m in messages:
         if is_packed(m.headers):
             out.extend((m.partition, r.value.decode()) for r in unpack(m.value))

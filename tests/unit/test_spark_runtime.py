@@ -48,3 +48,35 @@ def test_other_connection_settings_get_other_runtimes() -> None:
     )
     assert other is not first
     assert borrow() is first
+
+
+def test_a_write_connects_within_the_delivery_timeout_and_says_which_bound() -> None:
+    """A frozen server accepts connections and answers nothing: a write's connect ends
+    within deliveryTimeoutMs when that is the smaller bound, and the error names both."""
+    import socket
+    import time
+
+    from liftbridge_client import errors
+    from liftbridge_client.spark._options import SinkOptions
+    from liftbridge_client.spark._write import client_options, sink_runtime
+
+    frozen = socket.socket()
+    frozen.bind(("127.0.0.1", 0))
+    frozen.listen(16)  # never accepted, never answered
+    try:
+        address = f"127.0.0.1:{frozen.getsockname()[1]}"
+        options = SinkOptions.parse(
+            {"brokers": address, "deliveryTimeoutMs": "800", "connectTimeoutMs": "60000"}
+        )
+        assert client_options(options).connect_timeout == pytest.approx(0.8)
+        runtime = sink_runtime(options)
+        started = time.monotonic()
+        with pytest.raises(errors.NoBrokerAvailableError) as raised:
+            runtime.client  # noqa: B018 - connects
+        assert time.monotonic() - started < 10
+        assert "deliveryTimeoutMs=800" in str(raised.value)
+        assert "connectTimeoutMs=60000" in str(raised.value)
+        longer = SinkOptions.parse({"brokers": address, "connectTimeoutMs": "3000"})
+        assert client_options(longer).connect_timeout == pytest.approx(3.0)
+    finally:
+        frozen.close()
