@@ -70,6 +70,7 @@ __all__ = [
     "ProvisionReport",
     "binary_version",
     "cache_root",
+    "download_test_dependencies",
     "go_version",
     "liftbridge_binary",
     "liftbridge_install_dir",
@@ -273,11 +274,15 @@ def patch_files(version: str) -> list[Path]:
     return files
 
 
-def patched_source(go: str, spec: ServerVersion, out_dir: Path) -> Path:
+def patched_source(
+    go: str, spec: ServerVersion, out_dir: Path, *, test_dependencies: bool = False
+) -> Path:
     """Copy ``spec``'s release source into ``out_dir``, apply its patches; return the copy.
 
     The release source comes from the Go module proxy (or the local module cache, so an
-    offline machine that built the release once can build this too).
+    offline machine that built the release once can build this too). With
+    ``test_dependencies``, :func:`download_test_dependencies` runs on the copy, so that its
+    Go tests can run with ``GOPROXY=off``.
     """
     assert spec.patched_from is not None
     files = patch_files(spec.name)
@@ -308,7 +313,36 @@ def patched_source(go: str, spec: ServerVersion, out_dir: Path) -> Path:
         _git(git, ["apply", "-R", os.fspath(patch)], copy, f"{patch} does not reverse")
     for patch in files:
         _git(git, ["apply", os.fspath(patch)], copy, f"{patch} does not apply")
+    if test_dependencies:
+        download_test_dependencies(go, copy)
     return copy
+
+
+def download_test_dependencies(go: str, tree: Path) -> None:
+    """Put every module that ``tree``'s packages and their tests import into the module cache.
+
+    ``go build`` fetches only what the build imports, so a test-only import (testify) is
+    missing from a fresh module cache when ``go test`` later runs with ``GOPROXY=off``.
+    ``go mod download`` (the proxy allowed) fetches what building and testing the module's
+    packages needs; loading every package with its tests under ``GOPROXY=off`` then proves
+    it did. Raises :class:`ProvisionError` with Go's output when either step fails.
+    """
+    ok, output = _run_go([go, "mod", "download"], env=_go_env(goflags="-mod=mod"), cwd=tree)
+    if not ok:
+        raise ProvisionError(
+            f"cannot download the Go modules that the tests in {tree} need. "
+            f"`go mod download` said:\n{_tail(output)}"
+        )
+    ok, output = _run_go(
+        [go, "list", "-test", "-deps", "-f", "{{.ImportPath}}", "./..."],
+        env=_go_env(goflags="-mod=mod", GOPROXY="off"),
+        cwd=tree,
+    )
+    if not ok:
+        raise ProvisionError(
+            f"`go mod download` left modules that the tests in {tree} import out of the "
+            f"module cache. `go list -test -deps ./...` with GOPROXY=off said:\n{_tail(output)}"
+        )
 
 
 def _git(git: str, args: list[str], cwd: Path, failure: str) -> None:
@@ -484,7 +518,7 @@ def _build_patched(go: str, spec: ServerVersion, out_dir: Path, **env: str) -> P
     # The copy is outside the module cache: -mod=mod lets go use the cached dependencies.
     ok, output = _run_go(
         [go, "build", "-trimpath", "-o", os.fspath(binary), "."],
-        env=_go_env(GOFLAGS="-mod=mod", **env),
+        env=_go_env(goflags="-mod=mod", **env),
         cwd=source,
     )
     if not ok or not binary.is_file():
@@ -512,7 +546,7 @@ def _build_snapshot(go: str, snapshot: Path, out_dir: Path) -> Path:
     binary = out_dir / "liftbridge"
     # The snapshot has no vendor directory: dependencies come from the module proxy.
     ok, output = _run_go(
-        [go, "build", "-o", os.fspath(binary), "."], env=_go_env(GOFLAGS="-mod=mod"), cwd=roots[0]
+        [go, "build", "-o", os.fspath(binary), "."], env=_go_env(goflags="-mod=mod"), cwd=roots[0]
     )
     if not ok or not binary.is_file():
         raise ProvisionError(
@@ -534,11 +568,17 @@ def _module_dir(download_json: str) -> Path | None:
     return Path(directory) if isinstance(directory, str) and directory else None
 
 
-def _go_env(**extra: str) -> dict[str, str]:
-    """The environment for ``go`` commands: never switch toolchains behind the user's back."""
+def _go_env(*, goflags: str = "", **extra: str) -> dict[str, str]:
+    """The environment for ``go`` commands: never switch toolchains behind the user's back.
+
+    ``goflags`` go after the caller's ``$GOFLAGS`` rather than replacing them (a
+    ``-modcacherw`` there must survive a ``-mod=mod`` here).
+    """
     env = dict(os.environ)
     env.setdefault("GOTOOLCHAIN", "local")
     env.update(extra)
+    if goflags:
+        env["GOFLAGS"] = f"{env.get('GOFLAGS', '')} {goflags}".strip()
     return env
 
 

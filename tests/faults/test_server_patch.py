@@ -4,7 +4,9 @@ Each scenario (faults.epoch_scenarios, faults.reader_scenarios) builds a defect'
 precondition by construction, so stock v1.9.0 is pinned to show the defect and the patched
 server to show none (figures in docs/compatibility.md). If the stock assertion ever fails,
 the scenario no longer reaches the defect: fix the scenario, do not drop the assertion.
-Patch 0007's Go unit test runs the same way, on the patched source and on v1.9.0's.
+Patch 0007's and 0008's Go unit tests run the same way, on the patched source and on v1.9.0's,
+offline, after provisioning fetched their modules; one more test proves that provisioning is
+enough from an empty Go module and build cache.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 from faults.epoch_scenarios import empty_leader_divergence, restart_truncation_loss
 from faults.reader_scenarios import follower_catchup_read
 from liftbridge_client.testing import PATCHED_VERSION, Cluster, server_version
-from liftbridge_client.testing._provision import patched_source
+from liftbridge_client.testing._provision import download_test_dependencies, patched_source
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +98,8 @@ def _go() -> str:
 
 @pytest.fixture(scope="module")
 def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return patched_source(_go(), server_version(PATCHED_VERSION), tmp_path_factory.mktemp("lbc"))
+    out = tmp_path_factory.mktemp("lbc")
+    return patched_source(_go(), server_version(PATCHED_VERSION), out, test_dependencies=True)
 
 
 def _stock_tree(go: str, patched: Path, out: Path, test_file: Path = READER_TEST_FILE) -> Path:
@@ -116,6 +119,7 @@ def _stock_tree(go: str, patched: Path, out: Path, test_file: Path = READER_TEST
     for path in [tree, *tree.rglob("*")]:  # the module cache is read-only
         path.chmod(path.stat().st_mode | 0o200)
     shutil.copy(patched / test_file, tree / test_file)
+    download_test_dependencies(go, tree)
     return tree
 
 
@@ -129,8 +133,13 @@ def _go_test(
         text=True,
         timeout=360,  # a cold build cache on a loaded machine; the test itself takes < 1 s
         check=False,
-        # Offline: the dependencies are in the module cache (the server build put them there).
-        env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod", "GOPROXY": "off"},
+        # Offline: provisioning the tree put its test dependencies in the module cache.
+        env={
+            **os.environ,
+            "GOTOOLCHAIN": "local",
+            "GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -mod=mod".strip(),
+            "GOPROXY": "off",
+        },
         stdin=subprocess.DEVNULL,
     )
 
@@ -153,6 +162,37 @@ def test_patched_reader_survives_an_hw_past_the_log_end(patched_tree: Path) -> N
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert re.search(r"^ok\s", output, re.MULTILINE), output
+    assert "[no tests to run]" not in output, output
+
+
+# Issue 33: `go build` fetches no test-only module (testify), and a module cache warm from
+# earlier runs hid that nothing else did. Here both Go caches start empty, so provisioning
+# must fetch everything the Go tests import. Only server/commitlog is compiled: cold, it
+# takes under a minute; the server package takes several.
+@pytest.mark.timeout(600)
+def test_provisioning_fetches_what_the_go_tests_need_into_empty_go_caches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    go = _go()
+    caches = tmp_path / "go-caches"
+    goflags = subprocess.run(
+        [go, "env", "GOFLAGS"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.strip()
+    monkeypatch.setenv("GOMODCACHE", os.fspath(caches / "mod"))
+    monkeypatch.setenv("GOCACHE", os.fspath(caches / "build"))
+    # A module cache is read-only unless made with -modcacherw; this one is deleted below.
+    monkeypatch.setenv("GOFLAGS", f"{goflags} -modcacherw".strip())
+    try:
+        spec = server_version(PATCHED_VERSION)
+        tree = patched_source(go, spec, tmp_path, test_dependencies=True)
+        assert (caches / "mod" / "github.com" / "stretchr").is_dir()  # testify is test-only
+        done = _go_test(go, tree)
+    finally:
+        shutil.rmtree(caches, ignore_errors=True)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert re.search(r"^ok\s", output, re.MULTILINE), output
+    assert "[no tests to run]" not in output, output
 
 
 @pytest.mark.timeout(300)
@@ -205,3 +245,4 @@ def test_patched_server_retries_an_expiry_only_for_a_member_still_there(
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert re.search(r"^ok\s", output, re.MULTILINE), output
+    assert "[no tests to run]" not in output, output

@@ -161,12 +161,13 @@ def test_master_build_unpacks_the_snapshot_and_stamps_the_cache(
         'chmod +x "$out"',
     )
     monkeypatch.setenv("PATH", f"{tmp_path / 'gobin'}:/usr/bin:/bin")
+    monkeypatch.setenv("GOFLAGS", "-modcacherw")  # the caller's flags stay, -mod=mod after them
     binary = _provision.liftbridge_binary("master")
     assert binary == tmp_path / "cache" / f"liftbridge-{MASTER_VERSION}" / "bin" / "liftbridge"
     assert (binary.parent / ".built-from").read_text().strip() == MASTER_VERSION
-    built_in, goflags = log.read_text().split()
+    built_in, *goflags = log.read_text().split()
     assert built_in.endswith("/src/liftbridge-50ac358b41eb")
-    assert goflags == "-mod=mod"
+    assert goflags == ["-modcacherw", "-mod=mod"]
     assert not _provision.liftbridge_needs_build("master")  # the stamp is trusted
     assert _provision.binary_version(binary) is None  # master reports "dev"
 
@@ -208,6 +209,43 @@ def test_patched_build_applies_the_patches_in_order_and_stamps_their_hash(
         "--- a/a.go\n+++ b/a.go\n@@ -1 +1 @@\n-two\n+four\n"
     )
     assert _provision.liftbridge_needs_build("v1.9.0+lbc.1")
+
+
+def _fake_go_for_test_dependencies(tmp_path: Path, fail: str = "", saying: str = "") -> Path:
+    """A stand-in `go` that logs each call with its GOPROXY; its ``fail`` command fails."""
+    log = tmp_path / "go.log"
+    failing = f'if [ "$1" = {fail} ]; then echo "{saying}" >&2; exit 1; fi\n' if fail else ""
+    write_script(
+        tmp_path / "gobin" / "go",
+        f'echo "$* | GOPROXY=$GOPROXY | GOFLAGS=$GOFLAGS" >> {log}\n{failing}exit 0',
+    )
+    return log
+
+
+def test_test_dependencies_are_downloaded_then_proven_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = _fake_go_for_test_dependencies(tmp_path)
+    monkeypatch.setenv("GOPROXY", "https://proxy.example")
+    monkeypatch.delenv("GOFLAGS", raising=False)
+    _provision.download_test_dependencies(os.fspath(tmp_path / "gobin" / "go"), tmp_path)
+    assert log.read_text().splitlines() == [
+        "mod download | GOPROXY=https://proxy.example | GOFLAGS=-mod=mod",
+        "list -test -deps -f {{.ImportPath}} ./... | GOPROXY=off | GOFLAGS=-mod=mod",
+    ]
+
+
+def test_test_dependencies_left_out_fail_provisioning_with_gos_words(tmp_path: Path) -> None:
+    go = os.fspath(tmp_path / "gobin" / "go")
+    missing = "server/activity_test.go:8:2: module lookup disabled by GOPROXY=off"
+    _fake_go_for_test_dependencies(tmp_path, "list", missing)
+    with pytest.raises(ProvisionError, match=r"GOPROXY=off said:\n.*activity_test\.go:8:2: module"):
+        _provision.download_test_dependencies(go, tmp_path)
+    (tmp_path / "go.log").unlink()
+    _fake_go_for_test_dependencies(tmp_path, "mod", "dial tcp: lookup proxy: no such host")
+    with pytest.raises(ProvisionError, match=r"`go mod download` said:\n.*no such host"):
+        _provision.download_test_dependencies(go, tmp_path)
+    assert (tmp_path / "go.log").read_text().count("\n") == 1  # nothing ran after the failure
 
 
 def test_patched_build_refuses_to_run_without_its_patches(
