@@ -503,6 +503,11 @@ class _LazyHeaders(Mapping[str, bytes]):
     def __getitem__(self, key: str) -> bytes:
         return self._get()[key]
 
+    def get(self, key: str, default: Any = None) -> Any:
+        # Mapping.get goes through __getitem__ and a KeyError for every missing name:
+        # readers look for headers most messages lack (eo-uuid, eo-clocks, lb-packed).
+        return self._get().get(key, default)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._get())
 

@@ -330,9 +330,14 @@ class Sequencer:
 
         while emit.ring_start != -1:
             if self._replay is None:
-                candidate = self._ring[emit.ring_start]
+                index = emit.ring_start
+                candidate = self._ring[index]
                 assert candidate is not None
-                emit.ring_start = self._next[emit.ring_start]
+                emit.ring_start = self._next[index]
+                # Served: the slot holds nothing anyone needs, so a large ring keeps only
+                # the open transactions' messages alive, not everything read.
+                self._ring[index] = None
+                self._next[index] = -1
             else:
                 replayed = next(self._replay, None)
                 if replayed is None:

@@ -301,3 +301,24 @@ def test_an_ack_below_a_producer_that_committed_nothing_is_a_rollback_not_a_loss
         assert log.put(A, 1, Flags.ACK_TXN) == (QueueOutcome.ACK_ROLLBACK, [])
     assert [r.levelno for r in caplog.records] == [logging.ERROR]
     assert "exactly-once is lost" in caplog.text
+
+
+def test_served_messages_leave_the_ring_and_a_ring_the_size_of_the_range_never_replays() -> None:
+    # 16 producers whose transactions interleave over the whole range (the Spark sink with
+    # producersPerPartition=16): with a ring as large as the range, every commit is served
+    # from memory; once served, the ring keeps nothing of them.
+    producers = [bytes([0x01, i, 0, 0, 0, 0]) for i in range(16)]
+    seq = Sequencer(buffer=16 * 50 + 16)
+    log = Log(seq)
+    outcomes = [
+        log.put(p, clock, Flags.CONTINUE_TXN)[0] for clock in range(1, 51) for p in producers
+    ]
+    committed = []
+    for p in producers:
+        outcome, out = log.put(p, 51, Flags.ACK_TXN)
+        outcomes.append(outcome)
+        committed += out
+    assert QueueOutcome.ACK_COMMIT_REPLAY not in outcomes
+    assert len(committed) == 16 * 51  # every message, and each ACK
+    assert sorted(committed) == list(range(16 * 51))
+    assert all(slot is None for slot in seq._ring)
