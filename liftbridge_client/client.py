@@ -479,7 +479,9 @@ class Client:
 
         Raises:
             InvalidInputError: a name, subject or setting the server cannot take.
-            AlreadyExistsError: the name is taken (and not ``exist_ok``).
+            AlreadyExistsError: the name is taken (and not ``exist_ok``), or with
+                ``exist_ok`` by a stream whose subject or partition count differs (the
+                message names each, with what the stream has).
             FeatureNotSupportedError: a setting the server lacks (optimistic
                 concurrency before v1.6).
         """

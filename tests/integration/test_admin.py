@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -93,9 +94,12 @@ async def test_exist_ok_accepts_the_same_stream_and_refuses_a_different_one(
     await client.create_stream(
         subject, name, StreamConfig(partitions=2), exist_ok=True
     )  # the same: fine
-    with pytest.raises(errors.AlreadyExistsError, match="partition count"):
+    with pytest.raises(errors.AlreadyExistsError, match=r"exists with 2 partitions, not 3$"):
         await client.create_stream(subject, name, StreamConfig(partitions=3), exist_ok=True)
-    with pytest.raises(errors.AlreadyExistsError, match="another subject"):
+    with pytest.raises(
+        errors.AlreadyExistsError,
+        match=re.escape(f"exists with subject '{subject}', not '{subject}.x'") + "$",
+    ):
         await client.create_stream(subject + ".x", name, StreamConfig(partitions=2), exist_ok=True)
     subject, name = reversed(unique())
     await client.create_stream(subject, name, exist_ok=True)  # new: simply created

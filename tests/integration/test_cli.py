@@ -96,6 +96,11 @@ def test_streams_create_list_pause_readonly_delete(cli: Cli, unique_stream: Stre
         "--auto-pause-time", "10m", "--no-encryption",
     )  # fmt: skip
     cli("streams", "create", name, "--subject", subject, "--partitions", "2", "--exist-ok")
+    other = cli("streams", "create", name, "--subject", "other", "--exist-ok", status=5)
+    assert other.stderr == (
+        f"error: AlreadyExistsError: stream '{name}' exists with subject '{subject}', not "
+        "'other'; 2 partitions, not 1\n"
+    )
     taken = cli("streams", "create", name, "--subject", subject, status=5)
     assert taken.stderr.startswith("error: AlreadyExistsError:")
     assert "Traceback" not in taken.stderr
