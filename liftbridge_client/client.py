@@ -264,12 +264,17 @@ class Client:
             why = f": {_nats.describe(findings)}" if findings else ""
             last = f" (NATS errors: {seen})" if seen and not findings else ""
             cause = findings[0].cause if findings and findings[0].cause else None
-            raise errors.NoBrokerAvailableError(
-                f"could not connect to {where} within {timeout}s{why}{last}"
-            ) from (cause or self._nats_error or exc)
+            unreachable = (
+                errors.NatsUnreachableError if nats_stage else errors.NoBrokerAvailableError
+            )
+            raise unreachable(f"could not connect to {where} within {timeout}s{why}{last}") from (
+                cause or self._nats_error or exc
+            )
         except errors.NoBrokerAvailableError as exc:
             await self._teardown(exc)
-            if not isinstance(exc.__cause__, errors.ServerError):
+            if isinstance(exc, errors.NatsUnreachableError) or not isinstance(
+                exc.__cause__, errors.ServerError
+            ):
                 raise  # connect_nats said why already
             # Every seed failed at once; grpc-core's words rarely say why: look ourselves.
             findings = await _nats.explain(self._seed_targets(), _GRPC)

@@ -21,6 +21,7 @@ The tree::
     │   └── ReplayMismatchError              a sequencer replay outside its range
     ├── ConnectionClosedError                the client was closed or lost its connection
     ├── NoBrokerAvailableError               no seed or broker could be reached; retriable
+    │   └── NatsUnreachableError             no NATS server of ``nats_servers`` could be reached
     ├── FeatureNotSupportedError           the broker(s) lack what a call needs
     ├── InflightLimitError                   publish_nowait with a full in-flight window; retriable
     ├── LiftbridgeTimeoutError (also builtins.TimeoutError)  retriable
@@ -137,6 +138,15 @@ class NoBrokerAvailableError(LiftbridgeError):
     """None of the seed or known broker addresses could be reached."""
 
     retriable = True
+
+
+class NatsUnreachableError(NoBrokerAvailableError):
+    """None of the NATS servers (``nats_servers``) could be reached when connecting.
+
+    The message names the cause for each address (a host that does not resolve, a
+    refused connection, another protocol on the port, NATS's own refusal), chained to
+    it. A subclass of `NoBrokerAvailableError`, so code that catches that still does.
+    """
 
 
 class InflightLimitError(LiftbridgeError):

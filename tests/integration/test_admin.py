@@ -192,7 +192,7 @@ async def test_connect_errors_name_the_wrong_port(liftbridge_server: Any) -> Non
     with pytest.raises(errors.NoBrokerAvailableError, match="this looks like the NATS port"):
         await Client([nats_address], options=opts).connect()
     with pytest.raises(
-        errors.NoBrokerAvailableError, match="this looks like a Liftbridge gRPC port"
+        errors.NatsUnreachableError, match="this looks like a Liftbridge gRPC port"
     ) as info:
         await Client(
             liftbridge_server.addresses, nats_servers=[f"nats://{grpc_address}"], options=opts

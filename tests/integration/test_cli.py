@@ -333,6 +333,12 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(liftbridge_server: De
     assert nats_down.returncode == 3, nats_down.stderr
     assert nats_down.stderr.strip().splitlines() == [nats_down.stderr.strip()], nats_down.stderr
     assert "connection refused" in nats_down.stderr
+    # --nats at the broker's gRPC port: a NATS error that says so, not a broker error.
+    grpc_port = liftbridge_server.addresses[0]
+    wrong = run_cli(liftbridge_server, "--nats", f"nats://{grpc_port}", "publish", "s", "v")
+    assert wrong.returncode == 3, wrong.stderr
+    assert wrong.stderr.startswith("error: NatsUnreachableError: could not connect to NATS")
+    assert "this looks like a Liftbridge gRPC port" in wrong.stderr
     noisy = run_cli(liftbridge_server, "--debug", "publish", "s", "v", env=nats_env)
     assert "Errno 111" in noisy.stderr
     # Both ports free (the defaults may be taken by a developer's own server).
