@@ -69,11 +69,14 @@ def test_static_elf_detection(tmp_path: Path) -> None:
         is_static_elf(text)
 
 
-def test_missing_docker_cli_is_a_provision_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_docker_cli_is_a_provision_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv(ENV_DOCKER, "/nonexistent/docker")
+    monkeypatch.setattr(_docker_cli, "_checkout_root", lambda: tmp_path)  # run from a clone
     with pytest.raises(ProvisionError, match=ENV_DOCKER) as info:
         docker_cli()
-    assert "`make test-docker` installs and starts one" in str(info.value)  # in this clone
+    assert "`make test-docker` installs and starts one" in str(info.value)
 
 
 def test_missing_docker_cli_outside_a_clone_advises_what_a_user_can_do(
