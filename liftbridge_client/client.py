@@ -180,8 +180,11 @@ class Client:
     answers is enough. ``nats_servers`` enables publishing enveloped messages
     straight over NATS (the default transport when given)::
 
-        async with Client(["127.0.0.1:9292"], nats_servers=["nats://127.0.0.1:4222"]) as c:
-            await c.create_stream("orders.events", "orders", StreamConfig(partitions=3))
+        async with Client(
+            ["127.0.0.1:9292"], nats_servers=["nats://127.0.0.1:4222"]
+        ) as c:
+            config = StreamConfig(partitions=3)
+            await c.create_stream("orders.events", "orders", config)
             ack = await c.publish("orders", b"payload", key=b"customer-7")
     """
 

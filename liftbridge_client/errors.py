@@ -56,9 +56,10 @@ The tree::
 
 Every class carries ``retriable``: True when sending the same request again may
 succeed (after a metadata refresh where ``invalid_metadata`` is True too). Both
-flags hold where the tree says so and are inherited by subclasses
-(tests/unit/test_errors.py checks the tree against the classes).
+flags hold where the tree says so and are inherited by subclasses.
 """
+
+# tests/unit/test_errors.py checks the tree above against the classes.
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The Sequencer: read-uncommitted messages in, read-committed messages out (pure, no IO).
 
-Semantics follow Gazette's message.Sequencer (tests/interop/gazette feeds both the same
-interleavings and requires the same committed output):
+Semantics follow Gazette's message.Sequencer (the same interleavings give the same
+committed output in both):
 
 - State is kept per (partition, producer): ``min_clock`` (the last acknowledged clock; a
   message at or below it is a duplicate and is dropped), ``max_clock`` (the largest clock of
@@ -19,6 +19,8 @@ interleavings and requires the same committed output):
 
 On Liftbridge a message at offset ``o`` spans ``[o, o + 1)``.
 """
+
+# tests/interop/gazette feeds this and Gazette's Sequencer the same interleavings.
 
 from __future__ import annotations
 

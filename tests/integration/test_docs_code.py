@@ -10,12 +10,15 @@ How a block is run depends on the HTML comment on the line before its fence:
   when the page has one (else in asyncio auto mode); pytest must not warn about it.
 - ``<!-- docs-test: same-as examples/NAME.py -->``: the block must be that file, verbatim
   (examples/ run in tests/integration/test_examples.py).
+- ``<!-- docs-test: compile -->``: a fragment that needs what a test cannot cheaply give it
+  (a Spark session): it must compile, and its imports must import.
 
 So a block cannot drift from the API, hang, or fail on a second run without failing here.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -116,7 +119,7 @@ def test_the_testing_page_configures_pytest_asyncio_fully() -> None:
 def test_the_docs_have_python_blocks_to_run() -> None:
     assert len(BLOCKS) >= 4
     modes = {b.mode.split()[0] for b in BLOCKS}
-    assert modes <= {"script", "pytest", "same-as"}, modes
+    assert modes <= {"script", "pytest", "same-as", "compile"}, modes
 
 
 # Consumer groups came with Liftbridge v1.8.0: `make test-compat` skips their page on v1.7.1.
@@ -132,6 +135,14 @@ def test_docs_block_runs(block: Block, liftbridge_server: Deployment, tmp_path: 
     kind, _, arg = block.mode.partition(" ")
     if kind == "same-as":
         assert block.code == (ROOT / arg).read_text(), f"{block.id} differs from {arg}"
+        return
+    if kind == "compile":
+        tree = ast.parse(block.code, block.id)
+        imports: list[ast.stmt] = [
+            n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)
+        ]
+        assert imports, f"{block.id}: a compile-only block imports what it uses"
+        exec(compile(ast.Module(imports, type_ignores=[]), block.id, "exec"), {})
         return
     code = block.code.replace(_DEFAULT_GRPC, liftbridge_server.addresses[0]).replace(
         _DEFAULT_NATS, liftbridge_server.nats_url
