@@ -51,6 +51,14 @@ integration: servers
 test: lint typecheck proto-check servers fault-tools
 	$(BIN)/pytest tests --ignore=tests/faults/test_soak_smoke.py $(PYTEST_ARGS)
 
+# The release as users get it (scripts/release_check.py; .ci/run runs it after make test):
+# the version, CHANGELOG.md's top section and the tag v<version> agree; python -m build
+# makes the sdist and the wheel; twine check --strict on both; the sdist installed into a
+# fresh venv runs its own tests/unit. About 3 minutes, most of it pip and the unit tests.
+.PHONY: release-check
+release-check: venv
+	$(BIN)/python scripts/release_check.py
+
 # The dependency ranges of pyproject.toml at both ends (docs/compatibility.md): tests/unit
 # and the NATS and h2 integration files in throwaway venvs (.venv-deps-low, .venv-deps-high;
 # reused while their stamp matches) with every runtime dependency at its floor, then at its

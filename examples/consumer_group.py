@@ -1,8 +1,10 @@
-"""Consumer groups: members share a stream's partitions; a restart resumes after the commit.
+"""Consumer groups: members share a stream's partitions; a restart resumes
+after the commit.
 
-Two members of the group "billing" split the four partitions of a stream between them,
-each message goes to exactly one of them. Closing commits what they read and leaves the
-group; a member that joins later continues after the committed positions.
+Two members of the group "billing" split the four partitions of a stream
+between them, each message goes to exactly one of them. Closing commits what
+they read and leaves the group; a member that joins later continues after the
+committed positions.
 
 Needs a server with consumer groups (Liftbridge >= v1.8.0) and cursors enabled
 (``cursors.stream.partitions`` >= 1). Point it at one with
@@ -20,13 +22,15 @@ from liftbridge_client import Client, Consumer, ConsumerOptions, StreamConfig
 
 PARTITIONS = 4
 
-# Ask the coordinator for assignments every half second (default: 0.4 x the server's
-# groups.consumer.timeout, 6 s with the default 15 s), so that rebalances show quickly.
+# Ask the coordinator for assignments every half second (default: 0.4 x the
+# server's groups.consumer.timeout, 6 s with the default 15 s), so that
+# rebalances show quickly.
 OPTIONS = ConsumerOptions(fetch_interval=0.5, commit_interval=1.0)
 
 
 async def read_until(members: list[Consumer], count: int) -> list[str]:
-    """Read with every member at once until ``count`` messages came in; who read what."""
+    """Read with every member at once until ``count`` messages came in;
+    who read what."""
     got: list[str] = []
     done = asyncio.Event()
 
@@ -52,27 +56,41 @@ async def main() -> None:
     stream, group = f"orders-{suffix}", f"billing-{suffix}"
 
     async with Client(brokers) as client:
-        await client.create_stream(f"{stream}.events", stream, StreamConfig(partitions=PARTITIONS))
+        config = StreamConfig(partitions=PARTITIONS)
+        await client.create_stream(f"{stream}.events", stream, config)
 
-        alice = client.consumer(group, [stream], options=replace(OPTIONS, consumer_id="alice"))
-        bob = client.consumer(group, [stream], options=replace(OPTIONS, consumer_id="bob"))
+        def member(name: str) -> Consumer:
+            options = replace(OPTIONS, consumer_id=name)
+            return client.consumer(group, [stream], options=options)
+
+        def half(parts: frozenset[tuple[str, int]]) -> bool:
+            return len(parts) == PARTITIONS // 2
+
+        async def publish(i: int) -> None:
+            value = f"order {i}".encode()
+            await client.publish(stream, value, partition=i % PARTITIONS)
+
+        alice, bob = member("alice"), member("bob")
         async with alice, bob:
-            # The group rebalances as members join: wait until each holds its half.
-            for member in (alice, bob):
-                await member.wait_assigned(lambda parts: len(parts) == PARTITIONS // 2, timeout=30)
-            for member in (alice, bob):
-                print(member.consumer_id, "reads", sorted(p for _, p in member.assignments))
+            # The group rebalances as members join: wait until each holds half.
+            for each in (alice, bob):
+                await each.wait_assigned(half, timeout=30)
+            for each in (alice, bob):
+                parts = sorted(p for _, p in each.assignments)
+                print(each.consumer_id, "reads", parts)
             for i in range(8):
-                await client.publish(stream, f"order {i}".encode(), partition=i % PARTITIONS)
+                await publish(i)
             got = await read_until([alice, bob], 8)
-            print("each order read once:", sorted(got, key=lambda s: int(s.rsplit(" ", 1)[1])))
+            got.sort(key=lambda s: int(s.rsplit(" ", 1)[1]))
+            print("each order read once:", got)
         # Leaving committed both members' positions to the group's cursors.
 
         for i in range(8, 10):
-            await client.publish(stream, f"order {i}".encode(), partition=i % PARTITIONS)
-        carol = client.consumer(group, [stream], options=replace(OPTIONS, consumer_id="carol"))
+            await publish(i)
+        carol = member("carol")
         async with carol:
-            later = [(await carol.next(timeout=20)).value.decode() for _ in range(2)]
+            read = [await carol.next(timeout=20) for _ in range(2)]
+            later = [m.value.decode() for m in read]
             print("after a restart:", sorted(later))  # orders 8 and 9 only
 
         await client.delete_stream(stream)

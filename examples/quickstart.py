@@ -1,7 +1,8 @@
-"""Quickstart: create a stream, publish over NATS and over gRPC, read everything back.
+"""Quickstart: create a stream, publish over NATS and over gRPC, read it back.
 
-Run against a local server (``make demo`` starts one and runs this), or point it
-elsewhere with LIFTBRIDGE_ADDRS=host:port[,host:port] and LIFTBRIDGE_NATS_URL.
+Run against a local server (``make demo`` starts one and runs this), or
+point it elsewhere: LIFTBRIDGE_ADDRS=host:port[,host:port] and
+LIFTBRIDGE_NATS_URL.
 """
 
 from __future__ import annotations
@@ -24,13 +25,22 @@ async def main() -> None:
 
         # An enveloped Message straight on the stream's NATS subject; the ack
         # comes back on the client's ack inbox, matched by correlation id.
-        ack = await client.publish(name, b"hello over NATS", key=b"k1", transport=Transport.NATS)
-        assert ack is not None
-        print(f"NATS publish acked: offset={ack.offset} correlation_id={ack.correlation_id}")
-
-        # The same through the gRPC API (PublishAsync stream to the partition leader).
         ack = await client.publish(
-            name, b"hello over gRPC", headers={"via": b"grpc"}, transport=Transport.GRPC
+            name,
+            b"hello over NATS",
+            key=b"k1",
+            transport=Transport.NATS,
+        )
+        assert ack is not None
+        cid = ack.correlation_id
+        print(f"NATS publish acked: offset={ack.offset} correlation_id={cid}")
+
+        # The same through the gRPC API (a PublishAsync stream to the leader).
+        ack = await client.publish(
+            name,
+            b"hello over gRPC",
+            headers={"via": b"grpc"},
+            transport=Transport.GRPC,
         )
         assert ack is not None
         print(f"gRPC publish acked: offset={ack.offset}")
@@ -40,9 +50,9 @@ async def main() -> None:
             name, start=StartPosition.EARLIEST, stop=StopPosition.LATEST
         ) as subscription:
             async for message in subscription:
-                print(
-                    f"  offset {message.offset}: {message.value!r} headers={dict(message.headers)}"
-                )
+                offset, value = message.offset, message.value
+                headers = dict(message.headers)
+                print(f"  offset {offset}: {value!r} headers={headers}")
 
         await client.delete_stream(name)
         print(f"deleted stream {name!r}")

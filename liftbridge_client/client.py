@@ -180,8 +180,11 @@ class Client:
     answers is enough. ``nats_servers`` enables publishing enveloped messages
     straight over NATS (the default transport when given)::
 
-        async with Client(["127.0.0.1:9292"], nats_servers=["nats://127.0.0.1:4222"]) as c:
-            await c.create_stream("orders.events", "orders", StreamConfig(partitions=3))
+        async with Client(
+            ["127.0.0.1:9292"], nats_servers=["nats://127.0.0.1:4222"]
+        ) as c:
+            config = StreamConfig(partitions=3)
+            await c.create_stream("orders.events", "orders", config)
             ack = await c.publish("orders", b"payload", key=b"customer-7")
     """
 
@@ -264,12 +267,17 @@ class Client:
             why = f": {_nats.describe(findings)}" if findings else ""
             last = f" (NATS errors: {seen})" if seen and not findings else ""
             cause = findings[0].cause if findings and findings[0].cause else None
-            raise errors.NoBrokerAvailableError(
-                f"could not connect to {where} within {timeout}s{why}{last}"
-            ) from (cause or self._nats_error or exc)
+            unreachable = (
+                errors.NatsUnreachableError if nats_stage else errors.NoBrokerAvailableError
+            )
+            raise unreachable(f"could not connect to {where} within {timeout}s{why}{last}") from (
+                cause or self._nats_error or exc
+            )
         except errors.NoBrokerAvailableError as exc:
             await self._teardown(exc)
-            if not isinstance(exc.__cause__, errors.ServerError):
+            if isinstance(exc, errors.NatsUnreachableError) or not isinstance(
+                exc.__cause__, errors.ServerError
+            ):
                 raise  # connect_nats said why already
             # Every seed failed at once; grpc-core's words rarely say why: look ourselves.
             findings = await _nats.explain(self._seed_targets(), _GRPC)
@@ -479,7 +487,9 @@ class Client:
 
         Raises:
             InvalidInputError: a name, subject or setting the server cannot take.
-            AlreadyExistsError: the name is taken (and not ``exist_ok``).
+            AlreadyExistsError: the name is taken (and not ``exist_ok``), or with
+                ``exist_ok`` by a stream whose subject or partition count differs (the
+                message names each, with what the stream has).
             FeatureNotSupportedError: a setting the server lacks (optimistic
                 concurrency before v1.6).
         """

@@ -21,6 +21,7 @@ The tree::
     │   └── ReplayMismatchError              a sequencer replay outside its range
     ├── ConnectionClosedError                the client was closed or lost its connection
     ├── NoBrokerAvailableError               no seed or broker could be reached; retriable
+    │   └── NatsUnreachableError             no NATS server of ``nats_servers`` could be reached
     ├── FeatureNotSupportedError           the broker(s) lack what a call needs
     ├── InflightLimitError                   publish_nowait with a full in-flight window; retriable
     ├── LiftbridgeTimeoutError (also builtins.TimeoutError)  retriable
@@ -55,9 +56,10 @@ The tree::
 
 Every class carries ``retriable``: True when sending the same request again may
 succeed (after a metadata refresh where ``invalid_metadata`` is True too). Both
-flags hold where the tree says so and are inherited by subclasses
-(tests/unit/test_errors.py checks the tree against the classes).
+flags hold where the tree says so and are inherited by subclasses.
 """
+
+# tests/unit/test_errors.py checks the tree above against the classes.
 
 from __future__ import annotations
 
@@ -137,6 +139,15 @@ class NoBrokerAvailableError(LiftbridgeError):
     """None of the seed or known broker addresses could be reached."""
 
     retriable = True
+
+
+class NatsUnreachableError(NoBrokerAvailableError):
+    """None of the NATS servers (``nats_servers``) could be reached when connecting.
+
+    The message names the cause for each address (a host that does not resolve, a
+    refused connection, another protocol on the port, NATS's own refusal), chained to
+    it. A subclass of `NoBrokerAvailableError`, so code that catches that still does.
+    """
 
 
 class InflightLimitError(LiftbridgeError):

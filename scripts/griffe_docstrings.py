@@ -1,9 +1,11 @@
 """A griffe extension for the docs site: the docstrings' reST habits, as Markdown.
 
 The package's docstrings are read in a terminal as often as on the site, so they use
-Sphinx roles (``:class:`~x.Y```) and ``::`` literal blocks. mkdocstrings renders
-Markdown: roles become code spans and literal blocks fenced code (mkdocs.yml loads this
-file through the python handler's ``extensions``).
+Sphinx roles (``:class:`~x.Y```) and ``::`` literal blocks, and name a docs page by its
+path (``docs/compatibility.md``). mkdocstrings renders Markdown: roles become code spans,
+literal blocks fenced code, and a page's path a link to that page of the site (the
+reference pages are docs/reference/*.md, so ``../compatibility.md``). mkdocs.yml loads
+this file through the python handler's ``extensions``.
 """
 
 from __future__ import annotations
@@ -34,9 +36,20 @@ def _language(code: str) -> str:
     return "python"
 
 
+# docs/<page>.md, optionally with an #anchor, in backticks or not; not inside a word or
+# a longer path (tests/docs/x.md).
+_PAGE = re.compile(r"(?<![\w/.-])(`{0,2})docs/([a-z0-9-]+)\.md(#[\w-]+)?\1(?![\w/])")
+
+
+def _page_link(match: re.Match[str]) -> str:
+    _, page, anchor = match.groups()
+    return f"[{page.replace('-', ' ')}](../{page}.md{anchor or ''})"
+
+
 def markdown_docstring(text: str) -> str:
-    """``text`` with Sphinx roles as code spans and ``::`` literal blocks fenced."""
-    lines = _ROLE.sub(_role, text).splitlines()
+    """``text`` with Sphinx roles as code spans, ``::`` literal blocks fenced and docs
+    page paths as links to the pages."""
+    lines = _PAGE.sub(_page_link, _ROLE.sub(_role, text)).splitlines()
     out: list[str] = []
     i = 0
     while i < len(lines):

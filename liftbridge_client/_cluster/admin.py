@@ -121,11 +121,13 @@ async def create_stream(
             deadline=deadline,
         )
     except errors.AlreadyExistsError as exc:
-        if not ((ambiguous or exist_ok) and await _created_as_asked(metadata, req)):
+        if not (ambiguous or exist_ok):
+            raise
+        differences = await _differences(metadata, req)
+        if differences:
             if exist_ok:
                 raise errors.AlreadyExistsError(
-                    f"stream {name!r} exists with another subject or partition count "
-                    f"than asked ({subject!r}, {max(req.partitions, 1)} partitions)",
+                    f"stream {name!r} exists with {'; '.join(differences)}",
                     details=exc.details,
                 ) from exc
             raise
@@ -133,12 +135,27 @@ async def create_stream(
     await _wait_visible(metadata, name, min(deadline, loop.time() + _VISIBLE_WAIT))
 
 
-async def _created_as_asked(metadata: MetadataCache, req: api_pb2.CreateStreamRequest) -> bool:
-    """True when the existing stream is the one ``req`` asked for (subject, partitions)."""
+async def _differences(metadata: MetadataCache, req: api_pb2.CreateStreamRequest) -> list[str]:
+    """How the existing stream differs from what ``req`` asked for, each as "<what it has>,
+    not <what was asked>"; empty when it is the stream asked for.
+
+    The subject and the partition count are what the metadata shows of a stream's
+    settings; the others (retention, replication...) cannot be compared from here.
+    """
     info = (await metadata.refresh()).streams.get(req.name)
-    if info is None:
-        return False
-    return info.subject == req.subject and len(info.partitions) == max(req.partitions, 1)
+    if info is None:  # deleted again meanwhile: nothing to compare with
+        return ["settings that could not be read (it is not in the metadata)"]
+    found: list[str] = []
+    if info.subject != req.subject:
+        found.append(f"subject {info.subject!r}, not {req.subject!r}")
+    has, asked = len(info.partitions), max(req.partitions, 1)
+    if has != asked:
+        found.append(f"{_partitions(has)}, not {asked}")
+    return found
+
+
+def _partitions(count: int) -> str:
+    return f"{count} partition{'' if count == 1 else 's'}"
 
 
 # The server answers CreateStream once the metadata leader applied it; other brokers learn

@@ -148,7 +148,8 @@ class PublishFuture(asyncio.Future[_T], Generic[_T]):
     same time. (Internally it is its own registry entry; ``owner`` tags the
     connection it went out on, so that connection's loss fails exactly its messages:
     `Correlator.fail_owned`; ``expect`` is the (stream, subject) an ack on the NATS
-    inbox must name to settle it.)
+    inbox must name to settle it; ``stream`` the stream a PublishAsync request went to,
+    for the words of an error answer that names only the partition.)
     """
 
     __slots__ = (
@@ -160,6 +161,7 @@ class PublishFuture(asyncio.Future[_T], Generic[_T]):
         "correlation_id",
         "expect",
         "owner",
+        "stream",
     )
 
     # No __init__ of its own: `Correlator.register` creates it with asyncio's (in C)
@@ -173,6 +175,7 @@ class PublishFuture(asyncio.Future[_T], Generic[_T]):
     correlation_id: str
     owner: object
     expect: tuple[str, str] | None
+    stream: str | None
 
     def __repr__(self) -> str:
         return f"<PublishFuture {self.correlation_id!r} {self._state.lower()}>"
@@ -422,6 +425,7 @@ class Correlator:
         fut.correlation_id = correlation_id
         fut.owner = None
         fut.expect = None
+        fut.stream = None
         fut._deadline = deadline = loop.time() + timeout
         entries[correlation_id] = fut
         timer = self._timers.get(timeout)

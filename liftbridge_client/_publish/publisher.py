@@ -26,7 +26,7 @@ fresh metadata and fails the publish with the error that names the cause,
 chained to the `AckTimeoutError`:
 
 - the stream or partition is gone, or its subject changed: `NotFoundError`;
-- read-only: `ReadonlyPartitionError` (what gRPC raises);
+- read-only: `ReadonlyPartitionError`, in the words gRPC's refusal gets;
 - paused: `PartitionPausedError` (gRPC would have resumed it);
 - no leader, or another leader than the client knew: `NotLeaderError` (the
   message may have been lost in the failover);
@@ -132,7 +132,7 @@ from liftbridge_client._publish.routes import (
     publish_to_subject,
 )
 from liftbridge_client._tasks import TaskHandle, TaskSupervisor
-from liftbridge_client._transport.grpc import BrokerPool
+from liftbridge_client._transport.grpc import BrokerPool, readonly_partition_error
 from liftbridge_client.envelope import check_header_keys
 from liftbridge_client.models import Ack, AckPolicy, Metadata, PublishStats, StreamInfo
 from liftbridge_client.options import ClientOptions, StreamTransport, Transport
@@ -329,11 +329,8 @@ def diagnose(
             part = after.streams[stream].partitions[pid]
             old_info = before.streams.get(stream)
             old = old_info.partitions.get(pid) if old_info is not None else None
-            if part.readonly:
-                result = errors.ReadonlyPartitionError(
-                    f"{where}: partition {pid} is read-only (the server drops NATS "
-                    "publishes to it without an answer)"
-                )
+            if part.readonly:  # the words gRPC's refusal gets
+                result = readonly_partition_error(stream, pid)
             elif part.paused:
                 result = errors.PartitionPausedError(
                     f"{where}: partition {pid} is paused (nobody receives its NATS subject "

@@ -711,7 +711,8 @@ class PublishStream:
         correlator = self._correlator
         if resp.HasField("asyncError"):
             cid = resp.correlationId
-            err = async_error(resp.asyncError, cid)
+            fut = correlator.get(cid)
+            err = async_error(resp.asyncError, cid, None if fut is None else fut.stream)
             if not correlator.fail(cid, err):
                 log.warning("PublishAsync error for a publish no longer pending: %s", err)
             return
@@ -1188,6 +1189,7 @@ class LeaderRoute:
             slots.window_full()
             return None
         fut = correlator.register(cid, slots.ack_wait)
+        fut.stream = stream  # for an error answer's words
         assert isinstance(route, H2PublishStream)  # every stream is one when self._h2
         route.submit_raw(message, fut, ack_policy is _NONE, self._requeue_bound)
         return fut
@@ -1198,6 +1200,7 @@ class LeaderRoute:
         if route is None or not route.usable:
             return False
         assert item.request is not None
+        fut.stream = item.stream
         route.submit(item.request, fut, item.ack_policy is _NONE, self._requeue_bound)
         return True
 
@@ -1230,6 +1233,7 @@ class LeaderRoute:
             stream = self._streams.get(address)
             if stream is None or not stream.usable:
                 stream = self._open_stream(address)
+        fut.stream = item.stream
         stream.submit(item.request, fut, item.ack_policy is _NONE, self._requeue_bound)
         if metadata is self._metadata.current:  # no refresh in between: the route holds
             self._remember_route(metadata, item.stream, item.partition, stream)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -56,6 +57,7 @@ __all__ = [
     "map_rpc_error",
     "map_status",
     "publish_status_error",
+    "readonly_partition_error",
     "with_retries",
 ]
 
@@ -175,9 +177,35 @@ def ack_error(ack: api_pb2.Ack) -> errors.PublishError | None:
     return cls(f"{where}: {text} (correlation id {ack.correlationId!r})")
 
 
-def async_error(pb: api_pb2.PublishAsyncError, correlation_id: str) -> errors.LiftbridgeError:
-    """The typed error a PublishAsync ``asyncError`` stands for."""
+def readonly_partition_error(stream: str, partition: int | str) -> errors.ReadonlyPartitionError:
+    """A publish to a read-only partition, in the same words over gRPC and NATS.
+
+    Over gRPC the server refuses it at once; over NATS it drops it without an answer and
+    the client finds out from the metadata once the ack wait ran out (that error is
+    chained to the `AckTimeoutError`).
+    """
+    return errors.ReadonlyPartitionError(
+        f"stream {stream!r} partition {partition} is read-only: it takes no new messages"
+    )
+
+
+# The server's PublishAsync text for a read-only partition: "readonly partition: <id>".
+_READONLY_TEXT: Final = re.compile(r"readonly partition: (\d+)")
+
+
+def async_error(
+    pb: api_pb2.PublishAsyncError, correlation_id: str, stream: str | None = None
+) -> errors.LiftbridgeError:
+    """The typed error a PublishAsync ``asyncError`` stands for.
+
+    ``stream`` is the stream the publish went to, when the caller knows it: the server's
+    text names only the partition.
+    """
     code, text = pb.code, pb.message
+    if code == _Async.READONLY and stream is not None:
+        found = _READONLY_TEXT.search(text)
+        if found is not None:
+            return readonly_partition_error(stream, found.group(1))
     try:
         name = _Async.Code.Name(code)
     except ValueError:

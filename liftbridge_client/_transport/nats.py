@@ -79,7 +79,7 @@ from urllib.parse import urlsplit
 import nats.aio.client
 import nats.protocol.parser
 
-from liftbridge_client.errors import InvalidInputError, NoBrokerAvailableError, ProtocolError
+from liftbridge_client.errors import InvalidInputError, NatsUnreachableError, ProtocolError
 from liftbridge_client.options import ClientOptions, NatsAuth, TLSConfig
 
 __all__ = [
@@ -348,7 +348,7 @@ async def connect_nats(args: dict[str, Any], timeout: float) -> nats.aio.client.
 
     nats-py alone retries such an address until ``timeout`` runs out and then says
     nothing about why. The probe runs beside the connect and costs nothing when NATS
-    answers first. `NoBrokerAvailableError` chained to the probe's cause.
+    answers first. `NatsUnreachableError` chained to the probe's cause.
     """
     servers: list[str] = list(args["servers"])
     addresses = [nats_address(s) for s in servers]
@@ -365,7 +365,7 @@ async def connect_nats(args: dict[str, Any], timeout: float) -> nats.aio.client.
                     await connecting
                 with contextlib.suppress(Exception):
                     await nc.close()
-                raise NoBrokerAvailableError(
+                raise NatsUnreachableError(
                     f"could not connect to NATS at {servers}: {describe(findings)}"
                 ) from findings[0].cause
         await connecting

@@ -9,8 +9,10 @@
 
 A mapping sees the partition list the publisher last read from metadata, so it follows
 partitions added to a stream. These functions choose exactly as Gazette's ModuloMapping and
-RendezvousMapping do for the same names (tests/interop/gazette checks it).
+RendezvousMapping do for the same names.
 """
+
+# tests/interop/gazette checks the choices against Gazette's own.
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The Sequencer: read-uncommitted messages in, read-committed messages out (pure, no IO).
 
-Semantics follow Gazette's message.Sequencer (tests/interop/gazette feeds both the same
-interleavings and requires the same committed output):
+Semantics follow Gazette's message.Sequencer (the same interleavings give the same
+committed output in both):
 
 - State is kept per (partition, producer): ``min_clock`` (the last acknowledged clock; a
   message at or below it is a duplicate and is dropped), ``max_clock`` (the largest clock of
@@ -26,6 +26,8 @@ than its retry): the Sequencer keeps the first copy of every clock value, so a c
 envelope whose first clocks an earlier one already delivered comes out with ``skip`` set
 to how many of its leading clock values (rows) the caller must drop.
 """
+
+# tests/interop/gazette feeds this and Gazette's Sequencer the same interleavings.
 
 from __future__ import annotations
 

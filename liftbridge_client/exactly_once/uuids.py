@@ -1,7 +1,7 @@
 """Message UUIDs: RFC 4122 version 1 UUIDs that carry a producer, a clock and flags.
 
 Pure: no IO. The layout follows Gazette's ``message`` package so that both agree byte for
-byte (tests/interop/gazette checks it):
+byte:
 
 - bytes 0-7: the 60-bit timestamp of a v1 UUID (100 ns ticks since 1582-10-15) with the
   version nibble 1;
@@ -14,6 +14,8 @@ byte (tests/interop/gazette checks it):
 A `Clock` is the 60-bit timestamp shifted left by 4 plus the counter: it totally orders the
 UUIDs of one producer.
 """
+
+# tests/interop/gazette checks the bytes against Gazette's own.
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ start servers on 127.0.0.1 only, each in its own temporary directory with its lo
   ``LIFTBRIDGE_NATS_URL``.
 - :class:`AddressedCluster`: three nodes and NATS each on a loopback address of their own,
   inside a private network namespace, where a :class:`Firewall` injects network faults
-  (the fault suite, tests/faults/).
+  (what this repository's fault suite runs on).
 
 All three satisfy :class:`Deployment`, as do :class:`DockerSingleNode` and
 :class:`DockerCluster`, the same topologies in containers of images built locally

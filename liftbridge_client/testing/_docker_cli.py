@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from liftbridge_client.testing._errors import ProvisionError, ServerStartError
+from liftbridge_client.testing._provision import _checkout_root
 
 __all__ = ["ENV_DOCKER", "DockerCLI", "docker_cli"]
 
@@ -89,6 +90,18 @@ def docker_cli() -> DockerCLI:
         where = f"${ENV_DOCKER}={configured!r}" if configured else "`docker` on PATH"
         raise ProvisionError(
             f"the docker deployment needs the docker CLI and a running daemon, but {where} "
-            "was not found (on Debian as root: `make test-docker` installs and starts one)"
+            f"was not found ({_install_advice()})"
         )
     return DockerCLI(found)
+
+
+def _install_advice() -> str:
+    """How to get docker: in a clone of this repository a make target does it; a user of
+    the installed package installs it the usual way."""
+    if _checkout_root() is not None:
+        return "on Debian as root: `make test-docker` installs and starts one"
+    return (
+        "install Docker and start its daemon, e.g. on Debian as root `apt-get install "
+        f"docker.io` and `dockerd &`, or set ${ENV_DOCKER} to the docker CLI to use; "
+        "without docker, the harness's default deployment runs the server binaries directly"
+    )

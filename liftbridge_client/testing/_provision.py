@@ -13,10 +13,12 @@ that pseudo-version. A master build reports ``dev``, so its cache entry is trust
 stamp file naming the commit.
 
 ``v1.9.0+lbc.1`` is the v1.9.0 module source with the patches of
-``patches/liftbridge/v1.9.0+lbc.1/*.patch`` (``$LIFTBRIDGE_PATCHES``; in a clone of this
-repository, its ``patches/liftbridge``) applied in name order with ``git apply``, then built
-with ``go build``. It reports ``v1.9.0``, so its stamp names the version and a hash of the
-patches: editing a patch rebuilds it.
+``<patches>/v1.9.0+lbc.1/*.patch`` applied in name order with ``git apply``, then built
+with ``go build``: ``<patches>`` is ``$LIFTBRIDGE_PATCHES``, else a clone's
+``patches/liftbridge``, else the copy the wheel carries (``server_patches/`` beside this
+module, made from the repository's ``patches/liftbridge`` when the wheel is built). It
+reports ``v1.9.0``, so its stamp names the version and a hash of the patches: editing a
+patch rebuilds it.
 
 The build first tries ``go install <module>@<version>``. Some module proxies refuse the
 version-list lookup that ``go install`` makes for its deprecation check; the fallback then
@@ -67,6 +69,7 @@ from liftbridge_client.testing._versions import (
 __all__ = [
     "LIFTBRIDGE_MODULE",
     "LIFTBRIDGE_VERSION",
+    "PACKAGED_PATCHES",
     "ProvisionReport",
     "binary_version",
     "cache_root",
@@ -246,16 +249,23 @@ def _stamp_text(spec: ServerVersion) -> str:
     return f"{spec.name} patches-sha256:{digest.hexdigest()[:16]}"
 
 
+# The wheel's copy of the repository's patches/liftbridge (pyproject.toml's force-include).
+PACKAGED_PATCHES = Path(__file__).resolve().parent / "server_patches"
+
+
 def patches_root() -> Path:
     """Where patch directories live.
 
-    ``$LIFTBRIDGE_PATCHES``, else ``<checkout>/patches/liftbridge``.
+    ``$LIFTBRIDGE_PATCHES``, else ``<checkout>/patches/liftbridge`` when running from a
+    clone, else the patches the installed package carries (`PACKAGED_PATCHES`).
     """
     configured = os.environ.get(ENV_PATCHES)
     if configured:
         return Path(configured).expanduser()
-    root = _checkout_root() or Path.cwd()
-    return root / "patches" / "liftbridge"
+    root = _checkout_root()
+    if root is not None:
+        return root / "patches" / "liftbridge"
+    return PACKAGED_PATCHES
 
 
 def patch_files(version: str) -> list[Path]:

@@ -96,6 +96,11 @@ def test_streams_create_list_pause_readonly_delete(cli: Cli, unique_stream: Stre
         "--auto-pause-time", "10m", "--no-encryption",
     )  # fmt: skip
     cli("streams", "create", name, "--subject", subject, "--partitions", "2", "--exist-ok")
+    other = cli("streams", "create", name, "--subject", "other", "--exist-ok", status=5)
+    assert other.stderr == (
+        f"error: AlreadyExistsError: stream '{name}' exists with subject '{subject}', not "
+        "'other'; 2 partitions, not 1\n"
+    )
     taken = cli("streams", "create", name, "--subject", subject, status=5)
     assert taken.stderr.startswith("error: AlreadyExistsError:")
     assert "Traceback" not in taken.stderr
@@ -328,6 +333,12 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(liftbridge_server: De
     assert nats_down.returncode == 3, nats_down.stderr
     assert nats_down.stderr.strip().splitlines() == [nats_down.stderr.strip()], nats_down.stderr
     assert "connection refused" in nats_down.stderr
+    # --nats at the broker's gRPC port: a NATS error that says so, not a broker error.
+    grpc_port = liftbridge_server.addresses[0]
+    wrong = run_cli(liftbridge_server, "--nats", f"nats://{grpc_port}", "publish", "s", "v")
+    assert wrong.returncode == 3, wrong.stderr
+    assert wrong.stderr.startswith("error: NatsUnreachableError: could not connect to NATS")
+    assert "this looks like a Liftbridge gRPC port" in wrong.stderr
     noisy = run_cli(liftbridge_server, "--debug", "publish", "s", "v", env=nats_env)
     assert "Errno 111" in noisy.stderr
     # Both ports free (the defaults may be taken by a developer's own server).

@@ -5,15 +5,20 @@ How a block is run depends on the HTML comment on the line before its fence:
 - none: a script. It runs in its own interpreter (top-level ``await`` allowed) with the
   docs' default addresses (``127.0.0.1:9292``, ``nats://127.0.0.1:4222``) pointed at the
   test server, twice (a reader may run it again), and must exit 0 within a minute.
-- ``<!-- docs-test: pytest -->``: a test module, run by pytest with the project's plugin.
+- ``<!-- docs-test: pytest -->``: a test module, run by pytest with the project's plugin,
+  under the page's ``<!-- docs-test: pytest-config -->`` ``ini`` block as its pytest.ini
+  when the page has one (else in asyncio auto mode); pytest must not warn about it.
 - ``<!-- docs-test: same-as examples/NAME.py -->``: the block must be that file, verbatim
   (examples/ run in tests/integration/test_examples.py).
+- ``<!-- docs-test: compile -->``: a fragment that needs what a test cannot cheaply give it
+  (a Spark session): it must compile, and its imports must import.
 
 So a block cannot drift from the API, hang, or fail on a second run without failing here.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -89,10 +94,32 @@ def python_blocks(path: Path) -> list[Block]:
 BLOCKS = [b for path in DOCS for b in python_blocks(path)]
 
 
+def pytest_config(path: Path) -> str | None:
+    """The page's ``docs-test: pytest-config`` block: the pytest.ini it tells readers to
+    write, which its pytest blocks then run under."""
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines[:-1]):
+        marker = _MARKER.match(line)
+        if marker and marker[1] == "pytest-config":
+            assert lines[i + 1] == "```ini", f"{path}:{i + 2}: the config block is ini"
+            end = lines.index("```", i + 2)
+            return "\n".join(lines[i + 2 : end]) + "\n"
+    return None
+
+
+def test_the_testing_page_configures_pytest_asyncio_fully() -> None:
+    # Following docs/testing.md printed pytest-asyncio's PytestDeprecationWarning
+    # "asyncio_default_fixture_loop_scope is unset".
+    config = pytest_config(ROOT / "docs" / "testing.md")
+    assert config is not None
+    assert "asyncio_mode = auto" in config
+    assert "asyncio_default_fixture_loop_scope = function" in config
+
+
 def test_the_docs_have_python_blocks_to_run() -> None:
     assert len(BLOCKS) >= 4
     modes = {b.mode.split()[0] for b in BLOCKS}
-    assert modes <= {"script", "pytest", "same-as"}, modes
+    assert modes <= {"script", "pytest", "same-as", "compile"}, modes
 
 
 # Consumer groups came with Liftbridge v1.8.0: `make test-compat` skips their page on v1.7.1.
@@ -109,6 +136,14 @@ def test_docs_block_runs(block: Block, liftbridge_server: Deployment, tmp_path: 
     if kind == "same-as":
         assert block.code == (ROOT / arg).read_text(), f"{block.id} differs from {arg}"
         return
+    if kind == "compile":
+        tree = ast.parse(block.code, block.id)
+        imports: list[ast.stmt] = [
+            n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)
+        ]
+        assert imports, f"{block.id}: a compile-only block imports what it uses"
+        exec(compile(ast.Module(imports, type_ignores=[]), block.id, "exec"), {})
+        return
     code = block.code.replace(_DEFAULT_GRPC, liftbridge_server.addresses[0]).replace(
         _DEFAULT_NATS, liftbridge_server.nats_url
     )
@@ -121,7 +156,12 @@ def test_docs_block_runs(block: Block, liftbridge_server: Deployment, tmp_path: 
         module = tmp_path / "test_docs_block.py"
         module.write_text(code)
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "liftbridge_client.testing.plugin"]
-        argv += ["-o", "asyncio_mode=auto", "-o", "timeout=60", "--rootdir", str(tmp_path)]
+        config = pytest_config(block.path)
+        if config is None:
+            argv += ["-o", "asyncio_mode=auto", "-o", "asyncio_default_fixture_loop_scope=function"]
+        else:
+            (tmp_path / "pytest.ini").write_text(config)
+        argv += ["-o", "timeout=60", "--rootdir", str(tmp_path)]
         result = subprocess.run(
             [*argv, str(module)],
             env=env,
@@ -147,3 +187,5 @@ def test_docs_block_runs(block: Block, liftbridge_server: Deployment, tmp_path: 
             if result.returncode != 0:
                 break
     assert result.returncode == 0, f"{block.id} failed:\n{result.stdout}\n{result.stderr}"
+    if kind == "pytest":  # what the docs tell readers to configure leaves nothing to warn of
+        assert "Warning" not in result.stdout + result.stderr, f"{block.id}:\n{result.stdout}"

@@ -115,7 +115,7 @@ async def test_server_name_override(
         options=options(pki, auth, server_name="localhost"),
     ) as client:
         assert client.stats().pending == 0
-    with pytest.raises(errors.NoBrokerAvailableError, match="NATS"):
+    with pytest.raises(errors.NatsUnreachableError, match="NATS"):
         await Client(
             secure_node.addresses,
             nats_servers=[secure_node.nats_url],
@@ -139,7 +139,7 @@ async def test_nats_refuses_a_client_missing_a_requirement(
         auth = None
     else:
         auth = NatsAuth(nkey_seed_file=make_nkey_user(tmp_path, "stranger").seed_file)
-    with pytest.raises(errors.NoBrokerAvailableError, match="NATS"):
+    with pytest.raises(errors.NatsUnreachableError, match="NATS"):
         await Client(
             secure_node.addresses,
             nats_servers=[secure_node.nats_url],
@@ -197,7 +197,7 @@ async def test_credentials_file(
         assert client.stats().pending == 0
         await client.flush(timeout=5)
     stranger = make_operator_setup(tmp_path / "other", "stranger").creds_file
-    with pytest.raises(errors.NoBrokerAvailableError, match="NATS"):
+    with pytest.raises(errors.NatsUnreachableError, match="NATS"):
         await Client(
             liftbridge_server.addresses,
             nats_servers=[server.url],

@@ -170,6 +170,6 @@ async def test_nats_credentials(nats_auth_node: SingleNode, stream_names: Stream
 async def test_wrong_nats_password_fails_connect(nats_auth_node: SingleNode) -> None:
     opts = ClientOptions(nats_auth=NatsAuth(user="lbuser", password="wrong"), connect_timeout=3.0)
     client = Client(nats_auth_node.addresses, nats_servers=[nats_auth_node.nats_url], options=opts)
-    with pytest.raises(errors.NoBrokerAvailableError, match="Authorization Violation") as info:
+    with pytest.raises(errors.NatsUnreachableError, match="Authorization Violation") as info:
         await client.connect()
     assert "wrong" not in str(info.value)  # the password never shows

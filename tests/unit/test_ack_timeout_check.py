@@ -7,9 +7,11 @@ import asyncio
 import pytest
 
 from liftbridge_client import errors
+from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import AckFuture, Correlator
 from liftbridge_client._publish.publisher import TimeoutCheck, diagnose
 from liftbridge_client._tasks import TaskSupervisor
+from liftbridge_client._transport.grpc import async_error
 from liftbridge_client.models import Broker, Metadata, PartitionInfo, StreamInfo
 
 
@@ -237,3 +239,23 @@ async def test_cancelled_while_checked(supervisor: TaskSupervisor) -> None:
     fut.cancel()  # the caller gave up while the check ran: nothing breaks
     await asyncio.sleep(0.15)
     assert fut.cancelled()
+
+
+def test_readonly_partition_has_the_words_of_grpcs_refusal() -> None:
+    # gRPC surfaced the server's "READONLY: readonly partition: 1 (correlation id ...)"
+    # while NATS named the stream: one error type and one message for both now.
+    refused = async_error(
+        api_pb2.PublishAsyncError(
+            code=api_pb2.PublishAsyncError.READONLY, message="readonly partition: 1"
+        ),
+        "c",
+        "s",
+    )
+    found = diagnose(TIMEOUT, "s", "sub.1", _meta(), _meta(readonly=True))
+    assert type(refused) is type(found) is errors.ReadonlyPartitionError
+    assert (
+        str(refused)
+        == str(found)
+        == ("stream 's' partition 1 is read-only: it takes no new messages")
+    )
+    assert found.__cause__ is TIMEOUT  # over NATS: learnt once the ack wait ran out

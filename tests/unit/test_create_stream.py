@@ -11,7 +11,7 @@ from fake_liftbridge import FakeCluster, Partition, Stream
 
 from liftbridge_client import errors
 from liftbridge_client._cluster import admin as _admin
-from liftbridge_client.options import ClientOptions, RetryPolicy
+from liftbridge_client.options import ClientOptions, RetryPolicy, StreamConfig
 
 OPTIONS = ClientOptions(
     rpc_timeout=2.0,
@@ -114,3 +114,53 @@ async def test_already_exists_without_an_ambiguous_attempt_raises(cluster: FakeC
     appears_after(cluster, 1)
     with pytest.raises(errors.AlreadyExistsError):
         await create(cluster)
+
+
+@pytest.mark.parametrize(
+    ("existing", "asked", "message"),
+    [
+        (
+            ("other", 1),
+            ("s", 1),
+            "stream 'orders' exists with subject 'other', not 's'$",
+        ),
+        (("s", 1), ("s", 3), "stream 'orders' exists with 1 partition, not 3$"),
+        (("s", 2), ("s", 1), "stream 'orders' exists with 2 partitions, not 1$"),
+        (
+            ("other", 2),
+            ("s", 3),
+            "stream 'orders' exists with subject 'other', not 's'; 2 partitions, not 3$",
+        ),
+    ],
+)
+async def test_exist_ok_names_each_setting_that_differs(
+    cluster: FakeCluster, existing: tuple[str, int], asked: tuple[str, int], message: str
+) -> None:
+    # `streams create s1 --subject other --exist-ok` said "exists with another subject or
+    # partition count than asked ('other', 1 partitions)": neither which nor what it has.
+    subject, partitions = existing
+    cluster.streams["orders"] = Stream(
+        subject, {p: Partition("a", ["a"]) for p in range(partitions)}
+    )
+    cluster.fail("CreateStream", grpc.StatusCode.ALREADY_EXISTS, "stream exists")
+    cache = cluster.metadata_cache(OPTIONS, [cluster.address("a")])
+    asked_subject, asked_partitions = asked
+    with pytest.raises(errors.AlreadyExistsError, match=message) as info:
+        await _admin.create_stream(
+            cache,
+            OPTIONS,
+            asked_subject,
+            "orders",
+            StreamConfig(partitions=asked_partitions),
+            exist_ok=True,
+        )
+    assert isinstance(info.value.__cause__, errors.AlreadyExistsError)
+
+
+async def test_exist_ok_accepts_the_stream_asked_for(cluster: FakeCluster) -> None:
+    cluster.streams["orders"] = Stream("s", {p: Partition("a", ["a"]) for p in range(2)})
+    cluster.fail("CreateStream", grpc.StatusCode.ALREADY_EXISTS, "stream exists")
+    cache = cluster.metadata_cache(OPTIONS, [cluster.address("a")])
+    await _admin.create_stream(
+        cache, OPTIONS, "s", "orders", StreamConfig(partitions=2), exist_ok=True
+    )

@@ -377,8 +377,11 @@ async def test_async_error_is_checked_before_the_ack(rig: Rig) -> None:
             ),
         )
     )
-    with pytest.raises(errors.ReadonlyPartitionError):
+    with pytest.raises(errors.ReadonlyPartitionError) as info:
         await fut
+    # The words a NATS publish to a read-only partition gets (diagnose): the stream and
+    # partition, not the server's "READONLY: readonly partition: 0 (correlation id ...)".
+    assert str(info.value) == "stream 's' partition 0 is read-only: it takes no new messages"
 
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:

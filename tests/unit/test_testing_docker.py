@@ -13,6 +13,7 @@ from liftbridge_client.testing import (
     CLUSTER_SETTINGS,
     ConfigError,
     ProvisionError,
+    _docker_cli,
     nats_server_binary,
 )
 from liftbridge_client.testing._docker_cli import ENV_DOCKER, docker_cli
@@ -68,10 +69,29 @@ def test_static_elf_detection(tmp_path: Path) -> None:
         is_static_elf(text)
 
 
-def test_missing_docker_cli_is_a_provision_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_docker_cli_is_a_provision_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv(ENV_DOCKER, "/nonexistent/docker")
-    with pytest.raises(ProvisionError, match=ENV_DOCKER):
+    monkeypatch.setattr(_docker_cli, "_checkout_root", lambda: tmp_path)  # run from a clone
+    with pytest.raises(ProvisionError, match=ENV_DOCKER) as info:
         docker_cli()
+    assert "`make test-docker` installs and starts one" in str(info.value)
+
+
+def test_missing_docker_cli_outside_a_clone_advises_what_a_user_can_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # From an installed wheel there is no Makefile: `make test-docker` was advice for
+    # this repository's developers.
+    monkeypatch.setenv(ENV_DOCKER, "/nonexistent/docker")
+    monkeypatch.setattr(_docker_cli, "_checkout_root", lambda: None)
+    with pytest.raises(ProvisionError) as info:
+        docker_cli()
+    message = str(info.value)
+    assert "make" not in message
+    assert "install Docker and start its daemon" in message
+    assert f"set ${ENV_DOCKER} to the docker CLI" in message
 
 
 def test_image_tag_carries_the_server_version() -> None:
