@@ -14,7 +14,7 @@ partition is never split across Spark partitions in this mode.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
@@ -22,12 +22,14 @@ from liftbridge_client.exactly_once.reader import delivered, envelope_of, read_r
 from liftbridge_client.exactly_once.sequencer import (
     Checkpoint,
     PartitionRef,
+    ProducerState,
     QueueOutcome,
     Sequencer,
 )
 from liftbridge_client.exactly_once.uuids import Flags, flags_of
 from liftbridge_client.models import Message
 from liftbridge_client.spark._committed_stream import load_states, save_states
+from liftbridge_client.spark._offsets import PartitionRange
 from liftbridge_client.spark._read import (
     BATCH_ROWS,
     RangePartition,
@@ -37,6 +39,7 @@ from liftbridge_client.spark._read import (
     message_chunks,
     new_runtime,
 )
+from liftbridge_client.spark._runtime import TaskRuntime
 
 __all__ = ["read_committed_range"]
 
@@ -57,6 +60,42 @@ def ring_size(messages: int) -> int:
 
 def _is_ack(uuid: bytes) -> bool:
     return uuid != _ZERO and flags_of(uuid) == Flags.ACK_TXN
+
+
+class _Earlier:
+    """Replays of transactions that began before the range (a streaming micro-batch's
+    start): the offsets from the earliest one open there up to the start are read once,
+    on the first replay, and serve every producer's. Each replay re-read them before: a
+    task committing many producers' transactions read the same stretch once per producer.
+    Within the range the ring holds what replays need, unless it overflowed: that part
+    is read again."""
+
+    def __init__(
+        self, runtime: TaskRuntime, r: PartitionRange, states: Iterable[ProducerState]
+    ) -> None:
+        self._runtime = runtime
+        self._range = r
+        self._first = min((s.begin for s in states if 0 <= s.begin < r.start), default=r.start)
+        self._messages: list[Message] | None = None
+        self.reads = 0  # how many times the server was asked
+
+    def _read(self, begin: int, end: int) -> list[Message]:
+        r = self._range
+        self.reads += 1
+        return self._runtime.run(
+            read_range(self._runtime.client, r.stream, r.partition, begin, end)
+        )
+
+    def replay(self, begin: int, end: int) -> list[Message]:
+        start = self._range.start
+        if begin >= start or begin < self._first:
+            return self._read(begin, end)  # not from before the range (or states say not)
+        if self._messages is None:
+            self._messages = self._read(self._first, start)
+        found = [m for m in self._messages if begin <= m.offset < end]
+        if end > start:
+            found += self._read(start, end)
+        return found
 
 
 def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
@@ -84,6 +123,7 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
                 )
             states = found or ()
         sequencer = Sequencer(Checkpoint({ref: r.start}, states), buffer=ring_size(r.size))
+        earlier = _Earlier(runtime, r, states)
         out: list[Message] = []
         for messages in message_chunks(part, runtime):
             for message in messages:
@@ -91,10 +131,7 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
                 if outcome is QueueOutcome.ACK_COMMIT_REPLAY:
                     # The transaction began before the ring: re-read the offsets it spans.
                     _, begin, end = sequencer.replay_range()
-                    replayed = runtime.run(
-                        read_range(runtime.client, r.stream, r.partition, begin, end)
-                    )
-                    sequencer.start_replay(envelope_of(m) for m in replayed)
+                    sequencer.start_replay(envelope_of(m) for m in earlier.replay(begin, end))
                 while (env := sequencer.step()) is not None:
                     if not _is_ack(env.uuid):
                         out.append(delivered(env))
