@@ -80,12 +80,13 @@ FAULTS_PROFILE ?= standard
 fault-tools:
 	bash scripts/fault-tools.sh
 
-# The empty-Go-cache provisioning check (a cold Go build, about a minute) is no fault test
-# and `make test` has run it: it is left out here.
-FAULTS_DESELECT := tests/faults/test_server_patch.py::test_provisioning_fetches_what_the_go_tests_need_into_empty_go_caches
+# Only what depends on the profile, and the soak smoke that `make test` leaves out: the
+# rest of tests/faults (the server patch's scenarios and Go tests, the checkers' unit
+# tests) does not change with the profile and `make test` has run it.
+FAULTS_TESTS := tests/faults/test_fault_rounds.py tests/faults/test_soak_smoke.py
 
 test-faults: servers fault-tools
-	FAULTS_PROFILE=$(FAULTS_PROFILE) $(BIN)/pytest tests/faults --deselect $(FAULTS_DESELECT) $(PYTEST_ARGS)
+	FAULTS_PROFILE=$(FAULTS_PROFILE) $(BIN)/pytest $(FAULTS_TESTS) $(PYTEST_ARGS)
 
 # The soak (tests/faults/soak.py; docs/testing.md): one client publishing and consuming
 # for SOAK_MINUTES through leader kills, partitions and pauses, a sample of its RSS, fds,
