@@ -110,6 +110,7 @@ def run_and_check(schedule: Schedule, monkeypatch: pytest.MonkeyPatch) -> None:
         ) from None
 
 
+@pytest.mark.timeout(60 + EXAMPLES // 10)  # 20-40 ms a schedule; the long profile runs longer
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
