@@ -46,6 +46,7 @@ class RestartOutcome:
     hw_at_start: list[int] = dataclasses.field(default_factory=list)  # as soon as it serves
     readable_s: list[float | None] = dataclasses.field(default_factory=list)  # HW back
     hw_at_bound: list[int] = dataclasses.field(default_factory=list)
+    newest_at_bound: list[int] = dataclasses.field(default_factory=list)  # the log's end
     read: list[int] = dataclasses.field(default_factory=list)  # messages from the earliest
     hw_after_poke: list[int] = dataclasses.field(default_factory=list)
     read_after_poke: list[int] = dataclasses.field(default_factory=list)
@@ -62,6 +63,11 @@ class RestartOutcome:
 async def _hws(client: Client, stream: str) -> list[int]:
     infos = [await client.fetch_partition_metadata(stream, p) for p in range(PARTITIONS)]
     return [info.high_watermark for info in infos]
+
+
+async def _newest(client: Client, stream: str) -> list[int]:
+    infos = [await client.fetch_partition_metadata(stream, p) for p in range(PARTITIONS)]
+    return [info.newest_offset for info in infos]
 
 
 async def _read(client: Client, stream: str, partition: int) -> int:
@@ -114,6 +120,7 @@ async def single_node_restart(node: SingleNode, stop: str = "kill") -> RestartOu
                 break
             await asyncio.sleep(0.2)
         outcome.hw_at_bound = await _hws(client, stream)
+        outcome.newest_at_bound = await _newest(client, stream)
         outcome.read = [await _read(client, stream, p) for p in range(PARTITIONS)]
         # What users of a stock node are told to do: publish once to each partition.
         await client.publish(stream, b"poke", partition=0, ack_policy=AckPolicy.ALL)

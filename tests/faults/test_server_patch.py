@@ -250,6 +250,7 @@ async def test_stock_v1_9_0_node_hides_what_it_acked_after_a_kill(tmp_path: Path
     # ...and stays there with nothing published: the acked messages past it are unreadable.
     assert outcome.readable_s == [None, None], outcome.to_dict()
     assert outcome.hw_at_bound == checkpointed, outcome.to_dict()
+    assert outcome.newest_at_bound == [last, last], outcome.to_dict()  # on disk, all of it
     assert outcome.read == [c + 1 for c in checkpointed], outcome.to_dict()
     # One publish brings back its partition only.
     assert outcome.hw_after_poke == [last + 1, checkpointed[1]], outcome.to_dict()
@@ -265,6 +266,6 @@ async def test_patched_node_serves_what_it_acked_after_a_restart(tmp_path: Path,
     last = outcome.last
     assert outcome.hw_before == [last, last], outcome.to_dict()
     assert all(s is not None and s <= BOUND for s in outcome.readable_s), outcome.to_dict()
-    assert outcome.hw_at_bound == [last, last], outcome.to_dict()
+    assert outcome.hw_at_bound == outcome.newest_at_bound == [last, last], outcome.to_dict()
     assert outcome.read == [last + 1, last + 1], outcome.to_dict()
     assert outcome.read_after_poke == [last + 2, last + 1], outcome.to_dict()
