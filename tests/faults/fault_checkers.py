@@ -20,6 +20,9 @@ What is checked, after the run healed and recovered:
 - majority/minority splits: the majority side acks writes on every partition while the
   split lasts (``majority-unavailable`` if not); acks the minority's node gave meanwhile
   are counted (they must survive like any other);
+- a restart of the whole cluster (``crash-all``, fault_restart): every value acked to a
+  still stream before the crash is read back from the restarted cluster within the
+  bound, with nothing published to that stream in between (``acked-hidden`` if not);
 - time to recover: from each heal to the next acked publish; client errors by type.
 """
 
@@ -47,6 +50,10 @@ SERVER_ANOMALIES = frozenset(
         # A node exited by itself (v1.9.0's "Read corrupted data" panic, docs/compatibility.md)
         # and the split's majority was left without one of its two nodes.
         "majority-unavailable-crashed",
+        # A restarted v1.9.0 leader alone in its ISR keeps its checkpointed high watermark
+        # until the next publish (docs/compatibility.md, "A restarted node hides what it
+        # acked"): stored, yet unreadable.
+        "acked-hidden",
     }
 )
 # Anomalies no server fault explains: the client or its exactly-once layer is wrong.
@@ -102,6 +109,9 @@ class Verdict:
     group_recover_s: float | None = None  # worst heal -> every partition handed out again
     majority_s: float | None = None  # split -> every partition acked on the majority side
     minority_acked: int = 0  # acks the minority's node gave during a split (must survive)
+    still_acked: int = 0  # values acked to the still streams of crash-all rounds
+    hidden: int = 0  # of those, acked before a crash and not read back within the bound
+    restart_read_s: float | None = None  # worst restart -> a still partition read back whole
     recover_s: float | None = None  # worst heal -> next acked publish
     unavailable_s: float = 0.0  # longest stretch a publisher went without an ack
     errors: dict[str, int] = field(default_factory=dict)
@@ -491,6 +501,44 @@ def check_splits(events: Sequence[Event], verdict: Verdict) -> None:
         )
 
 
+def check_restart(events: Sequence[Event], verdict: Verdict) -> None:
+    """Each read of a still partition after a crash-all (``read`` / ``f`` = ``restart``)
+    against the values acked to it (``ok`` / ``publish_still``) before that crash."""
+    acked = [
+        (e.t, e.stream, e.partition or 0, e.value)
+        for e in events
+        if e.type == "ok" and e.f == "publish_still" and e.value is not None
+    ]
+    verdict.still_acked += len(acked)
+    crashes = [
+        e.t for e in events if e.type == "nemesis" and e.f == "start" and e.value == "crash-all"
+    ]
+    worst: float | None = None
+    for read in (e for e in events if e.type == "read" and e.f == "restart"):
+        crash = max((t for t in crashes if t <= read.t), default=None)
+        if crash is None:
+            continue
+        key = (read.stream, read.partition or 0)
+        want = {v for t, s, p, v in acked if t < crash and (s, p) == key}
+        missing = sorted(want - {v for _s, _p, _o, v in _entries(read)})
+        if missing:
+            verdict.hidden += len(missing)
+            verdict.anomalies.append(
+                Anomaly(
+                    "acked-hidden",
+                    read.stream,
+                    read.partition,
+                    f"{len(missing)} of {len(want)} values acked before the crash at "
+                    f"t={crash:.2f} not readable {read.data.get('bound')} s after the restart",
+                    missing,
+                )
+            )
+        elif read.data.get("seconds") is not None:
+            worst = max(worst or 0.0, float(read.data["seconds"]))
+    if worst is not None:
+        verdict.restart_read_s = round(max(verdict.restart_read_s or 0.0, worst), 2)
+
+
 def check_availability(events: Sequence[Event], verdict: Verdict) -> None:
     """Time to recover after each heal, the longest outage, and client errors by type."""
     publishes = [e for e in events if e.type == "ok" and e.f in ("publish", "publish_eo")]
@@ -536,6 +584,7 @@ def check(events: Sequence[Event]) -> Verdict:
     check_committed_follower(events, verdict)
     check_group(events, verdict)
     check_splits(events, verdict)
+    check_restart(events, verdict)
     check_availability(events, verdict)
     return verdict
 

@@ -25,7 +25,10 @@ most partitions of the plain stream):
   clients reach every node and NATS server on both sides);
 - ``combo``: two at once (one pair of ``COMBOS``, drawn from the run's seed;
   ``pause-follower`` and ``kill-follower`` hit a node that leads none of the partitions,
-  if there is one).
+  if there is one);
+- ``crash-all`` (``CRASH_KINDS``): every node SIGKILLed at once, all restarted at the heal;
+  the runner publishes to streams that get nothing after the restart and checks that what
+  they acked is readable again within a bound (fault_restart).
 """
 
 from __future__ import annotations
@@ -56,7 +59,10 @@ BASE_KINDS = (
 )
 # Kinds that need every node on a NATS server of its own (AddressedCluster(routed=True)).
 ROUTED_KINDS = ("split-leader",)
-KINDS = (*BASE_KINDS, "combo", *ROUTED_KINDS)
+# Kinds that take the whole cluster down: the runner checks what was acked before it.
+CRASH_KINDS = ("crash-all",)
+# New kinds go last: a kind's index seeds its rounds, so the others keep their draws.
+KINDS = (*BASE_KINDS, "combo", *ROUTED_KINDS, *CRASH_KINDS)
 # Combinations: each pair hits two nodes, or two mechanisms at once.
 COMBOS = (
     ("isolate-leader", "pause-follower"),  # no replica of the partition can lead
@@ -247,6 +253,12 @@ class Nemesis:
         elif kind == "kill-follower":
             self._kill(follower, active)
             active.targets.append(follower)
+        elif kind == "crash-all":
+            # One after the other, each SIGKILL waited for: milliseconds apart, far below
+            # the seconds the survivors need to notice a dead peer.
+            for node in self.cluster.server_ids:
+                self._kill(node, active)
+                active.targets.append(node)
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
 

@@ -10,7 +10,9 @@ plain stream (3 partitions) and an exactly-once stream (2 partitions), both repl
 3 ways with min ISR 2, runs the workloads (consumer-group members among them), applies
 ``--cycles`` faults of ``--kind`` (each ``--fault-s`` long, then healed for
 ``--quiet-s``), waits for the cluster to recover, stops the workloads, lets the group
-drain the plain stream, reads everything back and checks the history.
+drain the plain stream, reads everything back and checks the history. A ``crash-all``
+round also publishes to its still streams before each crash and reads them back after
+the restart, within the quiet time when it can (fault_restart).
 
 DIR gets ``history.jsonl`` (written as the run goes), ``summary.json`` (the verdict) and
 ``servers/`` (each server's log; the data directories are removed unless --keep-data).
@@ -29,6 +31,7 @@ import random
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -36,7 +39,8 @@ import grpc
 from faults.fault_checkers import PROBE, acked_since, check, unexpected
 from faults.fault_groups import MEMBERS, GroupProgress, drain_group, group_member, record_committed
 from faults.fault_history import Recorder, error_name, load
-from faults.fault_nemesis import KINDS, ROUTED_KINDS, Nemesis
+from faults.fault_nemesis import CRASH_KINDS, KINDS, ROUTED_KINDS, Nemesis
+from faults.fault_restart import StillStreams, create_still, publish_still, read_back
 from faults.fault_workloads import (
     OPTIONS,
     Streams,
@@ -85,9 +89,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def wait_full_isr(client: Client, streams: Streams, timeout: float) -> list[str]:
+async def wait_full_isr(
+    client: Client, parts: Streams | Sequence[tuple[str, int]], timeout: float
+) -> list[str]:
     """Wait until every partition's leader reports a full ISR; return those that never did."""
-    missing = {f"{s}/{p}": (s, p) for s, p in streams.all()}
+    pairs = parts.all() if isinstance(parts, Streams) else parts
+    missing = {f"{s}/{p}": (s, p) for s, p in pairs}
     deadline = time.monotonic() + timeout
     while missing and time.monotonic() < deadline:
         for name, (stream, partition) in list(missing.items()):
@@ -123,8 +130,12 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
                 name,
                 StreamConfig(partitions=partitions, replication_factor=3, min_isr=2),
             )
+        still = StillStreams.named(token) if args.kind in CRASH_KINDS else None
+        if still is not None:
+            await create_still(client, still)
+        parts = streams.all() + (still.all() if still is not None else [])
         # ALL acks mean "on every replica" only once the ISR is full (replication_support).
-        if late := await wait_full_isr(client, streams, 60):
+        if late := await wait_full_isr(client, parts, 60):
             raise RuntimeError(f"ISR never full after creating the streams: {late}")
         history.emit(
             "note",
@@ -165,7 +176,9 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
         nemesis = Nemesis(cluster, client, history, streams.plain, rng)
         try:
             await asyncio.sleep(args.warmup_s)
-            for _cycle in range(args.cycles):
+            for cycle in range(args.cycles):
+                if still is not None:
+                    await publish_still(client, history, still, cycle)
                 active = await nemesis.start(args.kind)
                 probe = None
                 if args.kind in ROUTED_KINDS:
@@ -184,7 +197,11 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
                         probe.cancel()
                         await asyncio.gather(probe, return_exceptions=True)
                     nemesis.heal(active)
-                await asyncio.sleep(args.quiet_s)
+                healed = history.now()
+                if still is not None:
+                    # Before the next cycle publishes to them again.
+                    await read_back(client, history, still, cycle, healed)
+                await asyncio.sleep(max(0.0, args.quiet_s - (history.now() - healed)))
         finally:
             nemesis.heal_all()
         healed = time.monotonic()
@@ -196,7 +213,7 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
             # not a failed recovery.
             for node in cluster.nodes:
                 await asyncio.to_thread(node.wait_ready, timeout=90)
-            late = await wait_full_isr(client, streams, 90)
+            late = await wait_full_isr(client, parts, 90)
         except Exception as exc:
             history.emit("note", f="not-recovered", error=error_name(exc))
             late = []

@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from faults.fault_nemesis import KINDS, ROUTED_KINDS
+from faults.fault_nemesis import CRASH_KINDS, KINDS, ROUTED_KINDS
+from faults.fault_restart import READ_BOUND
 from liftbridge_client.testing import LIFTBRIDGE_VERSION, private_netns_argv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +51,10 @@ class Profile:
         leader_timeout = 15.0 if self.timeouts == "server" else 3.0
         # A split is held until the majority acks (runner.hold_split: 60 s at most).
         hold = 60.0 if set(self.kinds) & set(ROUTED_KINDS) else 0.0
-        return 150 + self.cycles * (self.fault_s + self.quiet_s + hold) + 10 * leader_timeout
+        # A crash is followed by reading its still streams back, for READ_BOUND at most.
+        reads = READ_BOUND if set(self.kinds) & set(CRASH_KINDS) else 0.0
+        per_cycle = self.fault_s + self.quiet_s + hold + reads
+        return 150 + self.cycles * per_cycle + 10 * leader_timeout
 
     def runner_args(self, kind: str, round_: int, out: Path) -> list[str]:
         """The runner's command line for one round (seeded by kind and round)."""
@@ -181,6 +185,8 @@ COLUMNS = (
     "group recover s (max)",
     "split: majority acks s (max)",
     "split: minority acks",
+    "restart: hidden",
+    "restart: readable s (max)",
     "recover s (max)",
     "stall s (max)",
     "other",
@@ -202,6 +208,9 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
 
         recover = [v["recover_s"] for v in verdicts if v.get("recover_s") is not None]
         majority = [v["majority_s"] for v in verdicts if v.get("majority_s") is not None]
+        restart_read = [
+            v["restart_read_s"] for v in verdicts if v.get("restart_read_s") is not None
+        ]
         group_recover = [
             v["group_recover_s"] for v in verdicts if v.get("group_recover_s") is not None
         ]
@@ -217,6 +226,7 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             "group-lost",
             "group-lost-truncated",
             "group-gap",
+            "acked-hidden",
         }
         other: dict[str, int] = {}
         for v in verdicts:
@@ -249,6 +259,8 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             f"{max(group_recover):.1f}" if group_recover else "-",
             f"{max(majority):.1f}" if majority else "-",
             total("minority_acked"),
+            f"{total('hidden')} in {sum(1 for v in verdicts if v.get('hidden'))}",
+            f"{max(restart_read):.1f}" if restart_read else "-",
             f"{max(recover):.1f}" if recover else "-",
             f"{max(stalls):.1f}" if stalls else "-",
             ", ".join(f"{k} in {n}" for k, n in sorted(other.items())) or "-",

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from faults.fault_nemesis import KINDS
+from faults.fault_restart import READ_BOUND
 from faults.fault_suite import PROFILES, profile_from_env, table
 
 
@@ -73,3 +74,11 @@ def test_the_table_sums_rounds_per_kind() -> None:
     assert "| 3.0 | 4.0 | not-recovered in 2 | x 2 |" in rows[2]
     assert rows[3].startswith("| kill-leader | 1 (1 without verdict) | 0 |")
     assert "| timeout in 1 |" in rows[3]
+
+
+def test_a_crash_round_has_time_to_read_its_still_streams_back() -> None:
+    standard = PROFILES["standard"]
+    assert "crash-all" in standard.kinds
+    crash = dataclasses.replace(standard, kinds=("crash-all",))
+    other = dataclasses.replace(standard, kinds=("kill-leader",))
+    assert crash.round_timeout() == other.round_timeout() + standard.cycles * READ_BOUND

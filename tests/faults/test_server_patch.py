@@ -21,7 +21,8 @@ import pytest
 
 from faults.epoch_scenarios import empty_leader_divergence, restart_truncation_loss
 from faults.reader_scenarios import follower_catchup_read
-from liftbridge_client.testing import PATCHED_VERSION, Cluster, server_version
+from faults.restart_scenarios import BOUND, single_node_restart
+from liftbridge_client.testing import PATCHED_VERSION, Cluster, SingleNode, server_version
 from liftbridge_client.testing._provision import download_test_dependencies, patched_source
 
 pytestmark = pytest.mark.integration
@@ -246,3 +247,66 @@ def test_patched_server_retries_an_expiry_only_for_a_member_still_there(
     assert done.returncode == 0, output
     assert re.search(r"^ok\s", output, re.MULTILINE), output
     assert "[no tests to run]" not in output, output
+
+
+# Patch 0009: a restarted leader alone in its ISR serves what it acked without a new
+# message. Its Go test (package server) restarts a node over a checkpoint file left as a
+# crash leaves it; the integration tests crash a real node (faults.restart_scenarios).
+RESTART_TEST = "TestRestartedLeaderServesWhatItAckedWithoutANewMessage"
+RESTART_TEST_FILE = Path("server/partition_restart_hw_test.go")
+
+
+@pytest.mark.timeout(400)
+def test_stock_v1_9_0_restarted_leader_keeps_its_checkpointed_hw(
+    patched_tree: Path, tmp_path: Path
+) -> None:
+    go = _go()
+    tree = _stock_tree(go, patched_tree, tmp_path, RESTART_TEST_FILE)
+    done = _go_test(go, tree, RESTART_TEST, "./server/")
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    # Both cases: no checkpoint file, and one behind the log.
+    assert output.count("Cluster did not reach HW 9 for [name=foo, partition=0]") == 2, output
+
+
+@pytest.mark.timeout(400)
+def test_patched_restarted_leader_commits_its_log_at_once(patched_tree: Path) -> None:
+    done = _go_test(_go(), patched_tree, RESTART_TEST, "./server/")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert re.search(r"^ok\s", output, re.MULTILINE), output
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.liftbridge_version("v1.9.0")
+async def test_stock_v1_9_0_node_hides_what_it_acked_after_a_kill(tmp_path: Path) -> None:
+    with SingleNode(base_dir=tmp_path, version="v1.9.0") as node:
+        outcome = await single_node_restart(node, "kill")
+    last = outcome.last
+    assert outcome.hw_before == [last, last], outcome.to_dict()
+    # The HW each partition comes back with is its checkpoint file's (-1 without one)...
+    checkpointed = [-1 if c is None else c for c in outcome.checkpoint]
+    assert all(c < last for c in checkpointed), f"a checkpoint caught up: {outcome.to_dict()}"
+    assert outcome.hw_at_start == checkpointed, outcome.to_dict()
+    # ...and stays there with nothing published: the acked messages past it are unreadable.
+    assert outcome.readable_s == [None, None], outcome.to_dict()
+    assert outcome.hw_at_bound == checkpointed, outcome.to_dict()
+    assert outcome.newest_at_bound == [last, last], outcome.to_dict()  # on disk, all of it
+    assert outcome.read == [c + 1 for c in checkpointed], outcome.to_dict()
+    # One publish brings back its partition only.
+    assert outcome.hw_after_poke == [last + 1, checkpointed[1]], outcome.to_dict()
+    assert outcome.read_after_poke == [last + 2, checkpointed[1] + 1], outcome.to_dict()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.liftbridge_version(PATCHED_VERSION)
+@pytest.mark.parametrize("stop", ["kill", "interrupt"])
+async def test_patched_node_serves_what_it_acked_after_a_restart(tmp_path: Path, stop: str) -> None:
+    with SingleNode(base_dir=tmp_path, version=PATCHED_VERSION) as node:
+        outcome = await single_node_restart(node, stop)
+    last = outcome.last
+    assert outcome.hw_before == [last, last], outcome.to_dict()
+    assert all(s is not None and s <= BOUND for s in outcome.readable_s), outcome.to_dict()
+    assert outcome.hw_at_bound == outcome.newest_at_bound == [last, last], outcome.to_dict()
+    assert outcome.read == [last + 1, last + 1], outcome.to_dict()
+    assert outcome.read_after_poke == [last + 2, last + 1], outcome.to_dict()
