@@ -40,6 +40,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("exactly_once", "spark", "cli", "testing"),
 )
 LEVEL = {room: n for n, rooms in enumerate(LAYERS) for room in rooms}
+# The modules of _publish, top down: each imports only modules after it.
+PUBLISH_ORDER = ("publisher", "routes", "acks", "wire")
 
 
 def _module(path: Path) -> str:
@@ -140,6 +142,22 @@ def test_no_import_cycles_even_through_type_only_imports() -> None:
 def test_the_cycle_check_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycle(graph) == ["a", "b", "c", "a"]
+
+
+def test_the_publish_modules_import_down_their_order() -> None:
+    """Inside ``_publish`` too imports point down: the publisher over the routes, the
+    routes over the streams they use, and everything over the route types and acks."""
+    modules = {f"{PKG}._publish.{name}": n for n, name in enumerate(PUBLISH_ORDER)}
+    found = {m.rpartition(".")[2] for m in _graph() if m.startswith(f"{PKG}._publish.")}
+    assert found == set(PUBLISH_ORDER), "a new _publish module: give it a place in the order"
+    upward = [
+        f"{a} -> {b}"
+        for a, targets in _graph().items()
+        if a in modules
+        for b in targets
+        if b in modules and modules[b] < modules[a]
+    ]
+    assert upward == []
 
 
 @pytest.mark.parametrize(
