@@ -150,7 +150,7 @@ from liftbridge_client._transport.grpc import (
     publish_status_error,
 )
 from liftbridge_client._transport.h2 import BidiStreamCall, H2RpcError
-from liftbridge_client._transport.h2.connection import encode_message
+from liftbridge_client._transport.h2.framing import encode_message
 from liftbridge_client._transport.nats import PubBuffer, route_sid, unroute_sid
 from liftbridge_client.envelope import (
     MESSAGE_HEADERS_TAG,

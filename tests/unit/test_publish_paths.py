@@ -22,7 +22,7 @@ from liftbridge_client._publish.routes import H2PublishStream, NatsPublisher, Pu
 from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client._transport.grpc import ack_error, async_error
 from liftbridge_client._transport.grpc import publish_status_error as unary_publish_error
-from liftbridge_client._transport.h2.connection import H2RpcError
+from liftbridge_client._transport.h2.framing import H2RpcError
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import ClientOptions, RetryPolicy, StreamTransport, Transport
 from liftbridge_client.partitioning import RoundRobinPartitioner, key_partition
