@@ -2,7 +2,8 @@
 
 In order: the per-call arguments and their checks (pure); why a publish got no ack
 (`TimeoutCheck`); and `Publisher`, the queue and its one sender loop. Routes are in
-`_publish.routes`, acks in `_publish.acks`.
+`_publish.route` (the interface) and one module per transport (`_publish.nats`,
+`_publish.leaders`), acks in `_publish.acks`.
 
 Arguments
 ---------
@@ -58,11 +59,11 @@ Publishing: NATS envelopes or gRPC, with acks correlated to futures.
 - the checks of each call's arguments (above; nothing is sent for bad input);
 - `_publish.acks.Correlator`: correlation id -> ack future, ack timeouts, the
   in-flight window (``ClientOptions.max_inflight``);
-- the FIFO queue of `_publish.routes.Item` and its one sender task;
-- `_publish.routes`: the ways out, behind one interface (`_publish.routes.Route`):
-  `NatsRoute` (enveloped messages on the partition's NATS subject, acks on the
-  client's inbox) and `LeaderRoute` (PublishAsync streams, one per partition
-  leader, over h2 or grpc.aio).
+- the FIFO queue of `_publish.route.Item` and its one sender task;
+- the ways out, behind one interface (`_publish.route.Route`): `_publish.nats.NatsRoute`
+  (enveloped messages on the partition's NATS subject, acks on the client's inbox) and
+  `_publish.leaders.LeaderRoute` (PublishAsync streams, one per partition leader, over
+  h2 or grpc.aio).
 
 Ordering. A plain publish (at most a key, a few plain headers, a partition, an ack
 policy and a transport) with nothing queued ahead of it and the sender idle takes one
@@ -122,15 +123,11 @@ from liftbridge_client import _validate, errors
 from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import AckFuture, Correlator
-from liftbridge_client._publish.routes import (
-    Item,
-    LeaderRoute,
-    NatsPublisher,
-    NatsRoute,
-    OutageLog,
-    Route,
-    publish_to_subject,
-)
+from liftbridge_client._publish.grpc import publish_to_subject
+from liftbridge_client._publish.leaders import LeaderRoute
+from liftbridge_client._publish.nats import NatsPublisher, NatsRoute
+from liftbridge_client._publish.outages import OutageLog
+from liftbridge_client._publish.route import Item, Route
 from liftbridge_client._tasks import TaskHandle, TaskSupervisor
 from liftbridge_client._transport.grpc import BrokerPool, readonly_partition_error
 from liftbridge_client.envelope import check_header_keys
@@ -522,7 +519,7 @@ class Publisher:
         )
         self._correlator.on_timeout = self._timeouts.take
         self._transport = options.transport or (_NATS if nats is not None else Transport.GRPC)
-        # What the routes share (`_publish.routes.Slots`): correlation ids, the ack wait.
+        # What the routes share (`_publish.route.Slots`): correlation ids, the ack wait.
         self.cid_prefix = secrets.token_hex(8) + "-"
         self.cid_counter: Iterator[int] = itertools.count(1)
         self.ack_wait = options.ack_wait
@@ -536,7 +533,7 @@ class Publisher:
         self._closed = False
         self._fast_ok = True  # False once closing, draining or NATS is lost: full checks
         self._outages = OutageLog(options.retry, self._loop.time)
-        # The ways out (`_publish.routes`): NATS if connected, and the leaders' streams.
+        # The ways out: NATS if connected, and the leaders' streams.
         self._nats_route = (
             NatsRoute(self._nats_pub, self._correlator, self) if self._nats_pub else None
         )

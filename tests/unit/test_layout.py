@@ -41,7 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 LEVEL = {room: n for n, rooms in enumerate(LAYERS) for room in rooms}
 # The modules of _publish, top down: each imports only modules after it.
-PUBLISH_ORDER = ("publisher", "routes", "acks", "wire")
+PUBLISH_ORDER = ("publisher", "nats", "leaders", "h2", "grpc", "outages", "route", "acks", "wire")
 
 
 def _module(path: Path) -> str:
@@ -164,7 +164,7 @@ def test_the_publish_modules_import_down_their_order() -> None:
     ("where", "what"),
     [
         ("_publish/publisher.py", "class Publisher"),
-        ("_publish/routes.py", "class Route(Protocol)"),
+        ("_publish/route.py", "class Route(Protocol)"),
         ("_publish/acks.py", "class Correlator"),
     ],
 )

@@ -18,7 +18,9 @@ from publish_fakes import FakeNats, Rig, make_rig
 from liftbridge_client import envelope, errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import Correlator
-from liftbridge_client._publish.routes import H2PublishStream, NatsPublisher, PublishStream
+from liftbridge_client._publish.grpc import PublishStream
+from liftbridge_client._publish.h2 import H2PublishStream
+from liftbridge_client._publish.nats import NatsPublisher
 from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client._transport.grpc import ack_error, async_error
 from liftbridge_client._transport.grpc import publish_status_error as unary_publish_error
