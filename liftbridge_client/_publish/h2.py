@@ -106,21 +106,21 @@ class H2PublishStream(PublishStream):
             fut.owner = self
             self._on_unwritten = on_unwritten
             return
-        super()._submit(message, fut, resolve_on_write, on_unwritten)
+        self._submit(message, fut, resolve_on_write, on_unwritten)
 
-    def _submit(
+    def submit(
         self,
-        req: api_pb2.PublishRequest | bytes,
+        req: api_pb2.PublishRequest,
         fut: AckFuture,
         resolve_on_write: bool,
         on_unwritten: Unwritten,
     ) -> None:
-        if isinstance(req, bytes):
-            self.submit_raw(req, fut, resolve_on_write, on_unwritten)
-        elif not self._outbox and not resolve_on_write:
+        # Overrides submit itself (not the base's _submit): the base class never calls
+        # back into this module.
+        if not self._outbox and not resolve_on_write:
             self.submit_raw(encode_message(req.SerializeToString()), fut, False, on_unwritten)
         else:
-            super()._submit(req, fut, resolve_on_write, on_unwritten)
+            self._submit(req, fut, resolve_on_write, on_unwritten)
 
     def _take_back_unwritten(self) -> None:
         # Messages the one-step path wrote that no pump handed to the connection yet are

@@ -325,7 +325,7 @@ class NatsRoute:
             item.subject = subject
             item.payload = payload
             item.future = fut
-            slots.queue(item)
+            slots.put(item)
         return fut
 
     def submit(self, item: Item, fut: AckFuture) -> bool:

@@ -108,11 +108,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import itertools
 import logging
-import secrets
-from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, TypedDict
 
 import anyio
@@ -127,7 +124,7 @@ from liftbridge_client._publish.grpc import publish_to_subject
 from liftbridge_client._publish.leaders import LeaderRoute
 from liftbridge_client._publish.nats import NatsPublisher, NatsRoute
 from liftbridge_client._publish.outages import OutageLog
-from liftbridge_client._publish.route import Item, Route
+from liftbridge_client._publish.route import Item, Route, Slots
 from liftbridge_client._tasks import TaskHandle, TaskSupervisor
 from liftbridge_client._transport.grpc import BrokerPool, readonly_partition_error
 from liftbridge_client.envelope import check_header_keys
@@ -519,13 +516,10 @@ class Publisher:
         )
         self._correlator.on_timeout = self._timeouts.take
         self._transport = options.transport or (_NATS if nats is not None else Transport.GRPC)
-        # What the routes share (`_publish.route.Slots`): correlation ids, the ack wait.
-        self.cid_prefix = secrets.token_hex(8) + "-"
-        self.cid_counter: Iterator[int] = itertools.count(1)
-        self.ack_wait = options.ack_wait
-        self._window_was_full = False  # the last one-step publish found no free slot
-        self._queue: deque[Item] = deque()
-        self._waker: asyncio.Future[None] | None = None
+        # What the routes share: correlation ids, the ack wait, the sender's queue.
+        self._slots = Slots(options.ack_wait)
+        self._queue = self._slots.queue
+        self._ack_wait = options.ack_wait
         self._sender: TaskHandle | None = None
         self._sender_idle = False
         self._nats_lost: BaseException | None = None  # nats-py gave up on the connection
@@ -535,13 +529,13 @@ class Publisher:
         self._outages = OutageLog(options.retry, self._loop.time)
         # The ways out: NATS if connected, and the leaders' streams.
         self._nats_route = (
-            NatsRoute(self._nats_pub, self._correlator, self) if self._nats_pub else None
+            NatsRoute(self._nats_pub, self._correlator, self._slots) if self._nats_pub else None
         )
         self._leaders = LeaderRoute(
             metadata=metadata,
             pool=pool,
             correlator=self._correlator,
-            slots=self,
+            slots=self._slots,
             spawn=tasks.spawn,
             outages=self._outages,
             h2=options.stream_transport is StreamTransport.H2,
@@ -560,6 +554,11 @@ class Publisher:
     def transport(self) -> Transport:
         """The default transport (``ClientOptions.transport`` resolved)."""
         return self._transport
+
+    @property
+    def cid_prefix(self) -> str:
+        """What every correlation id this publisher makes up starts with."""
+        return self._slots.cid_prefix
 
     @property
     def pending(self) -> int:
@@ -599,10 +598,10 @@ class Publisher:
 
     async def send(self, stream: str, value: bytes, **kw: Any) -> AckFuture:
         """Wait for room in the in-flight window, queue the message, return its future."""
-        self._window_was_full = False
+        self._slots.window_was_full = False
         if (fut := self.send_direct(stream, value, kw)) is not None:
             return fut
-        if self._window_was_full:
+        if self._slots.window_was_full:
             # Only the window stood in the way: wait for a slot, then take the one-step
             # path with it (a pipelining publisher waits here all the time).
             await self._correlator.acquire()
@@ -645,7 +644,7 @@ class Publisher:
 
         ``held``: the caller holds a window slot for it already (and keeps it when
         None comes back). Without, None because the window is full sets
-        ``_window_was_full``.
+        ``Slots.window_was_full``.
 
         Common means: nothing queued ahead of it (so order holds) and the sender
         idle, a slot free in the window, the stream's metadata cached, plain
@@ -722,26 +721,6 @@ class Publisher:
             return None  # the general path says what is wrong with it
         return route.direct(stream, value, info, partition, ack_policy, held, key or None, headers)
 
-    # ------------------------------------------------------------ Slots, for the routes
-
-    def window_full(self) -> None:
-        self._window_was_full = True
-
-    def wake_sender(self) -> None:
-        waker = self._waker
-        if waker is not None and not waker.done():
-            waker.set_result(None)
-
-    def queue(self, item: Item) -> None:
-        self._queue.append(item)
-        self.wake_sender()
-
-    def requeue(self, items: list[Item]) -> None:
-        if self._closed:
-            return
-        self._queue.extendleft(reversed(items))
-        self.wake_sender()
-
     # ------------------------------------------------------------ preparing
 
     def _prepare(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> Item:
@@ -763,6 +742,7 @@ class Publisher:
             ) and type(ack_policy) is AckPolicy:
                 route = self._default_route
                 if route is not None:
+                    slots = self._slots
                     item = Item(
                         stream,
                         value,
@@ -772,7 +752,7 @@ class Publisher:
                         self._options.partitioner,
                         ack_policy,
                         -1,
-                        f"{self.cid_prefix}{next(self.cid_counter)}",
+                        f"{slots.cid_prefix}{next(slots.cid_counter)}",
                         route,
                     )
                     return self._complete_if_known(item)
@@ -833,7 +813,8 @@ class Publisher:
                 )
             route = self._nats_route
         if cid is None:
-            cid = f"{self.cid_prefix}{next(self.cid_counter)}"
+            slots = self._slots
+            cid = f"{slots.cid_prefix}{next(slots.cid_counter)}"
         item = Item(
             stream,
             value,
@@ -886,7 +867,7 @@ class Publisher:
 
     def _enqueue(self, item: Item, kw: Mapping[str, Any]) -> AckFuture:
         """Register the future on the slot just acquired and wake the sender."""
-        ack_wait = self.ack_wait
+        ack_wait = self._ack_wait
         if kw and (w := kw.get("ack_wait")) is not None:
             ack_wait = _validate.seconds("ack_wait", w)
         try:
@@ -899,13 +880,14 @@ class Publisher:
             # Nothing ahead of it (queue empty, sender idle): written or handed to its
             # stream's writer as the sender would, saving the hop through the sender.
             return fut
-        self.queue(item)
+        self._slots.put(item)
         return fut
 
     # ------------------------------------------------------------ the sender
 
     async def _send_loop(self) -> None:
-        queue = self._queue
+        slots = self._slots
+        queue = slots.queue
         correlator = self._correlator
         nats_pub = self._nats_pub
         written = 0
@@ -914,10 +896,10 @@ class Publisher:
                 if nats_pub is not None and nats_pub.unflushed:
                     await nats_pub.kick()  # what send_nowait queued goes out now
                     continue
-                self._waker = self._loop.create_future()
+                waker = slots.waker = self._loop.create_future()
                 self._sender_idle = True
                 try:
-                    await self._waker
+                    await waker
                 finally:
                     self._sender_idle = False
                 continue
@@ -967,8 +949,11 @@ class Publisher:
         headers = headers_arg(kw.get("headers"))
         ack_policy = ack_policy_arg(kw.get("ack_policy", _LEADER))
         c = kw.get("correlation_id")
+        slots = self._slots
         cid = (
-            correlation_id_arg(c) if c is not None else f"{self.cid_prefix}{next(self.cid_counter)}"
+            correlation_id_arg(c)
+            if c is not None
+            else f"{slots.cid_prefix}{next(slots.cid_counter)}"
         )
         ack_wait = seconds_arg("ack_wait", kw.get("ack_wait"), self._options.ack_wait)
         req = api_pb2.PublishToSubjectRequest(
@@ -1078,6 +1063,7 @@ class Publisher:
         if self._closed:
             return
         self._closed = True
+        self._slots.closed = True  # a stream that breaks now gives nothing back
         self._fast_ok = False
         if deadline is None:
             deadline = self._loop.time() + self._options.close_timeout
@@ -1090,9 +1076,7 @@ class Publisher:
         if failed:
             log.info("close: %d publishes were still pending and failed: %s", failed, exc)
         self._queue.clear()
-        waker = self._waker
-        if waker is not None and not waker.done():
-            waker.set_result(None)  # an idle sender sees _closed and returns
+        self._slots.wake_sender()  # an idle sender sees _closed and returns
         sender, self._sender = self._sender, None
         if sender is not None and not await sender.stop(_left(deadline)):
             log.warning("close: the publisher's sender did not stop in time")

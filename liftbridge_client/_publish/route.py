@@ -1,8 +1,8 @@
 """What a publish is on its way out (`Item`), the way out it takes (`Route`), and what
 the ways out share with the publisher (`Slots`). No IO here.
 
-`_publish.publisher.Publisher` checks a publish, registers it and puts it on its queue,
-or hands it to a route at once; each route (`_publish.nats.NatsRoute`,
+`_publish.publisher.Publisher` checks a publish, registers it and puts it on the queue
+in `Slots`, or hands it to a route at once; each route (`_publish.nats.NatsRoute`,
 `_publish.leaders.LeaderRoute`) implements `Route`:
 
 - ``prepare(item, info)`` builds the wire form (the envelope, or the PublishRequest);
@@ -17,12 +17,17 @@ or hands it to a route at once; each route (`_publish.nats.NatsRoute`,
   (tests/unit/test_publish_routes.py checks it);
 - ``usable`` and ``close``.
 
-What a route takes from the publisher (a correlation id, the ack wait, a queue entry for
-the sender, the sender woken) is `Slots`, which the publisher implements.
+A route never calls the publisher: what it needs of it (a correlation id, the ack wait,
+a queue entry for the sender, the sender woken) is in `Slots`, which the publisher owns
+and the routes are given.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import secrets
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -59,27 +64,53 @@ class Item:
         return self.payload is not None or self.request is not None
 
 
-class Slots(Protocol):
+class Slots:
     """What the routes share with the publisher: correlation ids, the ack wait, the
-    window's full flag and the sender's queue."""
+    window's full flag, and the sender's queue with its waker.
 
-    cid_prefix: str  # correlation ids are cid_prefix + next(cid_counter)
-    cid_counter: Iterator[int]
-    ack_wait: float  # seconds, ClientOptions.ack_wait
+    The publisher owns one and its sender task drains ``queue``; a route takes ids from
+    it and puts on it what only the sender can write.
+    """
+
+    __slots__ = (
+        "ack_wait",
+        "cid_counter",
+        "cid_prefix",
+        "closed",
+        "queue",
+        "waker",
+        "window_was_full",
+    )
+
+    def __init__(self, ack_wait: float) -> None:
+        self.cid_prefix = secrets.token_hex(8) + "-"  # ids are cid_prefix + next(cid_counter)
+        self.cid_counter: Iterator[int] = itertools.count(1)
+        self.ack_wait = ack_wait  # seconds, ClientOptions.ack_wait
+        self.window_was_full = False  # a one-step publish found no free slot
+        self.queue: deque[Item] = deque()  # registered publishes for the sender, in order
+        self.waker: asyncio.Future[None] | None = None  # what the idle sender awaits
+        self.closed = False  # the publisher is closed: nothing goes back on the queue
 
     def window_full(self) -> None:
         """A one-step publish found no free slot in the window (the general path waits)."""
-        ...
+        self.window_was_full = True
 
-    def wake_sender(self) -> None: ...
+    def wake_sender(self) -> None:
+        waker = self.waker
+        if waker is not None and not waker.done():
+            waker.set_result(None)
 
-    def queue(self, item: Item) -> None:
+    def put(self, item: Item) -> None:
         """Put a registered publish at the tail of the sender's queue and wake it."""
-        ...
+        self.queue.append(item)
+        self.wake_sender()
 
     def requeue(self, items: list[Item]) -> None:
         """Put publishes back at the head of the queue, in order, and wake the sender."""
-        ...
+        if self.closed:
+            return
+        self.queue.extendleft(reversed(items))
+        self.wake_sender()
 
 
 class Route(Protocol):

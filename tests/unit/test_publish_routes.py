@@ -52,7 +52,7 @@ PLAIN = {
 
 async def _twins(**options: Any) -> tuple[Rig, Rig]:
     one, two = await make_rig(**options), await make_rig(**options)
-    two.publisher.cid_prefix = one.publisher.cid_prefix
+    two.publisher._slots.cid_prefix = one.publisher.cid_prefix
     return one, two
 
 
