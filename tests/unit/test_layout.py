@@ -41,7 +41,18 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 LEVEL = {room: n for n, rooms in enumerate(LAYERS) for room in rooms}
 # The modules of _publish, top down: each imports only modules after it.
-PUBLISH_ORDER = ("publisher", "nats", "leaders", "h2", "grpc", "outages", "route", "acks", "wire")
+PUBLISH_ORDER = (
+    "publisher",
+    "timeouts",
+    "nats",
+    "leaders",
+    "h2",
+    "grpc",
+    "outages",
+    "route",
+    "acks",
+    "wire",
+)
 
 
 def _module(path: Path) -> str:
