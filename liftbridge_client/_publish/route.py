@@ -58,6 +58,7 @@ class Item:
     payload: bytes | None = None  # NATS: the enveloped message
     request: api_pb2.PublishRequest | None = None  # gRPC
     future: AckFuture | None = None
+    ack_wait: float | None = None  # seconds; None: ClientOptions.ack_wait
 
     @property
     def ready(self) -> bool:

@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_proto",
         "_version",
         "_validate",
+        "_publish_args",
         "_tasks",
         "errors",
         "models",
