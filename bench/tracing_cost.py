@@ -37,7 +37,9 @@ class _StubPublisher:
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
 
-    def publish_nowait(self, stream: str, value: bytes, **kw: Any) -> asyncio.Future[Ack]:
+    def publish_nowait(
+        self, stream: str, value: bytes, *args: Any, **kw: Any
+    ) -> asyncio.Future[Ack]:
         future: asyncio.Future[Ack] = self._loop.create_future()
         future.set_result(_ACK)
         return future

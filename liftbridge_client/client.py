@@ -2,7 +2,8 @@
 
 - `_transport.grpc.BrokerPool`: channels to brokers; `_cluster.metadata.MetadataCache`: routing.
 - `_cluster.admin`: stream administration RPCs.
-- `_publish.publisher.Publisher`: publishing over NATS envelopes or gRPC, ack correlation.
+- `_publish.publisher.Publisher`: publishing over NATS envelopes or gRPC, ack correlation;
+  each publish verb is one typed call into it.
 - `subscription.Subscription`: reading a partition.
 - `_cluster.admin`: cursor storage.
 """
@@ -89,7 +90,7 @@ def _check_brokers(brokers: object) -> list[str]:
     return addresses
 
 
-def _publish_kw(
+def _kw(
     key: bytes | None,
     headers: Mapping[str, bytes] | None,
     partition: int | None,
@@ -100,27 +101,18 @@ def _publish_kw(
     transport: Transport | None,
     ack_wait: float | datetime.timedelta | None,
 ) -> dict[str, Any]:
-    """The publisher's keywords for what the call set (an absent key means its default)."""
-    kw: dict[str, Any] = {}
-    if key is not None:
-        kw["key"] = key
-    if headers is not None:
-        kw["headers"] = headers
-    if partition is not None:
-        kw["partition"] = partition
-    if partitioner is not None:
-        kw["partitioner"] = partitioner
-    if ack_policy is not AckPolicy.LEADER:
-        kw["ack_policy"] = ack_policy
-    if expected_offset is not None:
-        kw["expected_offset"] = expected_offset
-    if correlation_id is not None:
-        kw["correlation_id"] = correlation_id
-    if transport is not None:
-        kw["transport"] = transport
-    if ack_wait is not None:
-        kw["ack_wait"] = ack_wait
-    return kw
+    """A publish's options by name, for the tracer (which adds its context's header)."""
+    return {
+        "key": key,
+        "headers": headers,
+        "partition": partition,
+        "partitioner": partitioner,
+        "ack_policy": ack_policy,
+        "expected_offset": expected_offset,
+        "correlation_id": correlation_id,
+        "transport": transport,
+        "ack_wait": ack_wait,
+    }
 
 
 def _subscribe_kw(
@@ -624,21 +616,28 @@ class Client:
             ConnectionClosedError: the client is closed or closing.
         """
         publisher = self._require_open()
-        if (
-            partitioner is None
-            and expected_offset is None
-            and correlation_id is None
-            and ack_wait is None
-            and self._tracer is None
-            and (
-                fut := publisher.send_plain(
-                    stream, value, partition, ack_policy, transport, False, key, headers
-                )
+        if self._tracer is not None:
+            traced: Ack | None = await self._tracer.publish(
+                publisher.publish,
+                stream,
+                value,
+                _kw(
+                    key,
+                    headers,
+                    partition,
+                    partitioner,
+                    ack_policy,
+                    expected_offset,
+                    correlation_id,
+                    transport,
+                    ack_wait,
+                ),
             )
-            is not None
-        ):
-            return await fut  # the common case, in one step
-        kw = _publish_kw(
+            return traced
+        # One call: the publisher takes the one-step path or the general one.
+        return await publisher.publish(
+            stream,
+            value,
             key,
             headers,
             partition,
@@ -649,10 +648,6 @@ class Client:
             transport,
             ack_wait,
         )
-        if self._tracer is not None:
-            traced: Ack | None = await self._tracer.publish(publisher.publish, stream, value, kw)
-            return traced
-        return await publisher.publish(stream, value, **kw)
 
     @overload
     async def send(
@@ -733,21 +728,26 @@ class Client:
         publisher = self._publisher
         if publisher is None or self._closed:
             publisher = self._require_open()
-        if (
-            partitioner is None
-            and expected_offset is None
-            and correlation_id is None
-            and ack_wait is None
-            and self._tracer is None
-            and (
-                fut := publisher.send_plain(
-                    stream, value, partition, ack_policy, transport, False, key, headers
-                )
+        if self._tracer is not None:
+            return await self._tracer.send(
+                publisher.send,
+                stream,
+                value,
+                _kw(
+                    key,
+                    headers,
+                    partition,
+                    partitioner,
+                    ack_policy,
+                    expected_offset,
+                    correlation_id,
+                    transport,
+                    ack_wait,
+                ),
             )
-            is not None
-        ):
-            return fut  # the common case, without one more coroutine
-        kw = _publish_kw(
+        return await publisher.send(
+            stream,
+            value,
             key,
             headers,
             partition,
@@ -758,9 +758,6 @@ class Client:
             transport,
             ack_wait,
         )
-        if self._tracer is not None:
-            return await self._tracer.send(publisher.send, stream, value, kw)
-        return await publisher.send(stream, value, **kw)
 
     @overload
     def publish_nowait(
@@ -841,21 +838,26 @@ class Client:
             ConnectionClosedError: the client is closed or closing.
         """
         publisher = self._require_open()
-        if (
-            partitioner is None
-            and expected_offset is None
-            and correlation_id is None
-            and ack_wait is None
-            and self._tracer is None
-            and (
-                fut := publisher.send_plain(
-                    stream, value, partition, ack_policy, transport, False, key, headers
-                )
+        if self._tracer is not None:
+            return self._tracer.publish_nowait(
+                publisher.publish_nowait,
+                stream,
+                value,
+                _kw(
+                    key,
+                    headers,
+                    partition,
+                    partitioner,
+                    ack_policy,
+                    expected_offset,
+                    correlation_id,
+                    transport,
+                    ack_wait,
+                ),
             )
-            is not None
-        ):
-            return fut
-        kw = _publish_kw(
+        return publisher.publish_nowait(
+            stream,
+            value,
             key,
             headers,
             partition,
@@ -866,9 +868,6 @@ class Client:
             transport,
             ack_wait,
         )
-        if self._tracer is not None:
-            return self._tracer.publish_nowait(publisher.publish_nowait, stream, value, kw)
-        return publisher.publish_nowait(stream, value, **kw)
 
     @overload
     async def publish_to_subject(
@@ -929,18 +928,9 @@ class Client:
         """
         publisher = self._require_open()
         self._features.check("publish_to_subject")
-        kw: dict[str, Any] = {}
-        if key is not None:
-            kw["key"] = key
-        if headers is not None:
-            kw["headers"] = headers
-        if ack_policy is not AckPolicy.LEADER:
-            kw["ack_policy"] = ack_policy
-        if correlation_id is not None:
-            kw["correlation_id"] = correlation_id
-        if ack_wait is not None:
-            kw["ack_wait"] = ack_wait
-        return await publisher.publish_to_subject(subject, value, **kw)
+        return await publisher.publish_to_subject(
+            subject, value, key, headers, ack_policy, correlation_id, ack_wait
+        )
 
     def stats(self) -> PublishStats:
         """Publisher counters: pending publishes, and acks that were dropped and why."""

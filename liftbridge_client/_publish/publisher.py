@@ -1,80 +1,34 @@
-"""Publishing: a call is checked, queued and sent here.
-
-In order: the per-call arguments and their checks (pure); why a publish got no ack
-(`TimeoutCheck`); and `Publisher`, the queue and its one sender loop. Routes are in
-`_publish.routes`, acks in `_publish.acks`.
-
-Arguments
----------
-
-The per-call keyword types and their checks.
-
-Pure: no IO. `Publisher` (below) validates every call with these before
-anything is queued, so bad input raises `InvalidInputError` and nothing is sent.
-
-Timeouts
---------
-
-Why a NATS publish got no ack: one metadata check per burst of ack timeouts.
-
-Over NATS the server answers some publishes with silence where gRPC would answer
-with an error (see docs/concepts.md): a paused partition has nobody subscribed to
-its subject, a read-only one drops the message, and a deleted stream (or partition)
-no longer listens. Left alone, each of these ends in a bare `AckTimeoutError`.
-When a NATS publish's ack wait runs out, `TimeoutCheck` looks at the partition in
-fresh metadata and fails the publish with the error that names the cause,
-chained to the `AckTimeoutError`:
-
-- the stream or partition is gone, or its subject changed: `NotFoundError`;
-- read-only: `ReadonlyPartitionError`, in the words gRPC's refusal gets;
-- paused: `PartitionPausedError` (gRPC would have resumed it);
-- no leader, or another leader than the client knew: `NotLeaderError` (the
-  message may have been lost in the failover);
-- none of these: the `AckTimeoutError`, saying what was ruled out and what
-  remains possible.
-
-Publishes time out together (a paused partition silences every message sent to it),
-so the check is shared: expiring publishes join the one check in flight, and its
-answer serves every publish that expires within `TTL` seconds after it. A burst of
-1000 timeouts costs one FetchMetadata. The check waits at most `CHECK_TIMEOUT`
-seconds; when it fails, the publishes get their `AckTimeoutError` with the reason.
-
-The check asks the other brokers before the partition's leader (and the metadata cache
-asks suspect leaders last): a broker cut off from the rest of the cluster still answers
-metadata from its old view (itself the leader).
-A gRPC publish that times out keeps its `AckTimeoutError` (gRPC answers what NATS leaves
-silent, so the leader is slow or cut off), and its leader becomes suspect
-(`MetadataCache.suspect`: asked last by every refresh for a while, and the metadata
-refreshed around it at once), so the next publishes go to the leader the others elect.
-
-Publisher
----------
-
-Publishing: NATS envelopes or gRPC, with acks correlated to futures.
+"""The publisher: a publish is checked, queued and sent here (one sender loop).
 
 `Publisher` owns what every publish shares, and asks a route for the rest:
 
 - `partitioning`: which partition a message goes to;
-- the checks of each call's arguments (above; nothing is sent for bad input);
+- the checks of each call's arguments (`_publish_args`; nothing is sent for bad input);
 - `_publish.acks.Correlator`: correlation id -> ack future, ack timeouts, the
   in-flight window (``ClientOptions.max_inflight``);
-- the FIFO queue of `_publish.routes.Item` and its one sender task;
-- `_publish.routes`: the ways out, behind one interface (`_publish.routes.Route`):
-  `NatsRoute` (enveloped messages on the partition's NATS subject, acks on the
-  client's inbox) and `LeaderRoute` (PublishAsync streams, one per partition
-  leader, over h2 or grpc.aio).
+- the FIFO queue of `_publish.route.Item` (in `_publish.route.Slots`, which the routes
+  share) and its one sender task;
+- `_publish.timeouts.TimeoutCheck`: why a NATS publish got no ack;
+- the ways out, behind one interface (`_publish.route.Route`): `_publish.nats.NatsRoute`
+  (enveloped messages on the partition's NATS subject, acks on the client's inbox) and
+  `_publish.leaders.LeaderRoute` (PublishAsync streams, one per partition leader, over
+  h2 or grpc.aio).
+
+Each verb (`publish`, `send`, `publish_nowait`) takes the `Client`'s typed arguments and
+picks the path itself: the one-step path for a plain publish, else the general path,
+which checks every argument once (`_publish_args.stream_publish`).
 
 Ordering. A plain publish (at most a key, a few plain headers, a partition, an ack
 policy and a transport) with nothing queued ahead of it and the sender idle takes one
 step in the call (`Publisher.send_plain`, then the route's ``direct``): over NATS it is
 appended to nats-py's outgoing buffer (`_transport.nats.PubBuffer`), over gRPC with the h2
 transport it goes, serialized, to the PublishAsync stream to its leader (opened
-from the cached metadata if needed; `LeaderRoute.direct`). Every other `publish`, `send`
-and `publish_nowait` call puts one item on a FIFO queue, synchronously, before it
-returns (or, for `send`, once it has a window slot; slots are granted first come, first
-served). One sender task drains the queue in order. NATS items it writes itself,
-awaiting each write; a gRPC item it hands (no await) to the outbox of the PublishAsync
-stream to the partition's leader, whose single writer task awaits each write in turn.
+from the cached metadata if needed; `LeaderRoute.direct`). Every other publish puts one
+item on a FIFO queue, synchronously, before it returns (or, for `send`, once it has a
+window slot; slots are granted first come, first served). One sender task drains the
+queue in order. NATS items it writes itself, awaiting each write; a gRPC item it hands
+(no await) to the outbox of the PublishAsync stream to the partition's leader, whose
+single writer task awaits each write in turn.
 When nothing is ahead of a gRPC item (the queue is empty and the sender idle) and the
 route to its stream is known for the current metadata, the call hands it to that outbox
 directly, saving the hop through the sender. Either way messages reach the wire in call
@@ -94,8 +48,8 @@ connection, else gRPC), overridden per call with ``transport=``.
 Silence from the server surfaces after the ack wait (which counts from the call,
 queueing included): over NATS, a publish to a paused partition (it is only
 resumed by gRPC publishes and subscribes) or to a read-only one gets no ack at
-all, and `TimeoutCheck` (above) then checks the partition's metadata, once per
-burst of timeouts, to raise `PartitionPausedError`, `ReadonlyPartitionError`,
+all, and `_publish.timeouts.TimeoutCheck` then checks the partition's metadata, once
+per burst of timeouts, to raise `PartitionPausedError`, `ReadonlyPartitionError`,
 `NotFoundError` or `NotLeaderError`, else an `AckTimeoutError` that says what
 remains possible. Over gRPC the server resumes a paused partition and refuses a
 read-only one (`ReadonlyPartitionError`). With ack
@@ -107,12 +61,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import itertools
 import logging
-import secrets
-from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
-from typing import Any, TypedDict
+from collections.abc import Awaitable, Mapping
 
 import anyio
 import nats.aio.client
@@ -122,19 +72,21 @@ from liftbridge_client import _validate, errors
 from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import AckFuture, Correlator
-from liftbridge_client._publish.routes import (
-    Item,
-    LeaderRoute,
-    NatsPublisher,
-    NatsRoute,
-    OutageLog,
-    Route,
-    publish_to_subject,
+from liftbridge_client._publish.grpc import publish_to_subject
+from liftbridge_client._publish.leaders import LeaderRoute
+from liftbridge_client._publish.nats import NatsPublisher, NatsRoute
+from liftbridge_client._publish.outages import OutageLog
+from liftbridge_client._publish.route import Item, Route, Slots
+from liftbridge_client._publish.timeouts import TimeoutCheck
+from liftbridge_client._publish_args import (
+    INT32_MAX,
+    seconds_arg,
+    stream_publish,
+    subject_publish,
 )
 from liftbridge_client._tasks import TaskHandle, TaskSupervisor
-from liftbridge_client._transport.grpc import BrokerPool, readonly_partition_error
-from liftbridge_client.envelope import check_header_keys
-from liftbridge_client.models import Ack, AckPolicy, Metadata, PublishStats, StreamInfo
+from liftbridge_client._transport.grpc import BrokerPool
+from liftbridge_client.models import Ack, AckPolicy, PublishStats, StreamInfo
 from liftbridge_client.options import ClientOptions, StreamTransport, Transport
 from liftbridge_client.partitioning import (
     KeyPartitioner,
@@ -143,337 +95,9 @@ from liftbridge_client.partitioning import (
     key_partition,
 )
 
-__all__ = [
-    "CHECK_TIMEOUT",
-    "FAST_KEYS",
-    "INT32_MAX",
-    "INT64_MAX",
-    "PUBLISH_KEYS",
-    "SUBJECT_KEYS",
-    "TTL",
-    "Item",
-    "Partitioner",
-    "PublishArgs",
-    "PublishOptions",
-    "Publisher",
-    "SubjectOptions",
-    "SubjectPublishArgs",
-    "TimeoutCheck",
-    "ack_policy_arg",
-    "as_bytes",
-    "correlation_id_arg",
-    "diagnose",
-    "headers_arg",
-    "reject_unknown",
-    "seconds_arg",
-]
-
-# ---- Arguments -------------------------------------------------------------------------
-
-INT32_MAX = _validate.INT32_MAX
-INT64_MAX = _validate.INT64_MAX
-
-
-class PublishOptions(TypedDict, total=False):
-    """Per-call publish options but ``ack_policy`` (which decides the result type)."""
-
-    key: bytes | None
-    headers: Mapping[str, bytes] | None
-    partition: int | None  # explicit partition wins over the partitioner
-    partitioner: Partitioner | None  # default: ClientOptions.partitioner; None: partition 0
-    expected_offset: int  # optimistic concurrency; -1 (default) = no check
-    correlation_id: str | None  # default: a fresh unique id
-    transport: Transport | None  # default: the client's
-    ack_wait: float | datetime.timedelta | None  # default: ClientOptions.ack_wait
-
-
-class PublishArgs(PublishOptions, total=False):
-    """Per-call publish options (all keyword-only, all optional)."""
-
-    ack_policy: AckPolicy
-
-
-class SubjectOptions(TypedDict, total=False):
-    """Per-call options of `Client.publish_to_subject` but ``ack_policy``."""
-
-    key: bytes | None
-    headers: Mapping[str, bytes] | None
-    correlation_id: str | None
-    ack_wait: float | datetime.timedelta | None
-
-
-class SubjectPublishArgs(TypedDict, total=False):
-    """Per-call options of `Client.publish_to_subject` (always gRPC)."""
-
-    key: bytes | None
-    headers: Mapping[str, bytes] | None
-    ack_policy: AckPolicy
-    correlation_id: str | None
-    ack_wait: float | datetime.timedelta | None
-
-
-PUBLISH_KEYS = frozenset(PublishArgs.__optional_keys__)
-SUBJECT_KEYS = frozenset(SubjectPublishArgs.__optional_keys__)
-FAST_KEYS = frozenset({"partition", "ack_policy"})
-
-
-# ---------------------------------------------------------------- validation
-
-
-def as_bytes(name: str, value: object) -> bytes:
-    if type(value) is bytes:
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise errors.InvalidInputError(f"{name} must be bytes, got {type(value).__name__}")
-
-
-def headers_arg(headers: object) -> dict[str, bytes] | None:
-    if headers is None:
-        return None
-    if not isinstance(headers, Mapping):
-        raise errors.InvalidInputError(f"headers must be a mapping, got {type(headers).__name__}")
-    out: dict[str, bytes] = {}
-    for name, value in headers.items():
-        if not isinstance(name, str):
-            raise errors.InvalidInputError(f"header names must be str, got {name!r}")
-        _validate.text("header name", name, empty_ok=True)
-        out[name] = as_bytes(f"header {name[:40]!r}", value)
-    check_header_keys(out)  # the server crashes on keys over 32767 bytes
-    return out or None
-
-
-def ack_policy_arg(value: object) -> AckPolicy:
-    if isinstance(value, AckPolicy):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            return AckPolicy(value)
-        except ValueError:
-            pass
-    raise errors.InvalidInputError(f"ack_policy must be an AckPolicy, got {value!r}")
-
-
-def seconds_arg(name: str, value: object, default: float) -> float:
-    """Seconds > 0 (a number or a timedelta, see `_validate.seconds`); ``default`` for None."""
-    if value is None:
-        return default
-    return _validate.seconds(name, value)
-
-
-def correlation_id_arg(value: object) -> str:
-    return _validate.text("correlation_id", value)
-
-
-def reject_unknown(kw: Mapping[str, object], known: frozenset[str]) -> None:
-    unknown = kw.keys() - known
-    if unknown:
-        raise errors.InvalidInputError(f"unknown publish argument(s): {', '.join(sorted(unknown))}")
-
+__all__ = ["Publisher"]
 
 log = logging.getLogger(__name__)
-
-
-# ---- Timeouts --------------------------------------------------------------------------
-
-TTL = 1.0  # seconds a check's answer serves later timeouts
-CHECK_TIMEOUT = 2.0  # bound on the metadata check (the caller waits for it)
-
-# What an ack timeout over NATS may still mean once the partition looks healthy.
-_REMAINING = (
-    "partition {pid} of stream {stream!r} exists, is writable, not paused, and its leader "
-    "{leader} is the one the client knew, so the message or its ack was lost on the way "
-    "(NATS permissions, a NATS outage, the leader overloaded), or ack_wait is too short for "
-    "the load"
-)
-
-
-def _partition_of(stream: str, subject: str, metadata: Metadata) -> tuple[int | None, str]:
-    """The partition id ``subject`` is on, and the stream's subject ('' if no stream)."""
-    info = metadata.streams.get(stream)
-    if info is None:
-        return None, ""
-    for pid in info.partitions:
-        if info.partition_subject(pid) == subject:
-            return pid, info.subject
-    return None, info.subject
-
-
-def diagnose(
-    exc: errors.AckTimeoutError,
-    stream: str,
-    subject: str,
-    before: Metadata,
-    after: Metadata,
-) -> errors.LiftbridgeError:
-    """The error for a NATS publish to ``subject`` of ``stream`` that timed out with ``exc``.
-
-    ``before`` is the metadata the client had (the route it published on),
-    ``after`` the fresh metadata. Pure: no IO. The result is chained to ``exc``.
-    """
-    where = f"publish to stream {stream!r} on subject {subject!r} over NATS got no ack"
-    result: errors.LiftbridgeError
-    if stream not in after.streams:
-        result = errors.NotFoundError(
-            f"{where}: the stream no longer exists", details="stream not found"
-        )
-    else:
-        pid, stream_subject = _partition_of(stream, subject, after)
-        if pid is None:
-            result = errors.NotFoundError(
-                f"{where}: the stream (now on subject {stream_subject!r}) has no partition "
-                "on that subject",
-                details="No such partition",
-            )
-        else:
-            part = after.streams[stream].partitions[pid]
-            old_info = before.streams.get(stream)
-            old = old_info.partitions.get(pid) if old_info is not None else None
-            if part.readonly:  # the words gRPC's refusal gets
-                result = readonly_partition_error(stream, pid)
-            elif part.paused:
-                result = errors.PartitionPausedError(
-                    f"{where}: partition {pid} is paused (nobody receives its NATS subject "
-                    "until it is resumed: publish over gRPC, or subscribe, to resume it)"
-                )
-            elif not part.leader:
-                result = errors.NotLeaderError(
-                    f"{where}: partition {pid} has no leader now; retry once one is elected",
-                    details="no leader",
-                )
-            elif old is not None and old.leader and old.leader != part.leader:
-                result = errors.NotLeaderError(
-                    f"{where}: the leader of partition {pid} moved from {old.leader} to "
-                    f"{part.leader}; the message may have been lost in the failover",
-                    details="leader moved",
-                )
-            else:
-                result = errors.AckTimeoutError(
-                    f"{exc}: {_REMAINING.format(pid=pid, stream=stream, leader=part.leader)}"
-                )
-    result.__cause__ = exc
-    return result
-
-
-class TimeoutCheck:
-    """Settles timed-out NATS publishes with `diagnose`'s error, one check per burst.
-
-    ``refresh`` fetches fresh metadata, asking the ``avoid`` brokers last (the client's
-    `MetadataCache.refresh`), ``current`` gives the cached metadata, ``suspect`` names
-    a leader a gRPC publish timed out on (`MetadataCache.suspect`), ``spawn`` starts the
-    check as a supervised task, ``clock`` is the event loop's time.
-    """
-
-    def __init__(
-        self,
-        *,
-        refresh: Callable[..., Awaitable[Metadata]],
-        current: Callable[[], Metadata],
-        suspect: Callable[[str], None],
-        spawn: Callable[..., TaskHandle],
-        clock: Callable[[], float],
-    ) -> None:
-        self._refresh = refresh
-        self._current = current
-        self._suspect = suspect
-        self._spawn = spawn
-        self._clock = clock
-        self._waiting: list[tuple[AckFuture, errors.AckTimeoutError, str, str]] = []
-        self._task: TaskHandle | None = None
-        self._before: Metadata | None = None
-        # The last answer: (until when it serves, metadata before, metadata after).
-        self._answer: tuple[float, Metadata, Metadata] | None = None
-        self._closed = False
-        self.checks = 0  # metadata checks made (tests count them)
-
-    def take(self, fut: AckFuture, exc: errors.AckTimeoutError) -> bool:
-        """Settle ``fut`` (timed out with ``exc``) later or now; False: not a NATS publish."""
-        expect = fut.expect
-        if self._closed:
-            return False
-        if expect is None:
-            address = getattr(fut.owner, "address", None)  # a gRPC publish's leader
-            if type(address) is str:
-                self._suspect(address)
-            return False
-        stream, subject = expect
-        answer = self._answer
-        if answer is not None and answer[0] > self._clock():
-            _settle(fut, diagnose(exc, stream, subject, answer[1], answer[2]))
-            return True
-        if self._task is None:
-            self._before = self._current()
-            try:
-                self._task = self._spawn(self._check, name="lb-ack-timeout-check")
-            except RuntimeError:  # the client's tasks are stopping: no check any more
-                return False
-        self._waiting.append((fut, exc, stream, subject))
-        return True
-
-    async def _check(self) -> None:
-        before = self._before or self._current()
-        after: Metadata | None = None
-        failure: BaseException | None = None
-        try:
-            self.checks += 1
-            # The leaders these publishes went to: a broker cut off from the cluster
-            # answers from its old view.
-            avoid = _leaders(before, [(stream, subject) for _, _, stream, subject in self._waiting])
-            async with asyncio.timeout(CHECK_TIMEOUT):
-                after = await self._refresh(avoid=avoid)
-        except (errors.LiftbridgeError, TimeoutError) as check_exc:
-            failure = check_exc
-        finally:
-            # Whatever happened (cancelled by close included), every waiting publish settles.
-            self._task = None
-            waiting, self._waiting = self._waiting, []
-            if after is not None:
-                self._answer = (self._clock() + TTL, before, after)
-            for fut, exc, stream, subject in waiting:
-                if after is not None:
-                    _settle(fut, diagnose(exc, stream, subject, before, after))
-                elif failure is not None:
-                    plain = errors.AckTimeoutError(
-                        f"{exc} (checking the partition's state failed: {failure})"
-                    )
-                    plain.__cause__ = failure
-                    _settle(fut, plain)
-                else:
-                    _settle(fut, exc)
-        if failure is not None:
-            log.debug("ack timeout check failed: %r", failure)
-
-    def close(self) -> None:
-        """Settle the publishes waiting for a check with their `AckTimeoutError` now."""
-        self._closed = True
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-        waiting, self._waiting = self._waiting, []
-        for fut, exc, _, _ in waiting:
-            _settle(fut, exc)
-
-
-def _leaders(metadata: Metadata, publishes: Collection[tuple[str, str]]) -> frozenset[str]:
-    """The addresses of the leaders of the partitions these (stream, subject) went to."""
-    found: set[str] = set()
-    for stream, subject in publishes:
-        pid, _ = _partition_of(stream, subject, metadata)
-        if pid is None:
-            continue
-        leader = metadata.streams[stream].partitions[pid].leader
-        broker = metadata.broker(leader) if leader else None
-        if broker is not None:
-            found.add(broker.address)
-    return frozenset(found)
-
-
-def _settle(fut: AckFuture, exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
-
-
-# ---- Publisher -------------------------------------------------------------------------
 
 # The sender gets NATS bytes written this often in a long queue, and lets the ack
 # readers run less often: the queue is bounded by max_inflight, and a sender that
@@ -485,6 +109,8 @@ _YIELD_EVERY = 4096
 _LEADER = AckPolicy.LEADER
 _NONE = AckPolicy.NONE
 _NATS = Transport.NATS
+
+Seconds = float | datetime.timedelta
 
 
 class Publisher:
@@ -522,13 +148,10 @@ class Publisher:
         )
         self._correlator.on_timeout = self._timeouts.take
         self._transport = options.transport or (_NATS if nats is not None else Transport.GRPC)
-        # What the routes share (`_publish.routes.Slots`): correlation ids, the ack wait.
-        self.cid_prefix = secrets.token_hex(8) + "-"
-        self.cid_counter: Iterator[int] = itertools.count(1)
-        self.ack_wait = options.ack_wait
-        self._window_was_full = False  # the last one-step publish found no free slot
-        self._queue: deque[Item] = deque()
-        self._waker: asyncio.Future[None] | None = None
+        # What the routes share: correlation ids, the ack wait, the sender's queue.
+        self._slots = Slots(options.ack_wait)
+        self._queue = self._slots.queue
+        self._ack_wait = options.ack_wait
         self._sender: TaskHandle | None = None
         self._sender_idle = False
         self._nats_lost: BaseException | None = None  # nats-py gave up on the connection
@@ -536,15 +159,15 @@ class Publisher:
         self._closed = False
         self._fast_ok = True  # False once closing, draining or NATS is lost: full checks
         self._outages = OutageLog(options.retry, self._loop.time)
-        # The ways out (`_publish.routes`): NATS if connected, and the leaders' streams.
+        # The ways out: NATS if connected, and the leaders' streams.
         self._nats_route = (
-            NatsRoute(self._nats_pub, self._correlator, self) if self._nats_pub else None
+            NatsRoute(self._nats_pub, self._correlator, self._slots) if self._nats_pub else None
         )
         self._leaders = LeaderRoute(
             metadata=metadata,
             pool=pool,
             correlator=self._correlator,
-            slots=self,
+            slots=self._slots,
             spawn=tasks.spawn,
             outages=self._outages,
             h2=options.stream_transport is StreamTransport.H2,
@@ -563,6 +186,11 @@ class Publisher:
     def transport(self) -> Transport:
         """The default transport (``ClientOptions.transport`` resolved)."""
         return self._transport
+
+    @property
+    def cid_prefix(self) -> str:
+        """What every correlation id this publisher makes up starts with."""
+        return self._slots.cid_prefix
 
     @property
     def pending(self) -> int:
@@ -591,92 +219,199 @@ class Publisher:
             self._sender = self._tasks.spawn(self._send_loop, name="lb-publisher")
 
     # ------------------------------------------------------------ publishing
+    #
+    # The verbs take `Client.publish`'s arguments, in its order (the client passes them
+    # positionally). A publish with no partitioner, expected offset, correlation id or
+    # ack wait may take the one-step path (`send_plain`); every other, and every one it
+    # refuses, takes the general path: the checks (`_prepare`), then the queue.
 
-    async def publish(self, stream: str, value: bytes, **kw: Any) -> Ack | None:
-        """Send one message and wait for its ack (None with ack policy NONE).
+    def publish(
+        self,
+        stream: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = _LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        transport: Transport | None = None,
+        ack_wait: Seconds | None = None,
+    ) -> Awaitable[Ack | None]:
+        """Send one message; awaiting the result gives its ack (None with ack policy NONE).
 
-        Cancelling the caller withdraws the publish: if it was not written yet
-        it never is, and its window slot is freed at once.
+        A publish that leaves in one step gives its future, any other a coroutine (bad
+        input raises here). Cancelling the awaiting task withdraws the publish: if it
+        was not written yet it never is, and its window slot is freed at once.
         """
-        return await (await self.send(stream, value, **kw))
+        if (
+            partitioner is None
+            and expected_offset is None
+            and correlation_id is None
+            and ack_wait is None
+        ):
+            fut = self.send_plain(
+                stream, value, partition, ack_policy, transport, False, key, headers
+            )
+            if fut is not None:
+                return fut  # the common case, in one step
+            if self._window_was_full():
+                return _ack_of(
+                    self._send_held(stream, value, key, headers, partition, ack_policy, transport)
+                )
+        item = self._prepare(
+            stream,
+            value,
+            key,
+            headers,
+            partition,
+            partitioner,
+            ack_policy,
+            expected_offset,
+            correlation_id,
+            transport,
+            ack_wait,
+        )
+        return _ack_of(self._send_item(item))
 
-    async def send(self, stream: str, value: bytes, **kw: Any) -> AckFuture:
+    async def send(
+        self,
+        stream: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = _LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        transport: Transport | None = None,
+        ack_wait: Seconds | None = None,
+    ) -> AckFuture:
         """Wait for room in the in-flight window, queue the message, return its future."""
-        self._window_was_full = False
-        if (fut := self.send_direct(stream, value, kw)) is not None:
-            return fut
-        if self._window_was_full:
-            # Only the window stood in the way: wait for a slot, then take the one-step
-            # path with it (a pipelining publisher waits here all the time).
-            await self._correlator.acquire()
-            try:
-                if (fut := self.send_direct(stream, value, kw, held=True)) is not None:
-                    return fut
-                item = await self._ready_item(stream, value, kw)
-            except BaseException:
-                self._correlator.release()
-                raise
-            return self._enqueue(item, kw)
-        item = await self._ready_item(stream, value, kw)
-        await self._correlator.acquire()
-        return self._enqueue(item, kw)
+        if (
+            partitioner is None
+            and expected_offset is None
+            and correlation_id is None
+            and ack_wait is None
+        ):
+            fut = self.send_plain(
+                stream, value, partition, ack_policy, transport, False, key, headers
+            )
+            if fut is not None:
+                return fut  # the common case, in one step
+            if self._window_was_full():
+                return await self._send_held(
+                    stream, value, key, headers, partition, ack_policy, transport
+                )
+        item = self._prepare(
+            stream,
+            value,
+            key,
+            headers,
+            partition,
+            partitioner,
+            ack_policy,
+            expected_offset,
+            correlation_id,
+            transport,
+            ack_wait,
+        )
+        return await self._send_item(item)
 
-    async def _ready_item(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> Item:
-        """The checked queue item, with the stream's metadata (looked up if not cached)."""
-        item = self._prepare(stream, value, kw)
-        if not item.ready:
-            self._complete(item, await self._metadata.stream(stream))
-        return item
-
-    def publish_nowait(self, stream: str, value: bytes, **kw: Any) -> AckFuture:
+    def publish_nowait(
+        self,
+        stream: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = _LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        transport: Transport | None = None,
+        ack_wait: Seconds | None = None,
+    ) -> AckFuture:
         """Queue the message now; `InflightLimitError` if the window is full.
 
         Invalid input raises here. Only when the stream's metadata is not
         cached yet (the first publish to it) is it looked up by the sender;
         lookup failures, and a partition out of range, then fail the future.
         """
-        if (fut := self.send_direct(stream, value, kw)) is not None:
-            return fut
-        item = self._prepare(stream, value, kw)
-        self._correlator.try_acquire()
-        return self._enqueue(item, kw)
-
-    def send_direct(
-        self, stream: str, value: bytes, kw: Mapping[str, Any], held: bool = False
-    ) -> AckFuture | None:
-        """The common publish in one step, or None: take the general path.
-
-        ``held``: the caller holds a window slot for it already (and keeps it when
-        None comes back). Without, None because the window is full sets
-        ``_window_was_full``.
-
-        Common means: nothing queued ahead of it (so order holds) and the sender
-        idle, a slot free in the window, the stream's metadata cached, plain
-        arguments (exact bytes, at most ``partition``, ``ack_policy``, ``transport``
-        and a small dict of ``headers``), no partitioner to call; over gRPC, also the h2 stream
-        transport and the partition's leader in the cached metadata (its
-        PublishAsync stream is opened here if there is none). Then the message
-        is encoded and registered here and handed to nats-py's buffer or that
-        stream, skipping the queue item and
-        the hop through the sender (woken only to write a NATS batch out). The
-        bytes on the wire and every check are those of the general path.
-        """
-        if not kw:
-            return self.send_plain(stream, value, None, _LEADER, None, held)
-        known = ("partition" in kw) + ("ack_policy" in kw) + ("transport" in kw)
-        known += "headers" in kw
-        if len(kw) != known:
-            return None
-        return self.send_plain(
+        if (
+            partitioner is None
+            and expected_offset is None
+            and correlation_id is None
+            and ack_wait is None
+        ):
+            fut = self.send_plain(
+                stream, value, partition, ack_policy, transport, False, key, headers
+            )
+            if fut is not None:
+                return fut
+            self._window_was_full()  # try_acquire below says so
+        item = self._prepare(
             stream,
             value,
-            kw.get("partition"),
-            kw.get("ack_policy", _LEADER),
-            kw.get("transport"),
-            held,
-            None,
-            kw.get("headers"),
+            key,
+            headers,
+            partition,
+            partitioner,
+            ack_policy,
+            expected_offset,
+            correlation_id,
+            transport,
+            ack_wait,
         )
+        self._correlator.try_acquire()
+        return self._enqueue(item)
+
+    async def _send_item(self, item: Item) -> AckFuture:
+        """`send` on the general path: the stream's metadata (looked up if not cached), a
+        window slot, the queue."""
+        if not item.ready:
+            self._complete(item, await self._metadata.stream(item.stream))
+        await self._correlator.acquire()
+        return self._enqueue(item)
+
+    async def _send_held(
+        self,
+        stream: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        partition: int | None,
+        ack_policy: AckPolicy,
+        transport: Transport | None,
+    ) -> AckFuture:
+        """`send` of a plain publish the one-step path refused for a full window only: wait
+        for a slot, then take the one-step path with it (a pipelining publisher waits here
+        all the time), or else the general path."""
+        await self._correlator.acquire()
+        try:
+            fut = self.send_plain(
+                stream, value, partition, ack_policy, transport, True, key, headers
+            )
+            if fut is not None:
+                return fut
+            item = self._prepare(
+                stream, value, key, headers, partition, None, ack_policy, None, None, transport
+            )
+            if not item.ready:
+                self._complete(item, await self._metadata.stream(stream))
+        except BaseException:
+            self._correlator.release()
+            raise
+        return self._enqueue(item)
+
+    def _window_was_full(self) -> bool:
+        """Whether the one-step publish just refused found the window full (and reset)."""
+        slots = self._slots
+        full = slots.window_was_full
+        slots.window_was_full = False
+        return full
 
     def send_plain(
         self,
@@ -689,9 +424,24 @@ class Publisher:
         key: bytes | None = None,
         headers: Mapping[str, bytes] | None = None,
     ) -> AckFuture | None:
-        """`send_direct` for a publish whose only options are these (None: defaults).
-        The route takes ``headers`` only when they are cheap to check
-        (`envelope.plain_header_entries`), else returns None for the general path."""
+        """The common publish in one step, or None: take the general path.
+
+        ``held``: the caller holds a window slot for it already (and keeps it when
+        None comes back). Without, None because the window is full sets
+        ``Slots.window_was_full``.
+
+        Common means: nothing queued ahead of it (so order holds) and the sender
+        idle, a slot free in the window, the stream's metadata cached, plain
+        arguments (exact bytes, at most a key, ``partition``, ``ack_policy``,
+        ``transport`` and a small dict of ``headers``), no partitioner to call; over
+        gRPC, also the h2 stream transport and the partition's leader in the cached
+        metadata (its PublishAsync stream is opened here if there is none). Then the
+        message is encoded and registered here and handed to nats-py's buffer or that
+        stream, skipping the queue item and the hop through the sender (woken only to
+        write a NATS batch out). The bytes on the wire and every check are those of the
+        general path. The route takes ``headers`` only when they are cheap to check
+        (`envelope.plain_header_entries`), else returns None for the general path.
+        """
         if (
             self._queue
             or not self._sender_idle
@@ -725,106 +475,102 @@ class Publisher:
             return None  # the general path says what is wrong with it
         return route.direct(stream, value, info, partition, ack_policy, held, key or None, headers)
 
-    # ------------------------------------------------------------ Slots, for the routes
-
-    def window_full(self) -> None:
-        self._window_was_full = True
-
-    def wake_sender(self) -> None:
-        waker = self._waker
-        if waker is not None and not waker.done():
-            waker.set_result(None)
-
-    def queue(self, item: Item) -> None:
-        self._queue.append(item)
-        self.wake_sender()
-
-    def requeue(self, items: list[Item]) -> None:
-        if self._closed:
-            return
-        self._queue.extendleft(reversed(items))
-        self.wake_sender()
-
     # ------------------------------------------------------------ preparing
 
-    def _prepare(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> Item:
+    def _prepare(
+        self,
+        stream: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = _LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        transport: Transport | None = None,
+        ack_wait: Seconds | None = None,
+    ) -> Item:
         """Validate everything client-side; nothing is sent for bad input."""
-        # Fast path: exact bytes, a str stream and only ``partition``/``ack_policy`` (the
-        # common keyword set) with values that need no conversion. Anything else, and
-        # every error, goes through the full checks below.
+        # Fast path: exact bytes, a str stream and at most ``partition`` and
+        # ``ack_policy`` (the common arguments) with values that need no conversion.
+        # Anything else, and every error, goes through the full checks.
         if (
             self._fast_ok
             and type(stream) is str
             and stream
             and type(value) is bytes
-            and (not kw or kw.keys() <= FAST_KEYS)
+            and key is None
+            and headers is None
+            and partitioner is None
+            and expected_offset is None
+            and correlation_id is None
+            and transport is None
+            and ack_wait is None
+            and (partition is None or (type(partition) is int and 0 <= partition <= INT32_MAX))
+            and type(ack_policy) is AckPolicy
         ):
-            partition = kw.get("partition") if kw else None
-            ack_policy = kw.get("ack_policy", _LEADER) if kw else _LEADER
-            if (
-                partition is None or (type(partition) is int and 0 <= partition <= INT32_MAX)
-            ) and type(ack_policy) is AckPolicy:
-                route = self._default_route
-                if route is not None:
-                    item = Item(
-                        stream,
-                        value,
-                        None,
-                        None,
-                        partition,
-                        self._options.partitioner,
-                        ack_policy,
-                        -1,
-                        f"{self.cid_prefix}{next(self.cid_counter)}",
-                        route,
-                    )
-                    return self._complete_if_known(item)
-        return self._prepare_checked(stream, value, kw)
+            route = self._default_route
+            if route is not None:
+                slots = self._slots
+                item = Item(
+                    stream,
+                    value,
+                    None,
+                    None,
+                    partition,
+                    self._options.partitioner,
+                    ack_policy,
+                    -1,
+                    f"{slots.cid_prefix}{next(slots.cid_counter)}",
+                    route,
+                )
+                return self._complete_if_known(item)
+        return self._prepare_checked(
+            stream,
+            value,
+            key,
+            headers,
+            partition,
+            partitioner,
+            ack_policy,
+            expected_offset,
+            correlation_id,
+            transport,
+            ack_wait,
+        )
 
-    def _prepare_checked(self, stream: str, value: bytes, kw: Mapping[str, Any]) -> Item:
+    def _prepare_checked(
+        self,
+        stream: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = _LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        transport: Transport | None = None,
+        ack_wait: Seconds | None = None,
+    ) -> Item:
         """`_prepare` with every argument checked and converted."""
         self._check_accepting()
-        _validate.text("stream", stream)
-        value = as_bytes("value", value)
-        key: bytes | None = None
-        headers: dict[str, bytes] | None = None
-        partition: int | None = None
-        partitioner = self._options.partitioner
-        ack_policy = _LEADER
-        expected_offset = -1
-        transport = self._transport
-        cid: str | None = None
-        if kw:
-            reject_unknown(kw, PUBLISH_KEYS)
-            if (k := kw.get("key")) is not None:
-                key = as_bytes("key", k)
-            headers = headers_arg(kw.get("headers"))
-            partition = kw.get("partition")
-            if partition is not None:
-                _validate.int_arg("partition", partition, 0, INT32_MAX)
-            partitioner = kw.get("partitioner", partitioner)
-            if partitioner is not None and not callable(partitioner):
-                raise errors.InvalidInputError(f"partitioner must be callable, got {partitioner!r}")
-            if "ack_policy" in kw:
-                ack_policy = ack_policy_arg(kw["ack_policy"])
-            if "expected_offset" in kw:
-                expected_offset = _validate.int_arg(
-                    "expected_offset (-1: no check)", kw["expected_offset"], -1, INT64_MAX
-                )
-                if expected_offset != -1 and ack_policy is _NONE:
-                    raise errors.InvalidInputError(
-                        "expected_offset needs an ack (ack_policy LEADER or ALL): with NONE "
-                        "the outcome of the check could never be reported"
-                    )
-            if (t := kw.get("transport")) is not None:
-                if not isinstance(t, Transport):
-                    raise errors.InvalidInputError(f"transport must be a Transport, got {t!r}")
-                transport = t
-            if (c := kw.get("correlation_id")) is not None:
-                cid = correlation_id_arg(c)
-            seconds_arg("ack_wait", kw.get("ack_wait"), 0.0)  # checked here, used by _enqueue
+        args = stream_publish(
+            stream,
+            value,
+            key,
+            headers,
+            partition,
+            partitioner,
+            ack_policy,
+            expected_offset,
+            correlation_id,
+            transport,
+            ack_wait,
+        )
         route: Route = self._leaders
-        if transport is _NATS:
+        if (args.transport or self._transport) is _NATS:
             if self._nats_lost is not None:
                 raise errors.ConnectionClosedError(
                     "the NATS connection is closed for good; publish with transport=Transport.GRPC"
@@ -835,19 +581,22 @@ class Publisher:
                     "nats_servers=[...], or publish with transport=Transport.GRPC"
                 )
             route = self._nats_route
+        cid = args.correlation_id
         if cid is None:
-            cid = f"{self.cid_prefix}{next(self.cid_counter)}"
+            slots = self._slots
+            cid = f"{slots.cid_prefix}{next(slots.cid_counter)}"
         item = Item(
-            stream,
-            value,
-            key,
-            headers,
-            partition,
-            partitioner,
-            ack_policy,
-            expected_offset,
+            args.stream,
+            args.value,
+            args.key,
+            args.headers,
+            args.partition,
+            args.partitioner if args.partitioner is not None else self._options.partitioner,
+            args.ack_policy,
+            args.expected_offset,
             cid,
             route,
+            ack_wait=args.ack_wait,
         )
         return self._complete_if_known(item)
 
@@ -887,13 +636,13 @@ class Publisher:
         item.partition = partition
         item.route.prepare(item, info)
 
-    def _enqueue(self, item: Item, kw: Mapping[str, Any]) -> AckFuture:
+    def _enqueue(self, item: Item) -> AckFuture:
         """Register the future on the slot just acquired and wake the sender."""
-        ack_wait = self.ack_wait
-        if kw and (w := kw.get("ack_wait")) is not None:
-            ack_wait = _validate.seconds("ack_wait", w)
+        ack_wait = item.ack_wait
         try:
-            fut = self._correlator.register(item.correlation_id, ack_wait)
+            fut = self._correlator.register(
+                item.correlation_id, self._ack_wait if ack_wait is None else ack_wait
+            )
         except BaseException:
             self._correlator.release()
             raise
@@ -902,13 +651,14 @@ class Publisher:
             # Nothing ahead of it (queue empty, sender idle): written or handed to its
             # stream's writer as the sender would, saving the hop through the sender.
             return fut
-        self.queue(item)
+        self._slots.put(item)
         return fut
 
     # ------------------------------------------------------------ the sender
 
     async def _send_loop(self) -> None:
-        queue = self._queue
+        slots = self._slots
+        queue = slots.queue
         correlator = self._correlator
         nats_pub = self._nats_pub
         written = 0
@@ -917,10 +667,10 @@ class Publisher:
                 if nats_pub is not None and nats_pub.unflushed:
                     await nats_pub.kick()  # what send_nowait queued goes out now
                     continue
-                self._waker = self._loop.create_future()
+                waker = slots.waker = self._loop.create_future()
                 self._sender_idle = True
                 try:
-                    await self._waker
+                    await waker
                 finally:
                     self._sender_idle = False
                 continue
@@ -955,7 +705,16 @@ class Publisher:
 
     # ------------------------------------------------------------ subject publish
 
-    async def publish_to_subject(self, subject: str, value: bytes, **kw: Any) -> Ack | None:
+    async def publish_to_subject(
+        self,
+        subject: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = _LEADER,
+        correlation_id: str | None = None,
+        ack_wait: Seconds | None = None,
+    ) -> Ack | None:
         """Publish to a NATS subject through a broker (unary PublishToSubject).
 
         Every stream on the subject stores the message; the first ack comes
@@ -963,29 +722,24 @@ class Publisher:
         subject, `AckTimeoutError`. Not counted in the in-flight window.
         """
         self._check_accepting()
-        _validate.publish_subject(subject)
-        value = as_bytes("value", value)
-        reject_unknown(kw, SUBJECT_KEYS)
-        key = as_bytes("key", kw["key"]) if kw.get("key") is not None else b""
-        headers = headers_arg(kw.get("headers"))
-        ack_policy = ack_policy_arg(kw.get("ack_policy", _LEADER))
-        c = kw.get("correlation_id")
-        cid = (
-            correlation_id_arg(c) if c is not None else f"{self.cid_prefix}{next(self.cid_counter)}"
-        )
-        ack_wait = seconds_arg("ack_wait", kw.get("ack_wait"), self._options.ack_wait)
+        args = subject_publish(subject, value, key, headers, ack_policy, correlation_id, ack_wait)
+        cid = args.correlation_id
+        if cid is None:
+            slots = self._slots
+            cid = f"{slots.cid_prefix}{next(slots.cid_counter)}"
         req = api_pb2.PublishToSubjectRequest(
-            subject=subject,
-            key=key,
-            value=value,
-            headers=headers,
+            subject=args.subject,
+            key=args.key,
+            value=args.value,
+            headers=args.headers,
             correlationId=cid,
-            ackPolicy=ack_policy,  # type: ignore[arg-type]
+            ackPolicy=args.ack_policy,  # type: ignore[arg-type]
         )
+        wait = self._options.ack_wait if args.ack_wait is None else args.ack_wait
         last: errors.LiftbridgeError | None = None
         for address in self._metadata.addresses():
             try:
-                return await publish_to_subject(self._pool.stub(address), req, ack_wait)
+                return await publish_to_subject(self._pool.stub(address), req, wait)
             except errors.UnavailableError as exc:  # not delivered: another broker may do
                 log.debug("PublishToSubject: broker %s unavailable: %s", address, exc)
                 last = exc
@@ -1081,6 +835,7 @@ class Publisher:
         if self._closed:
             return
         self._closed = True
+        self._slots.closed = True  # a stream that breaks now gives nothing back
         self._fast_ok = False
         if deadline is None:
             deadline = self._loop.time() + self._options.close_timeout
@@ -1093,9 +848,7 @@ class Publisher:
         if failed:
             log.info("close: %d publishes were still pending and failed: %s", failed, exc)
         self._queue.clear()
-        waker = self._waker
-        if waker is not None and not waker.done():
-            waker.set_result(None)  # an idle sender sees _closed and returns
+        self._slots.wake_sender()  # an idle sender sees _closed and returns
         sender, self._sender = self._sender, None
         if sender is not None and not await sender.stop(_left(deadline)):
             log.warning("close: the publisher's sender did not stop in time")
@@ -1114,3 +867,8 @@ class Publisher:
 
 def _left(deadline: float) -> float:
     return max(deadline - asyncio.get_running_loop().time(), 0.0)
+
+
+async def _ack_of(send: Awaitable[AckFuture]) -> Ack | None:
+    """What the publish ``send`` queues is acked with."""
+    return await (await send)

@@ -57,9 +57,9 @@ def _general_calls(publisher: Publisher, monkeypatch: pytest.MonkeyPatch) -> lis
     calls: list[str] = []
     prepare = publisher._prepare
 
-    def spy(stream: str, value: bytes, kw: Any) -> Any:
+    def spy(stream: str, value: bytes, *args: Any) -> Any:
         calls.append(stream)
-        return prepare(stream, value, kw)
+        return prepare(stream, value, *args)
 
     monkeypatch.setattr(publisher, "_prepare", spy)
     return calls
@@ -116,19 +116,20 @@ async def test_publish_and_publish_nowait_take_the_one_step_path_with_headers(
     stream = await _warm_stream(client, stream_names, transport)
     publisher = client._require_open()
     general = _general_calls(publisher, monkeypatch)
-    # The verbs call send_plain themselves, as send does: no keyword dict, no send_direct.
-    via_kw: list[str] = []
-    send_direct = publisher.send_direct
+    # Each verb is one typed call into the publisher, whose one-step path takes it.
+    one_step: list[bool] = []
+    send_plain = publisher.send_plain
 
     def spy(*args: Any, **kwargs: Any) -> Any:
-        via_kw.append(args[0])
-        return send_direct(*args, **kwargs)
+        fut = send_plain(*args, **kwargs)
+        one_step.append(fut is not None)
+        return fut
 
-    monkeypatch.setattr(publisher, "send_direct", spy)
+    monkeypatch.setattr(publisher, "send_plain", spy)
     ack = await client.publish(stream.name, b"p", headers=HEADERS[1], transport=transport)
     future = client.publish_nowait(stream.name, b"n", headers=HEADERS[2], transport=transport)
     assert general == []  # neither went through the queue,
-    assert via_kw == []  # nor through the keyword dict
+    assert one_step == [True, True]  # but in one step each
     assert ack is not None
     assert ack.offset == 1
     assert (await future).offset == 2

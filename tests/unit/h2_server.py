@@ -21,7 +21,7 @@ import h2.connection
 import h2.events
 from h2.errors import ErrorCodes
 
-from liftbridge_client._transport.h2.connection import encode_message
+from liftbridge_client._transport.h2.framing import encode_message
 
 Handler = Callable[["ServerStream"], Coroutine[object, object, None]]
 

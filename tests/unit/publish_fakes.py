@@ -12,6 +12,7 @@ from collections.abc import Collection
 from types import MappingProxyType
 from typing import Any, cast
 
+import nats.aio.client
 from fake_liftbridge import FakeCluster, PublishCall
 
 from liftbridge_client import envelope, errors
@@ -44,6 +45,24 @@ class FakeNats:
 
     def messages(self) -> list[tuple[str, api_pb2.Message]]:
         return [(s, envelope.decode_message(p)) for s, p in self.published]
+
+
+class BufferedNats(FakeNats):
+    """`FakeNats` with the outgoing buffer of nats-py's connection, as `PubBuffer` finds it:
+    once a subject went through ``publish``, later messages are appended to ``_pending``
+    in the call, as on a real connection (on plain `FakeNats` the sender writes them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._status = nats.aio.client.Client.CONNECTED
+        self._pending: list[bytes] = []
+        self._pending_data_size = 0
+        self._max_pending_size = 1024 * 1024
+        self._flush_queue: asyncio.Queue[None] = asyncio.Queue()
+        self.stats = {"out_msgs": 0, "out_bytes": 0}
+
+    async def _flush_pending(self) -> None:
+        self.flushes += 1
 
 
 def stream_info(name: str, partitions: int) -> StreamInfo:
@@ -147,13 +166,20 @@ class Rig:
         assert not self.publisher._queue
 
 
-async def make_rig(*, with_nats: bool = True, auto_ack: bool = False, **options: Any) -> Rig:
+async def make_rig(
+    *,
+    with_nats: bool = True,
+    auto_ack: bool = False,
+    buffered_nats: bool = False,
+    **options: Any,
+) -> Rig:
     """A started publisher on fakes; ``options`` are ClientOptions fields.
 
     The broker answers PublishAsync only as the test says (``rig.calls[i].responses``),
-    or acks everything itself with ``auto_ack``.
+    or acks everything itself with ``auto_ack``. ``buffered_nats``: the NATS fake is a
+    `BufferedNats`.
     """
-    nc = FakeNats() if with_nats else None
+    nc = (BufferedNats() if buffered_nats else FakeNats()) if with_nats else None
     server = await FakeCluster(("b1",)).__aenter__()
     if not auto_ack:
         server.responder = lambda req: None

@@ -1,4 +1,4 @@
-"""Why a NATS publish got no ack: `_publish.publisher.TimeoutCheck` (one check per burst)."""
+"""Why a NATS publish got no ack: `_publish.timeouts.TimeoutCheck` (one check per burst)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from liftbridge_client import errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import AckFuture, Correlator
-from liftbridge_client._publish.publisher import TimeoutCheck, diagnose
+from liftbridge_client._publish.timeouts import TimeoutCheck, diagnose
 from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client._transport.grpc import async_error
 from liftbridge_client.models import Broker, Metadata, PartitionInfo, StreamInfo
@@ -113,7 +113,7 @@ async def test_a_burst_of_timeouts_costs_one_check(
 ) -> None:
     # A TTL no stall can outlast: on a loaded machine the burst's timers once spread over
     # more than the 1 s default (expiry has its own test below).
-    monkeypatch.setattr("liftbridge_client._publish.publisher.TTL", 60.0)
+    monkeypatch.setattr("liftbridge_client._publish.timeouts.TTL", 60.0)
     refresh = _Refresh(_meta(paused=True))
     correlator, check = _setup(supervisor, refresh)
     futs = [_send(correlator, f"c{i}", 0.05) for i in range(1000)]
@@ -131,7 +131,7 @@ async def test_a_burst_of_timeouts_costs_one_check(
 
 
 async def test_answer_expires(supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("liftbridge_client._publish.publisher.TTL", 0.05)
+    monkeypatch.setattr("liftbridge_client._publish.timeouts.TTL", 0.05)
     refresh = _Refresh(_meta(readonly=True), delay=0.0)
     correlator, _ = _setup(supervisor, refresh)
     with pytest.raises(errors.ReadonlyPartitionError):

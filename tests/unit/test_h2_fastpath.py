@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from liftbridge_client import errors
 from liftbridge_client._transport.grpc import map_rpc_error
 from liftbridge_client._transport.h2.calls import BidiStreamCall, ServerStreamCall
-from liftbridge_client._transport.h2.connection import Connection, H2RpcError, encode_message
+from liftbridge_client._transport.h2.connection import Connection
+from liftbridge_client._transport.h2.framing import H2RpcError, encode_message
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 

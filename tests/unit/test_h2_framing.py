@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from liftbridge_client import errors
 from liftbridge_client._transport.grpc import map_rpc_error
-from liftbridge_client._transport.h2.connection import (
+from liftbridge_client._transport.h2.framing import (
     H2RpcError,
     MessageSplitter,
     encode_message,

@@ -21,7 +21,8 @@ from h2_server import H2Server, ServerStream
 from liftbridge_client import errors
 from liftbridge_client._transport.grpc import map_rpc_error
 from liftbridge_client._transport.h2 import BidiStreamCall, H2Pool, H2RpcError, ServerStreamCall
-from liftbridge_client._transport.h2.connection import STREAM_WINDOW, Connection, encode_message
+from liftbridge_client._transport.h2.connection import STREAM_WINDOW, Connection
+from liftbridge_client._transport.h2.framing import encode_message
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.testing import wait_until
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from liftbridge_client._publish.routes import MIN_RETRY_DELAY, OutageLog
+from liftbridge_client._publish.outages import MIN_RETRY_DELAY, OutageLog
 from liftbridge_client.options import RetryPolicy
 
 A, B = "127.0.0.1:1", "127.0.0.1:2"

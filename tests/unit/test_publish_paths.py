@@ -18,11 +18,13 @@ from publish_fakes import FakeNats, Rig, make_rig
 from liftbridge_client import envelope, errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import Correlator
-from liftbridge_client._publish.routes import H2PublishStream, NatsPublisher, PublishStream
+from liftbridge_client._publish.grpc import PublishStream
+from liftbridge_client._publish.h2 import H2PublishStream
+from liftbridge_client._publish.nats import NatsPublisher
 from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client._transport.grpc import ack_error, async_error
 from liftbridge_client._transport.grpc import publish_status_error as unary_publish_error
-from liftbridge_client._transport.h2.connection import H2RpcError
+from liftbridge_client._transport.h2.framing import H2RpcError
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import ClientOptions, RetryPolicy, StreamTransport, Transport
 from liftbridge_client.partitioning import RoundRobinPartitioner, key_partition
@@ -69,11 +71,19 @@ async def test_nats_envelope_carries_everything(rig: Rig) -> None:
 async def test_partition_zero_uses_the_stream_subject_and_key_picks_partition(rig: Rig) -> None:
     rig.publisher.publish_nowait("s", b"v")
     rig.publisher.publish_nowait("s", b"v", key=b"foo")  # the default: by key
-    rig.publisher.publish_nowait("s", b"v", key=b"foo", partitioner=None)  # as in Go: 0
+    rig.publisher.publish_nowait("s", b"v", key=b"foo", partitioner=None)  # None: the default
     rig.publisher.publish_nowait("s", b"v", key=b"foo", partition=1)
     await settle()
-    assert [s for s, _ in rig.wire.published] == ["s.subj", "s.subj.2", "s.subj", "s.subj.1"]
+    assert [s for s, _ in rig.wire.published] == ["s.subj", "s.subj.2", "s.subj.2", "s.subj.1"]
     assert key_partition(b"foo", 3) == 2
+    # No partitioner at all (ClientOptions(partitioner=None)): partition 0, as in Go.
+    plain = await make_rig(partitioner=None)
+    try:
+        plain.publisher.publish_nowait("s", b"v", key=b"foo")
+        await settle()
+        assert [s for s, _ in plain.wire.published] == ["s.subj"]
+    finally:
+        await plain.close()
 
 
 async def test_round_robin_partitioner(rig: Rig) -> None:
@@ -727,9 +737,9 @@ async def test_a_send_that_waited_for_the_window_keeps_its_slot_and_its_place(
         enqueued: list[object] = []
         enqueue = p._enqueue
 
-        def spy(item: Any, kw: Any) -> Any:
+        def spy(item: Any) -> Any:
             enqueued.append(item)
-            return enqueue(item, kw)
+            return enqueue(item)
 
         monkeypatch.setattr(p, "_enqueue", spy)
         waiting = asyncio.ensure_future(p.send("s", b"2", **grpc_kw))
@@ -763,7 +773,7 @@ async def test_the_first_publishes_over_h2_take_the_one_step_path(
     try:
         p = rig.publisher
         await settle()  # the sender task is up and idle
-        monkeypatch.setattr(p, "_enqueue", lambda item, kw: pytest.fail("queued"))
+        monkeypatch.setattr(p, "_enqueue", lambda item: pytest.fail("queued"))
         futs = [p.publish_nowait("s", b"%d" % i, transport=Transport.GRPC) for i in range(5)]
         assert len(p._leaders._streams) == 1
         await wait_until(lambda: rig.calls and len(rig.calls[0].written) == 5, what="requests")

@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from publish_fakes import Rig, make_rig
 
 from liftbridge_client import envelope, errors
-from liftbridge_client._publish.routes import LeaderRoute, NatsRoute
+from liftbridge_client._publish.leaders import LeaderRoute
+from liftbridge_client._publish.nats import NatsRoute
 from liftbridge_client.envelope import MAX_HEADER_KEY_BYTES, MAX_PLAIN_HEADERS
 from liftbridge_client.models import Ack, AckPolicy
 from liftbridge_client.options import StreamTransport, Transport
@@ -51,7 +52,7 @@ PLAIN = {
 
 async def _twins(**options: Any) -> tuple[Rig, Rig]:
     one, two = await make_rig(**options), await make_rig(**options)
-    two.publisher.cid_prefix = one.publisher.cid_prefix
+    two.publisher._slots.cid_prefix = one.publisher.cid_prefix
     return one, two
 
 

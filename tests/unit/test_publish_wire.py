@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from liftbridge_client import envelope, errors
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._publish.publisher import headers_arg
 from liftbridge_client._publish.wire import plain_ack, plain_publish_request
+from liftbridge_client._publish_args import headers_arg
 from liftbridge_client.envelope import (
     MAX_HEADER_KEY_BYTES,
     MAX_PLAIN_HEADERS,

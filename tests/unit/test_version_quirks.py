@@ -14,7 +14,7 @@ from liftbridge_client._proto import api_pb2
 
 async def test_a_subject_publish_the_server_resets_at_its_deadline_is_an_ack_timeout() -> None:
     """Seen on master under load: RST_STREAM CANCEL instead of DEADLINE_EXCEEDED."""
-    from liftbridge_client._publish.routes import publish_to_subject
+    from liftbridge_client._publish.grpc import publish_to_subject
 
     class Stub:
         def __init__(self, wait: float) -> None:

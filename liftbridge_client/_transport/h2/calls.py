@@ -51,12 +51,10 @@ from google.protobuf.message import DecodeError
 from grpc import StatusCode
 
 from liftbridge_client import errors
-from liftbridge_client._transport.h2.connection import (
+from liftbridge_client._transport.h2.connection import STREAM_WINDOW, Connection, Headers
+from liftbridge_client._transport.h2.framing import (
     DEFAULT_MAX_MESSAGE,
-    STREAM_WINDOW,
-    Connection,
     H2RpcError,
-    Headers,
     MessageSplitter,
     encode_message,
     status_error,
