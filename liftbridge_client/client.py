@@ -1066,9 +1066,11 @@ class Client:
         ever set, or -1 right after a restart. On those servers this method restores a
         hidden ``__cursors`` high watermark by storing a cursor of its own
         (``liftbridge-client.wake``), and checks a non-negative answer against the newest
-        record in ``__cursors``, which it reads (subscribe permission on ``__cursors``
-        needed). A -1 that such a server cached for another client stays -1 until the
-        cursor is set again. See docs/compatibility.md.
+        record in ``__cursors``, which it reads (where authorization is on, without
+        FetchPartitionMetadata, Subscribe and SetCursor on ``__cursors`` it takes the
+        server's answer as it is, and logs a warning once). A -1 that such a server
+        cached for another client stays -1 until the cursor is set again. See
+        docs/compatibility.md.
         """
         self._require_open()
         self._features.check("cursors")
