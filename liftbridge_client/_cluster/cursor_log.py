@@ -22,7 +22,8 @@ uses), in three steps:
    read forward from ``WINDOW`` records before the end and then from ever further back
    (each window to the end, so gaps left by compaction do not matter).
 
-On master, only step 1's metadata read is added (its watermark is never hidden here).
+On master only metadata reads are added: step 1's, and one more for a non-negative
+answer (the broker's reverse reads are probed once; its watermark is not hidden here).
 Where authorization denies any of these steps, the server's answer is taken unchecked.
 """
 
