@@ -92,7 +92,8 @@ test-faults: servers fault-tools
 # The soak (tests/faults/soak.py; docs/testing.md): one client publishing and consuming
 # for SOAK_MINUTES through leader kills, partitions and pauses, a sample of its RSS, fds,
 # tasks, threads and latency every SOAK_INTERVAL seconds; fails when one of them grows or
-# an acked message was never consumed. Report in .faults/soak-<stamp>/.
+# an acked message was never consumed, exits 3 (NOT JUDGED) when too short to judge the
+# trends (under about 11 min). Report in .faults/soak-<stamp>/.
 SOAK_MINUTES ?= 30
 SOAK_INTERVAL ?= 30
 

@@ -24,6 +24,7 @@ import nats.errors
 
 from liftbridge_client import _validate, errors
 from liftbridge_client._cluster import admin as _admin
+from liftbridge_client._cluster import cursor_log as _cursor_log
 from liftbridge_client._cluster.feature_probe import FeatureDetector
 from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._publish.acks import PublishFuture
@@ -1046,11 +1047,31 @@ class Client:
         await _admin.set_cursor(self._metadata, self._options, cursor_id, stream, partition, offset)
 
     async def fetch_cursor(self, cursor_id: str, stream: str, *, partition: int = 0) -> int:
-        """The cursor's stored offset in a partition (0 by default), or -1 if it has none."""
+        """The cursor's stored offset in a partition (0 by default), or -1 if it has none.
+
+        It is the offset set last, also after a server restart and for a cursor moved
+        back (set lower, or cleared with -1), on every server version. Servers up to
+        v1.9.0 answer otherwise once their cache has lost the cursor (a restart, a new
+        leader of the ``__cursors`` partition, 512 other cursors): the highest offset
+        ever set, or -1 right after a restart. On those servers this method restores a
+        hidden ``__cursors`` high watermark by storing a cursor of its own
+        (``liftbridge-client.wake``), and checks a non-negative answer against the newest
+        record in ``__cursors``, which it reads (where authorization is on, without
+        FetchPartitionMetadata, Subscribe and SetCursor on ``__cursors`` it takes the
+        server's answer as it is, and logs a warning once). A -1 that such a server
+        cached for another client stays -1 until the cursor is set again. See
+        docs/compatibility.md.
+        """
         self._require_open()
         self._features.check("cursors")
-        return await _admin.fetch_cursor(
-            self._metadata, self._options, cursor_id, stream, partition
+        return await _cursor_log.fetch_cursor(
+            self._metadata,
+            self._options,
+            self._features,
+            self.subscribe,
+            cursor_id,
+            stream,
+            partition,
         )
 
     # ------------------------------------------------------------ consumer groups
@@ -1076,6 +1097,7 @@ class Client:
             streams,
             options,
             on_close=self._consumers.discard,
+            fetch_cursor=lambda c, s, p: self.fetch_cursor(c, s, partition=p),
         )
         self._consumers.add(consumer)
         return consumer

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -158,6 +158,7 @@ class Consumer:
         consumer_options: ConsumerOptions | None = None,
         *,
         on_close: Callable[[Consumer], None] | None = None,
+        fetch_cursor: Callable[[str, str, int], Awaitable[int]] | None = None,
     ) -> None:
         self._group_id, self._streams = _check_ids(group_id, streams)
         opts = consumer_options or ConsumerOptions()
@@ -171,6 +172,9 @@ class Consumer:
         self._options = options
         self._subscribe = subscribe
         self._on_close = on_close
+        # The client's fetch_cursor (_cluster.cursor_log: right on v1.9.0 after a restart
+        # too); the plain RPC when constructed without it.
+        self._fetch_cursor = fetch_cursor or self._plain_fetch_cursor
         self._queue: asyncio.Queue[_Item] = asyncio.Queue(opts.max_buffered)
         self._parts: dict[PartitionKey, PartitionState] = {}
         # The coordination loops and partition readers run under one anyio task group of
@@ -615,6 +619,11 @@ class Consumer:
             name=f"lb-group-{state.stream}-{state.partition}",
         )
 
+    async def _plain_fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
+        return await _admin.fetch_cursor(
+            self._metadata, self._options, cursor_id, stream, partition
+        )
+
     async def _stop_reader(self, key: PartitionKey) -> None:
         handle = self._readers.pop(key, None)
         if handle is not None and not await handle.stop(2.0):
@@ -622,9 +631,7 @@ class Consumer:
 
     async def _read(self, state: PartitionState, generation: int) -> None:
         try:
-            cursor = await _admin.fetch_cursor(
-                self._metadata, self._options, self._cursor_id, state.stream, state.partition
-            )
+            cursor = await self._fetch_cursor(self._cursor_id, state.stream, state.partition)
             if state.committed is None and cursor >= 0:
                 state.committed = cursor
             args = start_args(state.resume_offset(cursor), self._opts.auto_offset)

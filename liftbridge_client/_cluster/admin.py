@@ -268,7 +268,8 @@ def cursors_partition(key: bytes, partitions: int) -> int:
     return zlib.crc32(key) % partitions
 
 
-def _check(cursor_id: str, stream: str, partition: int) -> None:
+def check_cursor(cursor_id: str, stream: str, partition: int) -> None:
+    """Refuse a cursor id, stream or partition the server would misread or refuse."""
     _validate.text("cursor_id", cursor_id)
     if "," in cursor_id:
         raise errors.InvalidInputError(f"cursor_id must not contain ',', got {cursor_id!r}")
@@ -314,7 +315,7 @@ async def set_cursor(
     offset: int,
 ) -> None:
     """Store ``offset`` (-1 clears) as the cursor's position in ``stream``/``partition``."""
-    _check(cursor_id, stream, partition)
+    check_cursor(cursor_id, stream, partition)
     _validate.int_arg("offset", offset, -1, _validate.INT64_MAX)
     req = api_pb2.SetCursorRequest(
         stream=stream, partition=partition, cursorId=cursor_id, offset=offset
@@ -332,7 +333,7 @@ async def fetch_cursor(
     metadata: MetadataCache, options: ClientOptions, cursor_id: str, stream: str, partition: int
 ) -> int:
     """The cursor's stored offset, or -1 when it has none."""
-    _check(cursor_id, stream, partition)
+    check_cursor(cursor_id, stream, partition)
     req = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
     timeout = options.rpc_timeout
     resp = await _call_owner(

@@ -1,7 +1,7 @@
 """A soak: publish and consume for a bounded time through faults; resources must stay flat.
 
     make soak                                   # 30 min, a sample every 30 s
-    SOAK_MINUTES=5 SOAK_INTERVAL=10 make soak
+    SOAK_MINUTES=5 SOAK_INTERVAL=10 make soak   # too short to judge: NOT JUDGED, exit 3
     PYTHONPATH=tests:. .venv/bin/python -m faults.soak --minutes 30 --interval 30
 
 Runs faults.soak_runner in a private network and PID namespace (as the fault suite runs
@@ -9,8 +9,10 @@ its rounds: needs root, unshare, ip, iptables, tc), which runs the cluster, the 
 and the client under test (faults.soak_client, a process of its own). Then reads what
 they wrote to ``.faults/soak-<stamp>/`` and prints the interval table, the trends
 (faults.soak_stats) and the end checks, also written to ``report.md`` and
-``summary.json`` there. Exit status 1 when a series grows beyond its threshold or an end
-check fails (an acked message never consumed, a future pending after close, a task left).
+``summary.json`` there. Exit status 1 (FAIL) when a series grows beyond its threshold or
+an end check fails (an acked message never consumed, a future pending after close, a task
+left); 3 (NOT JUDGED) when the end checks passed but the run was too short to judge the
+series (soak_stats.verdict); 0 (PASS) only for a judged run; 2 when its tools are missing.
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ from faults.fault_suite import RESULTS_DIR, ROOT, missing_tools
 from faults.soak_stats import (
     THRESHOLDS,
     client_trends,
-    failures,
     interval_table,
     merge_servers,
     server_trends,
+    verdict,
 )
 from liftbridge_client.testing import liftbridge_binary, private_netns_argv
 
@@ -102,9 +104,9 @@ def report(out: Path, status: int | str) -> tuple[list[str], dict[str, Any]]:
     final = json.loads(final_path.read_text()) if final_path.exists() else None
     rows = merge_servers([s for s in client if s.get("phase") == "run"], servers)
     trends = client_trends(rows)
-    why = failures(trends, final)
-    if status not in (0, 1):  # 1 is the client's own verdict, already in final.json
-        why.append(f"the runner ended with status {status}")
+    # 1 is the client's own verdict, already in final.json.
+    extra = [f"the runner ended with status {status}"] if status not in (0, 1) else []
+    concluded = verdict(trends, final, extra)
     faults = [
         e for e in _jsonl(out / "nemesis.jsonl") if e.get("type") == "nemesis" and e["f"] == "start"
     ]
@@ -146,7 +148,7 @@ def report(out: Path, status: int | str) -> tuple[list[str], dict[str, Any]]:
     if exits:
         # The servers are not under test: their crashes are reported (logs in servers/).
         lines.append(f"servers that exited on their own (exit status): {exits}")
-    lines.append("verdict: " + ("PASS" if not why else "FAIL: " + "; ".join(why)))
+    lines.append(concluded.line())
     summary = {
         "out": str(out),
         "status": status,
@@ -154,7 +156,9 @@ def report(out: Path, status: int | str) -> tuple[list[str], dict[str, Any]]:
         "faults": [e["value"] for e in faults],
         "trends": [t.__dict__ | {"flagged": t.flagged} for t in trends],
         "final": final,
-        "failures": why,
+        "verdict": concluded.outcome,
+        "exit_status": concluded.exit_status,
+        "failures": list(concluded.reasons) if concluded.outcome == "FAIL" else [],
         "server_exits": exits,
         "load_avg": os.getloadavg(),
     }
@@ -192,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     (out / "report.md").write_text("\n".join(lines) + "\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     print("\n".join(lines))
-    return 1 if summary["failures"] else 0
+    return int(summary["exit_status"])
 
 
 def main(argv: list[str]) -> int:

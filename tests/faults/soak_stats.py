@@ -15,6 +15,12 @@ the least-squares slope of each series against time, compared with ``THRESHOLDS`
 
 Latency percentiles and server RSS/fds are reported with their slopes but not judged:
 faults dominate them, and the servers are not the code under test.
+
+``verdict`` has three outcomes: FAIL (a judged series grows or an end check failed), PASS
+(every judged series was judged, and flat, and the end checks passed) and NOT JUDGED (the
+end checks passed but a series could not be judged: the run was too short). NOT JUDGED
+is no pass: a 5-minute soak has 2.5 minutes in its judged half, too short to tell a
+leak from warm-up.
 """
 
 from __future__ import annotations
@@ -252,3 +258,49 @@ def failures(trends: Sequence[Trend], final: Mapping[str, Any] | None) -> list[s
     if final.get("crash"):
         why.append(f"the client process crashed: {final['crash']}")
     return why
+
+
+PASS, FAIL, NOT_JUDGED = "PASS", "FAIL", "NOT JUDGED"
+# The soak's exit status per outcome (2 is taken: the soak's tools are missing).
+EXIT_STATUS: Mapping[str, int] = {PASS: 0, FAIL: 1, NOT_JUDGED: 3}
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What the soak concludes: an outcome and why."""
+
+    outcome: str  # PASS, FAIL or NOT_JUDGED
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_STATUS[self.outcome]
+
+    def line(self) -> str:
+        """The report's last line."""
+        text = f"verdict: {self.outcome}"
+        return f"{text}: {'; '.join(self.reasons)}" if self.reasons else text
+
+
+def verdict(
+    trends: Sequence[Trend], final: Mapping[str, Any] | None, extra: Sequence[str] = ()
+) -> Verdict:
+    """FAIL on any failure (``failures`` and ``extra``), else NOT JUDGED when a series
+    with a threshold was not judged (too few samples, too short a judged half), else PASS."""
+    why = [*failures(trends, final), *extra]
+    if why:
+        return Verdict(FAIL, tuple(why))
+    unjudged = [t for t in trends if t.threshold is not None and not t.judged]
+    if unjudged:
+        shortest = min(unjudged, key=lambda t: (t.minutes, t.samples))
+        return Verdict(
+            NOT_JUDGED,
+            (
+                f"{', '.join(t.metric for t in unjudged)} not judged: the judged half "
+                f"had {shortest.samples} samples over {shortest.minutes:.1f} min, a verdict "
+                f"needs {MIN_TREND_SAMPLES} over {MIN_TREND_MINUTES:g} min (a soak of "
+                f"{2 * MIN_TREND_MINUTES + 1:g} min or more)",
+                "the end checks passed",
+            ),
+        )
+    return Verdict(PASS)

@@ -18,6 +18,7 @@ import pytest
 
 from faults.fault_suite import missing_tools
 from faults.soak import main
+from faults.soak_stats import NOT_JUDGED
 
 pytestmark = pytest.mark.integration
 
@@ -56,4 +57,8 @@ def test_a_one_minute_soak_through_a_leader_kill(tmp_path: Path) -> None:
     assert final["eo_duplicates"] == 0
     assert final["pending_after_close"] == 0, where
     assert final["tasks_after_close"] == [], where
-    assert status == 0, (summary["failures"], where)
+    # A minute is too short to judge the trends: the end checks pass, the verdict is not
+    # reached, and that is no success (soak_stats.verdict).
+    assert summary["failures"] == [], (summary["failures"], where)
+    assert summary["verdict"] == NOT_JUDGED, where
+    assert status == summary["exit_status"] == 3, where

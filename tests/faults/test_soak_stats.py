@@ -9,14 +9,19 @@ import pytest
 
 from faults.soak_client import ACKED, CONSUMED, Ledger
 from faults.soak_stats import (
+    FAIL,
     MIN_TREND_MINUTES,
+    NOT_JUDGED,
+    PASS,
     THRESHOLDS,
+    client_trends,
     failures,
     interval_table,
     merge_servers,
     percentile,
     slope,
     trend,
+    verdict,
 )
 
 
@@ -115,6 +120,75 @@ def test_failures_name_each_failed_end_check() -> None:
     assert any("Reader._run" in w for w in why)
     leak = trend(series(30, 30, "fds", lambda m: 20 + m), "fds")
     assert failures([leak], good) == [f"fds grows {leak.per_min:+.3f}/min"]
+
+
+GOOD_END = {"lost": 0, "pending_after_close": 0, "tasks_after_close": [], "eo_lost": 0}
+
+
+def run_samples(minutes: float, every_s: float, **lines: Any) -> list[dict[str, Any]]:
+    """Client samples with every judged series: flat unless ``lines`` gives f(minute)."""
+    flat: dict[str, Any] = {
+        "rss_mib": lambda m: 55.0,
+        "fds": lambda m: 20,
+        "tasks": lambda m: 33,
+        "threads": lambda m: 9,
+        "py_blocks": lambda m: 245_000,
+    }
+    flat.update(lines)
+    count = int(minutes * 60 / every_s)
+    return [
+        {"t": i * every_s, **{k: f(i * every_s / 60) for k, f in flat.items()}}
+        for i in range(1, count + 1)
+    ]
+
+
+def test_a_long_flat_run_passes() -> None:
+    # 30 min with warm-up growth in the first 10 (the judged half is flat).
+    samples = run_samples(30, 30, rss_mib=lambda m: 50 + min(m, 10.0) * 0.6)
+    found = verdict(client_trends(samples), GOOD_END)
+    assert found.outcome == PASS
+    assert found.exit_status == 0
+    assert found.line() == "verdict: PASS"
+
+
+def test_a_long_run_with_a_growing_series_fails() -> None:
+    # One descriptor per fault (a fault every 75 s) over 30 min.
+    samples = run_samples(30, 30, fds=lambda m: 20 + math.floor(m * 60 / 75))
+    found = verdict(client_trends(samples), GOOD_END)
+    assert found.outcome == FAIL
+    assert found.exit_status == 1
+    assert len(found.reasons) == 1
+    assert found.reasons[0].startswith("fds grows +0.8")
+
+
+def test_a_short_run_is_not_judged_and_no_pass() -> None:
+    # The 5-minute soak of issue 30: a judged half of about 2.5 min. Flat or growing, and
+    # with its end checks passed, it reaches no verdict; the status is not 0.
+    for lines in ({}, {"fds": lambda m: 19 + m}):
+        samples = run_samples(5, 10, **lines)
+        found = verdict(client_trends(samples), GOOD_END)
+        assert found.outcome == NOT_JUDGED, lines
+        assert found.exit_status not in (0, 1)
+        assert found.line().startswith("verdict: NOT JUDGED: ")
+        assert "over 2.5 min" in found.line()
+        assert "the end checks passed" in found.line()
+    # A failed end check is a verdict, however short the run.
+    lost = verdict(client_trends(run_samples(5, 10)), {**GOOD_END, "lost": 2})
+    assert lost.outcome == FAIL
+    assert lost.reasons == ("2 acked messages never consumed",)
+    assert verdict([], None).outcome == FAIL
+    # The runner's own failure (passed in as extra) fails too.
+    extra = verdict(client_trends(run_samples(30, 30)), GOOD_END, ["the runner ended with 7"])
+    assert extra.outcome == FAIL
+
+
+def test_a_series_without_samples_is_not_judged() -> None:
+    samples = run_samples(30, 30)
+    for sample in samples:
+        del sample["py_blocks"]  # e.g. a client that did not report it
+    found = verdict(client_trends(samples), GOOD_END)
+    assert found.outcome == NOT_JUDGED
+    assert found.reasons[0].startswith("py_blocks not judged")
 
 
 def test_merge_takes_the_nearest_server_sample_and_the_table_condenses() -> None:
