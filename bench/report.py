@@ -449,7 +449,7 @@ def _color(record: Record) -> str:
 
 def write_docs(results: Mapping[str, Any]) -> None:
     """Write docs/benchmarks.md and the chart next to it."""
-    from bench.ratios import existing_block, splice
+    from bench.ratio_report import existing_block, splice
 
     has_chart = chart(results)
     page = markdown(results, CHART.name if has_chart else None)
