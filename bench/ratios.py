@@ -276,7 +276,7 @@ class RatioRun:
 
     def measure(self, c: Contender, rep: int, position: int, n: int) -> dict[str, Any]:
         stream = self.sub_stream if c.group == "subscribe" else self.new_stream()
-        self.settle()
+        settled = self.settle()
         cpu0 = _proc_cpu(self._server_pid())
         out = self._run_contender(c, stream, n)
         server_cpu = _proc_cpu(self._server_pid()) - cpu0
@@ -286,6 +286,7 @@ class RatioRun:
             "rep": rep,
             "position": position,
             "messages": n,
+            "settle_s": round(settled, 2),
         }
         problems = [str(out[k]) for k in ("error", "first_error") if out.get(k)]
         if c.group == "subscribe":
@@ -308,6 +309,8 @@ class RatioRun:
         if out.get("latency_us"):
             record["p50_us"] = out["latency_us"]["p50"]
             record["p99_us"] = out["latency_us"]["p99"]
+        if c.lib is not None and not str(out.get("lib", "")).startswith(str(c.lib)):
+            problems.append(f"ran the library in {out.get('lib')}, not {c.lib}")
         record["problem"] = "; ".join(problems) or None
         rate = record["msgs_per_s"]
         label = "warm-up" if rep < 0 else f"rep {rep + 1}"
