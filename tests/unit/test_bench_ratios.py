@@ -206,3 +206,27 @@ def test_the_docs_block_replaces_itself() -> None:
     assert again.count(ratio_report.BLOCK_START) == 1
     assert "0.91x (0.90..0.90)" in again
     assert again.endswith("## Machine and versions\n")
+
+
+def test_py_spy_stacks_are_counted_by_leaf_and_anywhere_on_the_stack() -> None:
+    from bench.spy import aggregate, package_of
+
+    site = "/v/lib/python3.11/site-packages"
+    stacks = [
+        f"run (/py/lib/python3.11/asyncio/base_events.py:600);"
+        f"send (/w/liftbridge_client/_publish/publisher.py:10);"
+        f"publish ({site}/nats/aio/client.py:5) 7",
+        "run (/py/lib/python3.11/asyncio/base_events.py:600);"
+        "send (/w/liftbridge_client/_publish/publisher.py:10) 3",
+        "",
+    ]
+    total, own, inclusive = aggregate(stacks)
+    assert total == 10
+    assert own == {
+        "nats/aio/client.py:5(publish)": 7,
+        "liftbridge_client/_publish/publisher.py:10(send)": 3,
+    }
+    assert inclusive["liftbridge_client/_publish/publisher.py:10(send)"] == 10
+    assert inclusive["stdlib/asyncio/base_events.py:600(run)"] == 10
+    assert package_of("nats/aio/client.py:5(publish)") == "nats-py"
+    assert package_of("stdlib/asyncio/base_events.py:600(run)") == "asyncio (event loop)"
