@@ -203,7 +203,7 @@ def _contender_stats(results: dict[str, Any]) -> dict[tuple[str, str], dict[str,
     out = {}
     for key, recs in rows.items():
         out[key] = {
-            "messages": recs[0].get("messages") or 0,
+            "messages": round(statistics.median(r.get("messages") or 0 for r in recs)),
             "seconds": spread([r["seconds"] for r in recs if r.get("seconds")]),
             **{
                 field: spread([r[field] for r in recs if r.get(field) is not None])
@@ -362,7 +362,8 @@ def markdown(results: dict[str, Any], chart_name: str | None) -> str:
         f"about {plan['phase_s']:g} s (a warm-up run of each contender, not counted, sets its "
         "message count; the contenders of a group share one count, the largest their "
         "warm-ups ask for, the median for one at a time, except the grpc.aio ones, 10x "
-        "slower). Repetitions "
+        "slower; a repetition whose phases were far from that length scales the counts of "
+        "the next ones). Repetitions "
         f"({reps}) follow a Williams design: every contender of a group runs first, and in "
         "every other position, equally often; each publish goes to a fresh stream deleted "
         "afterwards. Each ratio is taken within one repetition and shown as median "

@@ -7,7 +7,9 @@ shared between them. What makes the ratios stable on a small shared machine:
 - phases of seconds: a short warm-up run of each contender (not counted) calibrates its
   message count so that each measured phase lasts about ``phase_s`` seconds (3 s quick,
   4 s full); the contenders of a group get the same count (the largest their warm-ups
-  ask for; for one at a time the median), except the grpc.aio ones, 10x slower;
+  ask for; for one at a time the median), except the grpc.aio ones, 10x slower; a
+  repetition whose phases were far from ``phase_s`` (the machine got busier or quieter)
+  scales the counts for the next ones;
 - a balanced order: each group's contenders run in the orders of a Williams design
   (`bench.order`), and each group runs a multiple of its size in repetitions, so every
   contender runs first (and last) equally often; which group runs first rotates too;
@@ -409,8 +411,34 @@ class RatioRun:
             for group in names[k:] + names[:k]:  # which group runs first rotates too
                 if rep >= len(orders[group]):
                     continue
-                for position, c in enumerate(orders[group][rep]):
-                    self.records.append(self.measure(c, rep, position, self.counts[_key(c)]))
+                measured = [
+                    self.measure(c, rep, position, self.counts[_key(c)])
+                    for position, c in enumerate(orders[group][rep])
+                ]
+                self.records.extend(measured)
+                self.rescale(group, measured)
+
+    def rescale(self, group: str, measured: list[dict[str, Any]]) -> None:
+        """Counts that gave phases far from ``phase_s`` (the warm-up ran on a machine
+        busier or quieter than now) are scaled for the next repetitions. Every contender
+        of the group keeps the same count, so ratios within a repetition compare the
+        same work."""
+        seconds = [r["seconds"] for r in measured if r.get("seconds") and not r["problem"]]
+        if not seconds:
+            return
+        factor = self.plan.phase_s / statistics.median(seconds)
+        if 2 / 3 <= factor <= 3 / 2:
+            return
+        factor = min(factor, 4.0)  # one noisy repetition must not make phases endless
+        step = ROUND_TO[group]
+        for c in self.contenders:
+            if c.group == group:
+                key = _key(c)
+                wanted = math.ceil(self.counts[key] * factor / step) * step
+                self.counts[key] = max((PROBE_SLOW if c.slow else PROBE)[group], wanted)
+        print(f"  {group}: phases of {statistics.median(seconds):.2f} s, counts x{factor:.2f}")
+        if group == "subscribe":
+            self.fill(max(self.counts[_key(c)] for c in self.contenders if c.group == group))
 
 
 def parse_groups(text: str) -> set[str]:

@@ -231,3 +231,22 @@ def test_py_spy_stacks_are_counted_by_leaf_and_anywhere_on_the_stack() -> None:
     assert inclusive["stdlib/asyncio/base_events.py:600(run)"] == 10
     assert package_of("nats/aio/client.py:5(publish)") == "nats-py"
     assert package_of("stdlib/asyncio/base_events.py:600(run)") == "asyncio (event loop)"
+
+
+def test_counts_follow_the_machine_when_phases_come_out_far_from_the_plan() -> None:
+    from bench.ratios import RatioRun
+
+    plan = RatioPlan.quick()  # phases of 3 s
+    cs = contenders_for(plan)
+    run = RatioRun(plan, None, None, cs)  # type: ignore[arg-type]  # no server needed
+    run.counts = {f"{c.group}/{c.name}": 30_000 for c in cs}
+    fast = [{"seconds": s, "problem": None} for s in (1.0, 1.2, 0.9)]
+    run.rescale("publish", fast)  # 1 s phases: three times the messages
+    assert run.counts["publish/go-async"] == run.counts["publish/ours-nats"] == 90_000
+    assert run.counts["one/go-sync"] == 30_000  # other groups keep theirs
+    near = [{"seconds": s, "problem": None} for s in (2.5, 3.5, 3.1)]
+    run.rescale("publish", near)  # close enough: unchanged
+    assert run.counts["publish/ours-grpc-h2"] == 90_000
+    stalled = [{"seconds": 60.0, "problem": None}] * 3
+    run.rescale("publish", stalled)  # never below the warm-up count
+    assert run.counts["publish/go-async"] == 20_000
