@@ -272,7 +272,7 @@ def summarize(results: dict[str, Any]) -> str:
 
 def git_commit(root: Path = ROOT) -> dict[str, Any]:
     """HEAD of the tree and whether what the bench measures (the library, the harness,
-    the project file) has uncommitted changes."""
+    the project file; not the harness's notes) has uncommitted changes."""
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
@@ -282,6 +282,7 @@ def git_commit(root: Path = ROOT) -> dict[str, Any]:
     changed = git(
         "status", "--porcelain", "--untracked-files=no", "--",
         "liftbridge_client", "bench", "pyproject.toml", ":(exclude)bench/results",
+        ":(exclude)bench/*.md",
     )  # fmt: skip
     return {"sha": sha or None, "dirty": bool(changed)}
 
