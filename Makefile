@@ -124,9 +124,29 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	@touch $(BENCH_STAMP)
 
 # Benchmarks are never part of `make test`; they fail only on errors or lost messages.
-# Quick (under 2 min): interleaved medians against go-liftbridge, the three goal ratios last.
+# Quick (about 4 min): the ratios to go-liftbridge, phases of ~3 s in balanced orders, with
+# min..max beside each median; appends a small summary to bench/results/<commit>.json
+# (committed; a tree with changes writes <commit>-dirty.json, git-ignored).
 bench: servers $(BENCH_STAMP)
 	$(BIN)/python -m bench.ratios
+
+# Two revisions' client side by side in one run (bench/compare.py; about 5 min):
+#   make bench-compare A B     (or A=main B=HEAD)
+# prints per metric B/A, the ratio of their ratios to go-liftbridge, with its spread.
+# BENCH_COMPARE_ARGS: e.g. --groups publish --reps 6 --phase 4.
+BENCH_COMPARE_ARGS ?=
+ifeq (bench-compare,$(firstword $(MAKECMDGOALS)))
+  COMPARE_REVS := $(wordlist 2,3,$(MAKECMDGOALS))
+  ifneq ($(COMPARE_REVS),)
+    A := $(word 1,$(COMPARE_REVS))
+    B := $(word 2,$(COMPARE_REVS))
+    $(eval $(COMPARE_REVS):;@:)
+  endif
+endif
+.PHONY: bench-compare
+bench-compare: servers $(BENCH_STAMP)
+	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make bench-compare A B (git revisions)" >&2; exit 2; }
+	$(BIN)/python -m bench.compare $(A) $(B) $(BENCH_COMPARE_ARGS)
 
 bench-full: servers $(BENCH_STAMP)
 	$(BIN)/python -m bench

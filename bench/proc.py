@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+import liftbridge_client
 from bench import ours
 from bench.rss import _rss_mib as rss_mib
 from bench.stats import summarize_latencies
@@ -69,7 +71,10 @@ async def slow_consumer(
 
 def main() -> None:
     task = json.loads(sys.argv[1])
-    print(json.dumps(asyncio.run(run(task))))
+    result = asyncio.run(run(task))
+    # Which library ran (bench-compare runs another tree's liftbridge_client).
+    result["lib"] = str(Path(liftbridge_client.__file__).parent)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

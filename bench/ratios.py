@@ -1,18 +1,28 @@
-"""The three goal ratios, measured so that they cannot flatter (``make bench``).
+"""The ratios to go-liftbridge, measured so that they cannot flatter (``make bench``).
 
 One fresh single node per run. Every contender - go-liftbridge (bench/go) and this
-client - runs in a process of its own, one at a time; a run repeats every comparison
-``reps`` times in a rotating order (so no contender always goes first, or always right
-after the Go peer warmed the server's caches), and each ratio is taken inside one
-repetition, then summarised as the median with min..max.
+client - runs in a fresh process of its own, one at a time, so nothing but the server is
+shared between them. What makes the ratios stable on a small shared machine:
 
-- pipelined publish: this client's ``send()`` with its default window in flight
-  (``max_inflight``; NATS; gRPC over h2 and grpc.aio) against go-liftbridge's
-  PublishAsync without a barrier (go-async); go's batch-100 is a second row;
-- subscribe: EARLIEST to a stop offset on one pre-filled partition (h2 and grpc.aio)
-  against go-liftbridge's consumer;
-- one at a time: p50 of ``await publish()`` (NATS, gRPC over h2) against go's
-  synchronous Publish (lower is better).
+- phases of seconds: a short warm-up run of each contender (not counted) calibrates its
+  message count so that each measured phase lasts about ``phase_s`` seconds (3 s quick,
+  4 s full); the contenders of a group get the same count (the largest their warm-ups
+  ask for; for one at a time the median), except the grpc.aio ones, 10x slower; a
+  repetition whose phases were far from ``phase_s`` (the machine got busier or quieter)
+  scales the counts for the next ones;
+- a balanced order: each group's contenders run in the orders of a Williams design
+  (`bench.order`), and each group runs a multiple of its size in repetitions, so every
+  contender runs first (and last) equally often; which group runs first rotates too;
+- the same server state for every phase: each publish goes to a fresh stream, deleted
+  after its stored count was checked, and a phase starts once the server is idle;
+- each ratio is taken inside one repetition, then summarised as the median with min..max
+  (and the quartiles in the results file).
+
+Groups: pipelined publish (``send()`` with the client's default window, over NATS and over
+gRPC h2, against go-liftbridge's PublishAsync without a barrier, go-async); subscribe
+(EARLIEST to a stop offset of one pre-filled partition, h2 against go's consumer); one at a
+time (p50 of ``await publish()`` against go's synchronous Publish; lower is better). The
+full plan adds the side contenders: grpc.aio for publish and subscribe, go's batch-100.
 
 A run fails (exit status 1) when a contender errors, loses or disorders a message.
 """
@@ -23,6 +33,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -33,40 +44,37 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import ratio_report
 from bench.external import ROOT, GoBench
 from bench.machine import machine_details
+from bench.order import balanced_orders, balanced_reps
 from bench.ours import DEFAULT_WINDOW
 from liftbridge_client import Client
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.testing import LIFTBRIDGE_VERSION, SingleNode
 
-__all__ = ["RatioPlan", "main", "summarize"]
+__all__ = ["CONTENDERS", "Contender", "RatioPlan", "RatioRun", "main"]
 
-RESULTS_DIR = ROOT / "bench" / "results"
-DOC = ROOT / "docs" / "benchmarks.md"
-CHART = ROOT / "docs" / "benchmarks-ratios.png"
-BLOCK_START = "<!-- ratios:start (python -m bench.ratios --full --docs) -->"
-BLOCK_END = "<!-- ratios:end -->"
+RAW_DIR = ROOT / "bench" / "results" / "raw"
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True, slots=True)
 class RatioPlan:
     name: str
-    reps: int
-    n_pub: int
-    n_sub: int
-    n_one: int
-    n_slow: int
+    reps: int  # at least this many repetitions per group (rounded up to a balanced count)
+    phase_s: float  # each measured phase lasts about this long
+    side: bool  # also the side-by-side contenders (grpc.aio, go batch-100)
+    n_slow: int  # messages the slow consumer reads
     size: int = 256
 
     @classmethod
     def quick(cls) -> RatioPlan:
-        return cls("quick", reps=3, n_pub=10_000, n_sub=50_000, n_one=300, n_slow=200)
+        return cls("quick", reps=6, phase_s=3.0, side=False, n_slow=200)
 
     @classmethod
     def full(cls) -> RatioPlan:
-        return cls("full", reps=5, n_pub=50_000, n_sub=200_000, n_one=2_000, n_slow=1_000)
+        return cls("full", reps=5, phase_s=4.0, side=True, n_slow=1_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,23 +83,34 @@ class Contender:
     name: str
     go_mode: str | None = None  # a Go contender: its pub mode ("sub" for the consumer)
     task: dict[str, Any] | None = None  # one of ours: the bench.proc task (less target)
+    side: bool = False  # only in plans with side contenders
+    slow: bool = False  # an order of magnitude slower: its own count, a smaller warm-up
+    lib: Path | None = None  # bench-compare: liftbridge_client imported from this directory
 
 
 CONTENDERS: tuple[Contender, ...] = (
     Contender("publish", "go-async", go_mode="async"),
-    Contender("publish", "go-batch-100", go_mode="batch"),
     Contender("publish", "ours-nats", task={"op": "pub", "transport": "nats"}),
     Contender(
         "publish", "ours-grpc-h2", task={"op": "pub", "transport": "grpc", "stream_transport": "h2"}
     ),
+    Contender("publish", "go-batch-100", go_mode="batch", side=True),
     Contender(
         "publish",
         "ours-grpc-aio",
         task={"op": "pub", "transport": "grpc", "stream_transport": "grpc"},
+        side=True,
+        slow=True,
     ),
     Contender("subscribe", "go-consumer", go_mode="sub"),
     Contender("subscribe", "ours-h2", task={"op": "sub", "stream_transport": "h2"}),
-    Contender("subscribe", "ours-grpc-aio", task={"op": "sub", "stream_transport": "grpc"}),
+    Contender(
+        "subscribe",
+        "ours-grpc-aio",
+        task={"op": "sub", "stream_transport": "grpc"},
+        side=True,
+        slow=True,
+    ),
     Contender("one", "go-sync", go_mode="sync"),
     Contender("one", "ours-nats", task={"op": "one", "transport": "nats"}),
     Contender(
@@ -99,33 +118,44 @@ CONTENDERS: tuple[Contender, ...] = (
     ),
 )
 
-# (title, group, ours, anchor, metric, goal): metric "rate" is ours/anchor msgs/s (higher
-# is better, goal >= 1.0); "p50" is ours/anchor p50 latency (lower is better, goal <= 1.0).
-GOALS: tuple[tuple[str, str, str, str, str], ...] = (
-    ("pipelined publish, NATS vs go-async", "publish", "ours-nats", "go-async", "rate"),
-    ("subscribe, h2 vs go-liftbridge", "subscribe", "ours-h2", "go-consumer", "rate"),
-    ("one-at-a-time p50, NATS vs go sync", "one", "ours-nats", "go-sync", "p50"),
-)
-# Side-by-side rows (same transport where one exists), printed before the goals.
-EXTRA: tuple[tuple[str, str, str, str, str], ...] = (
-    (
-        "pipelined publish, gRPC h2 vs go-async (gRPC)",
-        "publish",
-        "ours-grpc-h2",
-        "go-async",
-        "rate",
-    ),
-    (
-        "pipelined publish, gRPC grpc.aio vs go-async",
-        "publish",
-        "ours-grpc-aio",
-        "go-async",
-        "rate",
-    ),
-    ("pipelined publish, NATS vs go batch-100", "publish", "ours-nats", "go-batch-100", "rate"),
-    ("subscribe, grpc.aio vs go-liftbridge", "subscribe", "ours-grpc-aio", "go-consumer", "rate"),
-    ("one-at-a-time p50, gRPC h2 vs go sync", "one", "ours-grpc-h2", "go-sync", "p50"),
-)
+# Warm-up counts (a fraction of a second each); the measured count comes from their rate.
+PROBE = {"publish": 20_000, "subscribe": 50_000, "one": 1_000}
+PROBE_SLOW = {"publish": 3_000, "subscribe": 10_000, "one": 300}
+ROUND_TO = {"publish": 1_000, "subscribe": 1_000, "one": 100}
+MAX_COUNT = 3_000_000
+GROUPS = frozenset(PROBE)
+
+
+def contenders_for(plan: RatioPlan, trees: dict[str, Path] | None = None) -> list[Contender]:
+    """The plan's contenders; with ``trees`` (label -> liftbridge_client directory) each of
+    ours that is not a side contender runs once per tree, named ``<name>@<label>``."""
+    chosen = [c for c in CONTENDERS if plan.side or not c.side]
+    if not trees:
+        return chosen
+    out: list[Contender] = []
+    for c in chosen:
+        if c.go_mode is not None:
+            out.append(c)
+        elif not c.side:
+            out += [
+                dataclasses.replace(c, name=f"{c.name}@{label}", lib=lib)
+                for label, lib in trees.items()
+            ]
+    return out
+
+
+def phase_count(rate: float | None, phase_s: float, group: str, slow: bool) -> int:
+    """Messages for a phase of ``phase_s`` seconds at ``rate`` msgs/s (the warm-up's)."""
+    low = (PROBE_SLOW if slow else PROBE)[group]
+    if not rate or rate <= 0:
+        return low
+    step = ROUND_TO[group]
+    wanted = math.ceil(rate * phase_s / step) * step
+    return max(low, min(MAX_COUNT, wanted))
+
+
+def _key(c: Contender) -> str:
+    return f"{c.group}/{c.name}"  # names repeat across groups (ours-nats)
 
 
 def _proc_cpu(pid: int | None) -> float:
@@ -140,75 +170,126 @@ def _proc_cpu(pid: int | None) -> float:
 
 
 class RatioRun:
-    def __init__(self, plan: RatioPlan, node: SingleNode, go: GoBench) -> None:
+    def __init__(
+        self, plan: RatioPlan, node: SingleNode, go: GoBench, contenders: list[Contender]
+    ) -> None:
         self.plan = plan
         self.node = node
         self.go = go
+        self.contenders = contenders
         self.records: list[dict[str, Any]] = []
+        self.counts: dict[str, int] = {}  # by "group/name"
+        self.reps: dict[str, int] = {}
         self._count = 0
         self.sub_stream = ""
+        self._filled = 0
 
     def _server_pid(self) -> int | None:
         return self.node.node.process.pid
+
+    def _admin(self) -> Client:
+        return Client([self.node.address], options=ClientOptions(keepalive_time=None))
 
     def new_stream(self) -> str:
         self._count += 1
         name = f"ratio-{self._count}"
 
         async def create() -> None:
-            async with Client([self.node.address], options=ClientOptions(keepalive_time=None)) as c:
+            async with self._admin() as c:
                 await c.create_stream(name, name)
 
         asyncio.run(create())
         return name
 
-    def stored(self, stream: str) -> int:
-        async def fetch() -> int:
-            async with Client([self.node.address], options=ClientOptions(keepalive_time=None)) as c:
-                return (await c.fetch_partition_metadata(stream)).high_watermark + 1
+    def stored_then_drop(self, stream: str) -> int:
+        """Messages stored in a publish stream; the stream is deleted afterwards, so every
+        publish phase finds the server in the same state."""
 
-        return asyncio.run(fetch())
+        async def check() -> int:
+            async with self._admin() as c:
+                stored = (await c.fetch_partition_metadata(stream)).high_watermark + 1
+                await c.delete_stream(stream)
+                return stored
 
-    def fill(self) -> None:
-        self.sub_stream = self.new_stream()
+        return asyncio.run(check())
+
+    def fill(self, total: int) -> None:
+        """Top the subscribe stream up to ``total`` messages."""
+        if not self.sub_stream:
+            self.sub_stream = self.new_stream()
+        more = total - self._filled
+        if more <= 0:
+            return
         out = self.go.run(
             "pub", f"-addr={self.node.address}", f"-stream={self.sub_stream}",
-            f"-n={self.plan.n_sub}", f"-size={self.plan.size}", "-mode=batch", "-batch=1000",
+            f"-n={more}", f"-size={self.plan.size}", "-mode=batch", "-batch=1000",
             "-timeout=600s",
         )  # fmt: skip
-        if out.get("error") or out.get("acked") != self.plan.n_sub:
+        if out.get("error") or out.get("acked") != more:
             raise SystemExit(f"filling the subscribe stream failed: {out}")
+        self._filled = total
 
-    def measure(self, c: Contender, rep: int) -> dict[str, Any]:
-        plan = self.plan
-        n = {"publish": plan.n_pub, "subscribe": plan.n_sub, "one": plan.n_one}[c.group]
-        stream = self.sub_stream if c.group == "subscribe" else self.new_stream()
-        cpu0 = _proc_cpu(self._server_pid())
+    def _run_contender(self, c: Contender, stream: str, n: int) -> dict[str, Any]:
         if c.go_mode is not None:
             if c.go_mode == "sub":
                 args = ["sub", f"-counts={n}"]
             else:
-                args = ["pub", f"-mode={c.go_mode}", "-batch=100", f"-n={n}", f"-size={plan.size}"]
+                args = [
+                    "pub", f"-mode={c.go_mode}", "-batch=100", f"-n={n}",
+                    f"-size={self.plan.size}", "-timeout=600s",
+                ]  # fmt: skip
             out = self.go.run(*args, f"-addr={self.node.address}", f"-stream={stream}")
             lat = out.pop("latencies_us", None)
-            if lat:
+            if lat and c.group == "one":
                 from bench.stats import summarize_latencies
 
                 out["latency_us"] = summarize_latencies(lat)
-        else:
-            assert c.task is not None
-            task = {**c.task, "address": self.node.address, "nats_url": self.node.nats_url}
-            task.update(stream=stream, n=n, size=plan.size)
-            done = subprocess.run(
-                [sys.executable, "-m", "bench.proc", json.dumps(task)],
-                capture_output=True, text=True, check=False, cwd=ROOT, timeout=900,
-            )  # fmt: skip
-            if done.returncode != 0:
-                out = {"error": done.stderr.strip()[-2000:] or f"exit {done.returncode}"}
-            else:
-                out = json.loads(done.stdout)
+            return out
+        assert c.task is not None
+        task = {**c.task, "address": self.node.address, "nats_url": self.node.nats_url}
+        task.update(stream=stream, n=n, size=self.plan.size)
+        cwd, env = ROOT, None
+        if c.lib is not None:
+            # The library from the tree under test (first on sys.path as the working
+            # directory), the harness (bench.proc, bench.ours) from this tree.
+            cwd = c.lib
+            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.proc", json.dumps(task)],
+            capture_output=True, text=True, check=False, cwd=cwd, env=env, timeout=900,
+        )  # fmt: skip
+        if done.returncode != 0:
+            return {"error": done.stderr.strip()[-2000:] or f"exit {done.returncode}"}
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result
+
+    def settle(self, limit: float = 2.0) -> float:
+        """Wait (at most ``limit`` s) until the server is idle: a phase must not pay for
+        the previous one's leftovers (a deleted stream's files, the Go runtime's garbage
+        collection). The seconds waited."""
+        t0 = time.monotonic()
+        pid = self._server_pid()
+        while time.monotonic() - t0 < limit:
+            before = _proc_cpu(pid)
+            time.sleep(0.1)
+            if _proc_cpu(pid) - before <= 0.01:  # at most 10% of a core
+                break
+        return time.monotonic() - t0
+
+    def measure(self, c: Contender, rep: int, position: int, n: int) -> dict[str, Any]:
+        stream = self.sub_stream if c.group == "subscribe" else self.new_stream()
+        settled = self.settle()
+        cpu0 = _proc_cpu(self._server_pid())
+        out = self._run_contender(c, stream, n)
         server_cpu = _proc_cpu(self._server_pid()) - cpu0
-        record: dict[str, Any] = {"group": c.group, "name": c.name, "rep": rep, "messages": n}
+        record: dict[str, Any] = {
+            "group": c.group,
+            "name": c.name,
+            "rep": rep,
+            "position": position,
+            "messages": n,
+            "settle_s": round(settled, 2),
+        }
         problems = [str(out[k]) for k in ("error", "first_error") if out.get(k)]
         if c.group == "subscribe":
             if out.get("messages") != n:
@@ -218,10 +299,11 @@ class RatioRun:
         else:
             if out.get("acked") != n:
                 problems.append(f"{out.get('acked')} of {n} acked")
-            stored = self.stored(stream)
+            stored = self.stored_then_drop(stream)
             if stored != n:
                 problems.append(f"{stored} of {n} stored")
         seconds = float(out.get("seconds") or 0.0)
+        record["seconds"] = seconds
         record["msgs_per_s"] = n / seconds if seconds and not problems else None
         if out.get("cpu_s") is not None:
             record["client_cpu_us"] = float(out["cpu_s"]) / n * 1e6
@@ -229,11 +311,14 @@ class RatioRun:
         if out.get("latency_us"):
             record["p50_us"] = out["latency_us"]["p50"]
             record["p99_us"] = out["latency_us"]["p99"]
+        if c.lib is not None and not str(out.get("lib", "")).startswith(str(c.lib)):
+            problems.append(f"ran the library in {out.get('lib')}, not {c.lib}")
         record["problem"] = "; ".join(problems) or None
         rate = record["msgs_per_s"]
+        label = "warm-up" if rep < 0 else f"rep {rep + 1}"
         extra = f"p50 {record['p50_us']:.0f}us" if "p50_us" in record else ""
         print(
-            f"  rep {rep + 1} {c.group:<9} {c.name:<14} "
+            f"  {label:<7} {c.group:<9} {c.name:<18} {n:>8} in {seconds:5.2f}s "
             + (f"{rate:>9,.0f} msg/s" if rate else "        -      ")
             + f"  cpu client {record.get('client_cpu_us', 0):5.1f}us"
             + f" server {record['server_cpu_us']:5.1f}us/msg  {extra}"
@@ -279,251 +364,91 @@ class RatioRun:
                     flush=True,
                 )
             self.records.append(record)
+        self.stored_then_drop(stream)  # the MiBs it holds are not the other phases' business
+
+    def calibrate(self) -> None:
+        """One warm-up phase per contender (recorded as rep -1, never summarised); its
+        rate sets the contender's count for phases of ``phase_s`` seconds."""
+        plan = self.plan
+        self.fill(max(PROBE["subscribe"], PROBE_SLOW["subscribe"]))
+        wanted: dict[str, int] = {}
+        for c in self.contenders:
+            probe = (PROBE_SLOW if c.slow else PROBE)[c.group]
+            record = self.measure(c, -1, 0, probe)
+            self.records.append(record)
+            wanted[_key(c)] = phase_count(record["msgs_per_s"], plan.phase_s, c.group, c.slow)
+        # Contenders of a group that are not `slow` share one count, so the close ratios
+        # compare the same work: the largest their warm-ups ask for (a warm-up runs cold,
+        # so its rate is low), but for one at a time, whose contenders differ 2-3x in
+        # latency, the median.
+        for group in {c.group for c in self.contenders}:
+            fast = [wanted[_key(c)] for c in self.contenders if c.group == group and not c.slow]
+            step = ROUND_TO[group]
+            pick = statistics.median if group == "one" else max
+            shared = math.ceil(pick(fast) / step) * step if fast else 0
+            for c in self.contenders:
+                if c.group == group:
+                    self.counts[_key(c)] = wanted[_key(c)] if c.slow else shared
+        subs = [self.counts[_key(c)] for c in self.contenders if c.group == "subscribe"]
+        if subs:
+            print(f"  filling the subscribe stream to {max(subs):,} messages", flush=True)
+            self.fill(max(subs))
 
     def run(self) -> None:
         self.slow_consumers()
-        self.fill()
+        self.calibrate()
         groups: dict[str, list[Contender]] = {}
-        for c in CONTENDERS:
+        for c in self.contenders:
             groups.setdefault(c.group, []).append(c)
-        for rep in range(self.plan.reps):
-            for members in groups.values():
-                k = rep % len(members)
-                for c in members[k:] + members[:k]:  # rotating order
-                    self.records.append(self.measure(c, rep))
+        orders = {
+            g: balanced_orders(members, balanced_reps(len(members), self.plan.reps))
+            for g, members in groups.items()
+        }
+        self.reps = {g: len(rows) for g, rows in orders.items()}
+        names = list(orders)
+        for rep in range(max(self.reps.values(), default=0)):
+            k = rep % len(names)
+            for group in names[k:] + names[:k]:  # which group runs first rotates too
+                if rep >= len(orders[group]):
+                    continue
+                measured = [
+                    self.measure(c, rep, position, self.counts[_key(c)])
+                    for position, c in enumerate(orders[group][rep])
+                ]
+                self.records.extend(measured)
+                self.rescale(group, measured)
+
+    def rescale(self, group: str, measured: list[dict[str, Any]]) -> None:
+        """Counts that gave phases far from ``phase_s`` (the warm-up ran on a machine
+        busier or quieter than now) are scaled for the next repetitions. Every contender
+        of the group keeps the same count, so ratios within a repetition compare the
+        same work."""
+        seconds = [r["seconds"] for r in measured if r.get("seconds") and not r["problem"]]
+        if not seconds:
+            return
+        factor = self.plan.phase_s / statistics.median(seconds)
+        # Short phases are what makes ratios jump: those are corrected from 0.6 of the
+        # planned length; long ones only cost time, and only from twice the length (the
+        # load of a shared machine swings, so a tight band would chase it).
+        if 0.5 <= factor <= 1 / 0.6:
+            return
+        factor = min(factor, 3.0)  # one noisy repetition must not make phases endless
+        step = ROUND_TO[group]
+        for c in self.contenders:
+            if c.group == group:
+                key = _key(c)
+                wanted = math.ceil(self.counts[key] * factor / step) * step
+                self.counts[key] = max((PROBE_SLOW if c.slow else PROBE)[group], wanted)
+        print(f"  {group}: phases of {statistics.median(seconds):.2f} s, counts x{factor:.2f}")
+        if group == "subscribe":
+            self.fill(max(self.counts[_key(c)] for c in self.contenders if c.group == group))
 
 
-def _ratio_series(
-    records: list[dict[str, Any]], ours: str, anchor: str, group: str, metric: str
-) -> list[float]:
-    by_rep: dict[int, dict[str, dict[str, Any]]] = {}
-    for r in records:
-        if r["group"] == group:
-            by_rep.setdefault(r["rep"], {})[r["name"]] = r
-    key = "msgs_per_s" if metric == "rate" else "p50_us"
-    out = []
-    for rows in by_rep.values():
-        a, b = rows.get(ours, {}).get(key), rows.get(anchor, {}).get(key)
-        if a and b:
-            out.append(a / b)
-    return out
-
-
-def _spread(values: list[float], fmt: str = "{:.2f}") -> str:
-    if not values:
-        return "-"
-    mid = statistics.median(values)
-    return f"{fmt.format(mid)} ({fmt.format(min(values))}..{fmt.format(max(values))})"
-
-
-def summarize(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
-    """The text summary (goal ratios last) and the ratio rows."""
-    records = results["records"]
-    lines = ["", f"==> medians of {results['plan']['reps']} interleaved repetitions (min..max)"]
-    names: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in records:
-        if r["group"] != "slow":
-            names.setdefault((r["group"], r["name"]), []).append(r)
-    header = (
-        f"  {'group':<9} {'client':<14} {'msgs/s':>26} {'client CPU us/msg':>18} "
-        f"{'server CPU us/msg':>18} {'p50 us':>8}"
-    )
-    lines.append(header)
-    for (group, name), rows in names.items():
-        rates = [r["msgs_per_s"] for r in rows if r.get("msgs_per_s")]
-        ccpu = [r["client_cpu_us"] for r in rows if r.get("client_cpu_us") is not None]
-        scpu = [r["server_cpu_us"] for r in rows]
-        p50 = [r["p50_us"] for r in rows if r.get("p50_us") is not None]
-        lines.append(
-            f"  {group:<9} {name:<14} {_spread(rates, '{:,.0f}'):>26} "
-            f"{(statistics.median(ccpu) if ccpu else 0):>18.1f} "
-            f"{statistics.median(scpu):>18.1f} "
-            f"{(f'{statistics.median(p50):.0f}' if p50 else '-'):>8}"
-        )
-    rows_out = []
-    lines.append("")
-    lines.extend(
-        f"  slow consumer {r['name']}: {r['messages']} msgs at 10 ms each: "
-        f"RSS +{r['rss_growth_mib']:.1f} MiB (peak {r['rss_peak_mib']:.1f} MiB)"
-        for r in records
-        if r["group"] == "slow" and r.get("rss_growth_mib") is not None
-    )
-    lines.append("")
-    for title, group, ours, anchor, metric in EXTRA + GOALS:
-        series = _ratio_series(records, ours, anchor, group, metric)
-        mid = statistics.median(series) if series else None
-        goal = title in {g[0] for g in GOALS}
-        met = None if mid is None else (mid >= 1.0 if metric == "rate" else mid <= 1.0)
-        rows_out.append(
-            {"title": title, "median": mid, "min": min(series, default=None),
-             "max": max(series, default=None), "goal": goal, "met": met, "metric": metric}
-        )  # fmt: skip
-    lines.append("  side by side:")
-    lines.extend(f"    {row['title']:<48} {_fmt_row(row)}" for row in rows_out[: len(EXTRA)])
-    lines.append("")
-    lines.append("==> the three goals (ratio to go-liftbridge, same node, same run):")
-    for row in rows_out[len(EXTRA) :]:
-        want = ">= 1.0x" if row["metric"] == "rate" else "<= 1.0x"
-        verdict = "-" if row["met"] is None else ("met" if row["met"] else "MISSED")
-        lines.append(f"    {row['title']:<48} {_fmt_row(row)}  goal {want}: {verdict}")
-    return "\n".join(lines), rows_out
-
-
-def _fmt_row(row: dict[str, Any]) -> str:
-    if row["median"] is None:
-        return "-"
-    return f"{row['median']:.2f}x ({row['min']:.2f}..{row['max']:.2f})"
-
-
-def markdown(results: dict[str, Any], chart_name: str | None) -> str:
-    """The docs/benchmarks.md section of a ratios run (between the block markers)."""
-    plan, machine = results["plan"], results["machine"]
-    load = results["load_average"]
-    lines = [
-        BLOCK_START,
-        "## The three goals: interleaved medians",
-        "",
-        f"Run {results['started']} ({plan['name']}, {results['seconds']:.0f} s) by "
-        "`python -m bench.ratios --full --docs` (`make bench-full`; `make bench` runs the quick "
-        "plan and prints the same summary). One fresh single node (Liftbridge "
-        f"{results['server']['liftbridge']}, embedded NATS, 127.0.0.1); {plan['reps']} "
-        "repetitions in a rotating order; every client in a process of its own; each ratio "
-        "is taken within one repetition and shown as median (min..max).",
-        "",
-        f"Machine: {machine.get('cpu_model')}, {machine.get('nproc')} cores, "
-        f"{machine.get('ram_gib')} GiB, {machine.get('os')}, Python {machine.get('python')}, "
-        f"{machine.get('go')}. Load average (1, 5, 15 min) {load['before']} before and "
-        f"{load['after']} after: the cores were shared with other work, so single figures "
-        "move a lot from run to run; the ratios, taken side by side, move less.",
-        "",
-        f"Sizes: publish {plan['n_pub']} x {plan['size']} B (ack LEADER, "
-        f"{results.get('window', 1024)} in flight for this client: its default "
-        f"`max_inflight`), one at a time {plan['n_one']}, subscribe {plan['n_sub']} x "
-        f"{plan['size']} B from EARLIEST. Pipelined publishes count their acks the same way "
-        "on both sides: go-liftbridge's PublishAsync calls an ack handler that counts, this "
-        "client's futures get a done callback that counts (the futures are not kept), then "
-        "each waits for the last ack. CPU per message: the client process's CPU time "
-        "(user + system) and the server process's (Liftbridge with its embedded NATS) over "
-        "the run, divided by the messages.",
-        "",
-    ]
-    if chart_name:
-        lines += [f"![ratios]({chart_name})", ""]
-    lines += [
-        "| goal | ratio to go-liftbridge | goal | status |",
-        "|---|---:|---:|---|",
-    ]
-    rows = results["ratios"]
-    for row in rows:
-        if row["goal"]:
-            want = ">= 1.0x" if row["metric"] == "rate" else "<= 1.0x"
-            status = "-" if row["met"] is None else ("met" if row["met"] else "missed")
-            lines.append(f"| {row['title']} | {_fmt_row(row)} | {want} | {status} |")
-    lines += ["", "| side by side | ratio |", "|---|---:|"]
-    lines += [f"| {row['title']} | {_fmt_row(row)} |" for row in rows if not row["goal"]]
-    lines += [
-        "",
-        "| group | client | msgs/s median (min..max) | client CPU us/msg | "
-        "server CPU us/msg | p50 us |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
-    by_name: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in results["records"]:
-        if r["group"] != "slow":
-            by_name.setdefault((r["group"], r["name"]), []).append(r)
-    for (group, name), recs in by_name.items():
-        rates = [r["msgs_per_s"] for r in recs if r.get("msgs_per_s")]
-        ccpu = [r["client_cpu_us"] for r in recs if r.get("client_cpu_us") is not None]
-        scpu = [r["server_cpu_us"] for r in recs]
-        p50 = [r["p50_us"] for r in recs if r.get("p50_us") is not None]
-        lines.append(
-            f"| {group} | {name} | {_spread(rates, '{:,.0f}')} | "
-            f"{statistics.median(ccpu) if ccpu else 0:.1f} | {statistics.median(scpu):.1f} | "
-            f"{f'{statistics.median(p50):.0f}' if p50 else '-'} |"
-        )
-    slow = [r for r in results["records"] if r["group"] == "slow" and r.get("rss_growth_mib")]
-    if slow:
-        lines += [
-            "",
-            "Slow consumer (sleeps 10 ms per message; 20,000 x 1 KiB wait on the server):",
-        ]
-        lines += [
-            f"- {r['name']}: {r['messages']} messages read, RSS +{r['rss_growth_mib']:.1f} MiB "
-            f"(peak {r['rss_peak_mib']:.1f} MiB)"
-            for r in slow
-        ]
-    lines += [
-        "",
-        "The sections below come from the last full `python -m bench` run (its date is at the "
-        "top of the page): one run of each configuration, not interleaved, so its single "
-        "ratios move more than the medians above, which are the figures to quote.",
-        "",
-        BLOCK_END,
-    ]
-    return "\n".join(lines)
-
-
-def splice(doc: str, block: str) -> str:
-    """``doc`` with its ratios block replaced by ``block`` (inserted before the machine
-    section when absent)."""
-    if BLOCK_START in doc and BLOCK_END in doc:
-        head, rest = doc.split(BLOCK_START, 1)
-        return head + block + rest.split(BLOCK_END, 1)[1]
-    marker = "## Machine and versions"
-    if marker in doc:
-        head, rest = doc.split(marker, 1)
-        return head + block + "\n\n" + marker + rest
-    return doc.rstrip("\n") + "\n\n" + block + "\n"
-
-
-def existing_block(doc: str) -> str | None:
-    """The ratios block of a page, if it has one (kept when bench/report.py rewrites it)."""
-    if BLOCK_START in doc and BLOCK_END in doc:
-        return BLOCK_START + doc.split(BLOCK_START, 1)[1].split(BLOCK_END, 1)[0] + BLOCK_END
-    return None
-
-
-def chart(results: dict[str, Any], path: Path = CHART) -> bool:
-    """Median msgs/s with min..max per contender; False when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    groups = ("publish", "subscribe", "one")
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    for ax, group in zip(axes, groups, strict=True):
-        names: dict[str, list[float]] = {}
-        for r in results["records"]:
-            if r["group"] == group and r.get("msgs_per_s"):
-                names.setdefault(r["name"], []).append(r["msgs_per_s"])
-        labels = list(names)
-        mids = [statistics.median(v) for v in names.values()]
-        lows = [m - min(v) for m, v in zip(mids, names.values(), strict=True)]
-        highs = [max(v) - m for m, v in zip(mids, names.values(), strict=True)]
-        colors = ["#4c72b0" if n.startswith("go") else "#dd8452" for n in labels]
-        ax.bar(labels, mids, yerr=[lows, highs], color=colors, capsize=4)
-        ax.set_title({"publish": "pipelined publish", "subscribe": "subscribe",
-                      "one": "one at a time"}[group] + " (median, min..max)")  # fmt: skip
-        ax.set_ylabel("msgs/s")
-        ax.tick_params(axis="x", labelsize=8, rotation=30)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return True
-
-
-def write_docs(results: dict[str, Any]) -> None:
-    """Write (or replace) the ratios section of docs/benchmarks.md and its chart."""
-    has_chart = chart(results)
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    DOC.write_text(splice(doc, markdown(results, CHART.name if has_chart else None)))
-    print(
-        f"wrote {DOC.relative_to(ROOT)}" + (f" and {CHART.relative_to(ROOT)}" if has_chart else "")
-    )
+def parse_groups(text: str) -> set[str]:
+    groups = {g.strip() for g in text.split(",") if g.strip()}
+    if not groups or not groups <= GROUPS:
+        raise SystemExit(f"groups must be among {', '.join(sorted(GROUPS))}: {text!r}")
+    return groups
 
 
 def _load() -> str:
@@ -533,51 +458,97 @@ def _load() -> str:
         return "?"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.ratios", description=__doc__)
-    parser.add_argument("--full", action="store_true", help="more messages and repetitions")
-    parser.add_argument("--reps", type=int, help="repetitions (default: 3 quick, 5 full)")
-    parser.add_argument("--docs", action="store_true", help="write its section of docs/")
-    parser.add_argument("--report", type=Path, help="only rewrite the docs from a results file")
-    args = parser.parse_args(argv)
-    if args.report:
-        write_docs(json.loads(args.report.read_text()))
-        return 0
-    plan = RatioPlan.full() if args.full else RatioPlan.quick()
-    if args.reps:
-        plan = dataclasses.replace(plan, reps=args.reps)
-    go = GoBench()
-    go.ensure()
+def measure_run(
+    plan: RatioPlan,
+    trees: dict[str, Path] | None = None,
+    *,
+    groups: set[str] | None = None,
+    go: GoBench | None = None,
+) -> dict[str, Any]:
+    """One run on a fresh node (``groups``: only those); its results."""
+    if go is None:
+        go = GoBench()
+        go.ensure()
     started = datetime.now(UTC)
     t0 = time.monotonic()
     load_before = _load()
-    print(f"==> ratios ({plan.name}): a fresh single node (Liftbridge {LIFTBRIDGE_VERSION})")
+    commit = ratio_report.git_commit()  # what is measured: the tree as the run starts
+    contenders = [c for c in contenders_for(plan, trees) if groups is None or c.group in groups]
+    print(
+        f"==> ratios ({plan.name}, phases of ~{plan.phase_s:g} s): a fresh single node "
+        f"(Liftbridge {LIFTBRIDGE_VERSION})",
+        flush=True,
+    )
     with SingleNode() as node:
-        run = RatioRun(plan, node, go)
+        run = RatioRun(plan, node, go, contenders)
         run.run()
     results: dict[str, Any] = {
         "started": started.isoformat(timespec="seconds"),
         "plan": {f: getattr(plan, f) for f in plan.__dataclass_fields__},
+        "reps": run.reps,
+        "counts": run.counts,
         "seconds": time.monotonic() - t0,
         "machine": machine_details(),
         "load_average": {"before": load_before, "after": _load()},
         "server": {"liftbridge": LIFTBRIDGE_VERSION, "topology": "single node, embedded NATS"},
         "window": DEFAULT_WINDOW,
+        "commit": commit,
         "records": run.records,
     }
-    text, rows = summarize(results)
-    results["ratios"] = rows
-    failures = [r for r in run.records if r["problem"]]
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{started.strftime('%Y%m%dT%H%M%SZ')}-ratios-{plan.name}.json"
+    if trees:
+        results["trees"] = {label: str(lib) for label, lib in trees.items()}
+    results["ratios"] = ratio_report.ratio_rows(results)
+    return results
+
+
+def write_raw(results: dict[str, Any], kind: str) -> Path:
+    RAW_DIR.mkdir(parents=True, exist_ok=True)
+    stamp = results["started"].replace("-", "").replace(":", "").replace("+0000", "Z")
+    path = RAW_DIR / f"{stamp}-{kind}.json"
     path.write_text(json.dumps(results, indent=1))
-    print(f"\nresults: {path.relative_to(ROOT)}  ({results['seconds']:.0f} s, load average "
-          f"{load_before} before, {results['load_average']['after']} after)")  # fmt: skip
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.ratios", description=__doc__)
+    parser.add_argument("--full", action="store_true", help="longer phases, side contenders")
+    parser.add_argument("--reps", type=int, help="at least this many repetitions per group")
+    parser.add_argument("--phase", type=float, help="seconds per measured phase")
+    parser.add_argument(
+        "--groups", help="comma-separated groups to measure (publish, subscribe, one); all"
+    )
+    parser.add_argument("--docs", action="store_true", help="write its section of docs/")
+    parser.add_argument("--report", type=Path, help="only rewrite the docs from a results file")
+    parser.add_argument(
+        "--no-save", action="store_true", help="keep no summary in bench/results/<commit>.json"
+    )
+    args = parser.parse_args(argv)
+    if args.report:
+        ratio_report.write_docs(json.loads(args.report.read_text()))
+        return 0
+    plan = RatioPlan.full() if args.full else RatioPlan.quick()
+    if args.reps:
+        plan = dataclasses.replace(plan, reps=args.reps)
+    if args.phase:
+        plan = dataclasses.replace(plan, phase_s=args.phase)
+    groups = parse_groups(args.groups) if args.groups else None
+    if groups is not None and args.docs:
+        parser.error("--docs needs every group")
+    results = measure_run(plan, groups=groups)
+    path = write_raw(results, f"ratios-{plan.name}")
+    print(
+        f"\nresults: {path.relative_to(ROOT)}  ({results['seconds']:.0f} s, load average "
+        f"{results['load_average']['before']} before, {results['load_average']['after']} after)"
+    )
+    if not args.no_save:
+        saved = ratio_report.save_summary(results)
+        print(f"summary: {saved.relative_to(ROOT)}")
     if args.docs:
-        write_docs(results)
+        ratio_report.write_docs(results)
+    failures = [r for r in results["records"] if r.get("problem")]
     if failures:
         print(f"{len(failures)} run(s) FAILED (errors, lost or disordered messages)")
-    print(text)
+    print(ratio_report.summarize(results))
     return 1 if failures else 0
 
 

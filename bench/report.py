@@ -297,8 +297,9 @@ def markdown(results: Mapping[str, Any], chart_name: str | None = CHART.name) ->
         f"{results.get('server', {}).get('liftbridge')} with embedded NATS on 127.0.0.1, "
         "replication factor 1.",
         "",
-        "Regenerate with `make bench-full` (writes this page) or `make bench` (quick check, "
-        "under a minute, results only in bench/results/).",
+        "Regenerate with `make bench-full` (writes this page) or `make bench` (the ratios "
+        "section's quick plan, 3-4 min; it prints its summary and appends it to "
+        "`bench/results/<commit>.json`).",
         "",
         "## Machine and versions",
         "",
@@ -449,7 +450,7 @@ def _color(record: Record) -> str:
 
 def write_docs(results: Mapping[str, Any]) -> None:
     """Write docs/benchmarks.md and the chart next to it."""
-    from bench.ratios import existing_block, splice
+    from bench.ratio_report import existing_block, splice
 
     has_chart = chart(results)
     page = markdown(results, CHART.name if has_chart else None)

@@ -31,7 +31,7 @@ from liftbridge_client.testing import LIFTBRIDGE_VERSION, SingleNode
 
 __all__ = ["Plan", "main"]
 
-RESULTS_DIR = ROOT / "bench" / "results"
+RESULTS_DIR = ROOT / "bench" / "results" / "raw"  # git-ignored; summaries sit one level up
 
 OURS = "liftbridge-client"
 GO = "go-liftbridge"

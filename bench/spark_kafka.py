@@ -59,7 +59,7 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "spark-benchmarks.md"
-RESULTS_DIR = ROOT / "bench" / "results"
+RESULTS_DIR = ROOT / "bench" / "results" / "raw"  # git-ignored; summaries sit one level up
 BLOCK_START = "<!-- spark-kafka:start (python -m bench.spark_kafka --docs) -->"
 BLOCK_END = "<!-- spark-kafka:end -->"
 

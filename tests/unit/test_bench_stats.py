@@ -152,7 +152,7 @@ def test_markdown_has_ratios_and_failures() -> None:
 
 
 def test_ratios_are_taken_within_each_repetition_and_goals_print_last() -> None:
-    from bench import ratios
+    from bench import ratio_report
 
     def rec(group: str, name: str, rep: int, rate: float, p50: float | None = None) -> Any:
         r = {"group": group, "name": name, "rep": rep, "msgs_per_s": rate, "server_cpu_us": 1.0}
@@ -168,23 +168,29 @@ def test_ratios_are_taken_within_each_repetition_and_goals_print_last() -> None:
         rec("one", "go-sync", 0, 1.0, p50=100.0),
         rec("one", "ours-nats", 0, 1.0, p50=90.0),
     ]
-    text, rows = ratios.summarize({"records": records, "plan": {"reps": 2}})
+    results = {
+        "records": records,
+        "plan": {"phase_s": 3.0},
+        "load_average": {"before": "1", "after": "1"},
+    }
+    rows = ratio_report.ratio_rows(results)
     by_title = {r["title"]: r for r in rows}
-    nats = by_title["pipelined publish, NATS vs go-async"]
-    assert (nats["min"], nats["max"]) == (0.5, 2.0)  # per repetition, not of the medians
-    assert nats["median"] == pytest.approx(1.25)
+    nats = by_title["pipelined publish, NATS / go-async"]
+    assert (nats["spread"]["min"], nats["spread"]["max"]) == (0.5, 2.0)  # per repetition
+    assert nats["spread"]["median"] == pytest.approx(1.25)
     assert nats["met"] is True
-    p50 = by_title["one-at-a-time p50, NATS vs go sync"]
-    assert p50["median"] == pytest.approx(0.9)
+    p50 = by_title["one-at-a-time p50, NATS / go sync"]
+    assert p50["spread"]["median"] == pytest.approx(0.9)
     assert p50["met"] is True  # lower is better
-    assert by_title["subscribe, h2 vs go-liftbridge"]["median"] is None
-    goals = text.split("the three goals")[1]
-    assert "NATS vs go-async" in goals
+    assert "subscribe, h2 / go consumer" not in by_title  # not measured: no row
+    text = ratio_report.summarize({**results, "ratios": rows})
+    goals = text.split("the goals")[1]
+    assert "NATS / go-async" in goals
     assert "goal >= 1.0x: met" in goals
 
 
 def test_the_ratios_block_is_spliced_and_kept() -> None:
-    from bench import ratios
+    from bench import ratio_report as ratios
 
     block = f"{ratios.BLOCK_START}\nnew\n{ratios.BLOCK_END}"
     page = "# Benchmarks\n\nintro\n\n## Machine and versions\n\nx\n"
