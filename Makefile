@@ -124,7 +124,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	@touch $(BENCH_STAMP)
 
 # Benchmarks are never part of `make test`; they fail only on errors or lost messages.
-# Quick (about 4 min): the ratios to go-liftbridge, phases of ~3 s in balanced orders, with
+# Quick (3-4 min): the ratios to go-liftbridge, phases of ~3 s in balanced orders, with
 # min..max beside each median; appends a small summary to bench/results/<commit>.json
 # (committed; a tree with changes writes <commit>-dirty.json, git-ignored).
 bench: servers $(BENCH_STAMP)

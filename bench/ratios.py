@@ -423,7 +423,17 @@ class RatioRun:
         busier or quieter than now) are scaled for the next repetitions. Every contender
         of the group keeps the same count, so ratios within a repetition compare the
         same work."""
-        seconds = [r["seconds"] for r in measured if r.get("seconds") and not r["problem"]]
+        by_name = {r["name"]: r for r in measured}
+        slow = [c for c in self.contenders if c.group == group and c.slow]
+        for c in slow:  # each its own count: scaled by its own phase
+            self._scale(group, [c], [by_name.get(c.name, {})])
+        fast = [c for c in self.contenders if c.group == group and not c.slow]
+        self._scale(group, fast, [by_name.get(c.name, {}) for c in fast])
+        if group == "subscribe":
+            self.fill(max(self.counts[_key(c)] for c in self.contenders if c.group == group))
+
+    def _scale(self, group: str, members: list[Contender], measured: list[dict[str, Any]]) -> None:
+        seconds = [r["seconds"] for r in measured if r.get("seconds") and not r.get("problem")]
         if not seconds:
             return
         factor = self.plan.phase_s / statistics.median(seconds)
@@ -434,14 +444,12 @@ class RatioRun:
             return
         factor = min(factor, 3.0)  # one noisy repetition must not make phases endless
         step = ROUND_TO[group]
-        for c in self.contenders:
-            if c.group == group:
-                key = _key(c)
-                wanted = math.ceil(self.counts[key] * factor / step) * step
-                self.counts[key] = max((PROBE_SLOW if c.slow else PROBE)[group], wanted)
-        print(f"  {group}: phases of {statistics.median(seconds):.2f} s, counts x{factor:.2f}")
-        if group == "subscribe":
-            self.fill(max(self.counts[_key(c)] for c in self.contenders if c.group == group))
+        for c in members:
+            key = _key(c)
+            wanted = math.ceil(self.counts[key] * factor / step) * step
+            self.counts[key] = max((PROBE_SLOW if c.slow else PROBE)[group], wanted)
+        names = ", ".join(c.name for c in members)
+        print(f"  {group} ({names}): phases of {statistics.median(seconds):.2f} s, x{factor:.2f}")
 
 
 def parse_groups(text: str) -> set[str]:

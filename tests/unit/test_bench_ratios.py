@@ -240,13 +240,32 @@ def test_counts_follow_the_machine_when_phases_come_out_far_from_the_plan() -> N
     cs = contenders_for(plan)
     run = RatioRun(plan, None, None, cs)  # type: ignore[arg-type]  # no server needed
     run.counts = {f"{c.group}/{c.name}": 30_000 for c in cs}
-    fast = [{"seconds": s, "problem": None} for s in (1.0, 1.2, 0.9)]
-    run.rescale("publish", fast)  # 1 s phases: three times the messages
+    names = ("go-async", "ours-nats", "ours-grpc-h2")
+
+    def phases(*seconds: float) -> list[dict[str, Any]]:
+        return [
+            {"name": n, "seconds": s, "problem": None} for n, s in zip(names, seconds, strict=True)
+        ]
+
+    run.rescale("publish", phases(1.0, 1.2, 0.9))  # 1 s phases: three times the messages
     assert run.counts["publish/go-async"] == run.counts["publish/ours-nats"] == 90_000
     assert run.counts["one/go-sync"] == 30_000  # other groups keep theirs
-    near = [{"seconds": s, "problem": None} for s in (2.5, 5.5, 4.1)]
-    run.rescale("publish", near)  # close enough (longer is fine up to twice): unchanged
+    run.rescale("publish", phases(2.5, 5.5, 4.1))  # close enough (up to twice): unchanged
     assert run.counts["publish/ours-grpc-h2"] == 90_000
-    stalled = [{"seconds": 60.0, "problem": None}] * 3
-    run.rescale("publish", stalled)  # never below the warm-up count
+    run.rescale("publish", phases(60.0, 60.0, 60.0))  # never below the warm-up count
     assert run.counts["publish/go-async"] == 20_000
+
+
+def test_a_slow_side_contender_is_scaled_by_its_own_phase() -> None:
+    from bench.ratios import RatioRun
+
+    plan = RatioPlan.full()  # phases of 4 s; grpc.aio contenders are slow
+    cs = [c for c in contenders_for(plan) if c.group == "publish"]
+    run = RatioRun(plan, None, None, cs)  # type: ignore[arg-type]  # no server needed
+    run.counts = {f"{c.group}/{c.name}": 100_000 for c in cs}
+    run.counts["publish/ours-grpc-aio"] = 10_000
+    measured = [{"name": c.name, "seconds": 4.0, "problem": None} for c in cs]
+    measured[-1] = {"name": "ours-grpc-aio", "seconds": 1.0, "problem": None}
+    run.rescale("publish", measured)
+    assert run.counts["publish/ours-grpc-aio"] == 30_000  # x4 asked, x3 at most
+    assert run.counts["publish/go-async"] == 100_000
