@@ -77,11 +77,9 @@ class _Earlier:
         self._range = r
         self._first = min((s.begin for s in states if 0 <= s.begin < r.start), default=r.start)
         self._messages: list[Message] | None = None
-        self.reads = 0  # how many times the server was asked
 
     def _read(self, begin: int, end: int) -> list[Message]:
         r = self._range
-        self.reads += 1
         return self._runtime.run(
             read_range(self._runtime.client, r.stream, r.partition, begin, end)
         )
