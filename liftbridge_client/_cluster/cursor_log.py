@@ -14,7 +14,9 @@ uses), in three steps:
 
 1. A ``__cursors`` partition whose high watermark is below its newest offset gets a record
    of the client's own (cursor ``WAKE_ID`` on stream ``__cursors``), which brings the
-   watermark back, before the server is asked.
+   watermark back, before the server is asked. So does a paused one (servers pause a
+   ``__cursors`` partition after a minute without writes by default), which the record
+   resumes.
 2. The server's answer; -1 is final (no record of the key, or all of them -1; only a
    -1 the server cached while the watermark was hidden, for a FetchCursor from another
    client, stays wrong: docs/compatibility.md).
@@ -159,7 +161,15 @@ async def _checked(
 ) -> int:
     cursor_id, stream, partition = cursor
     key = cursor_key(cursor_id, stream, partition)
-    info = await _admin.fetch_partition_metadata(metadata, options, CURSORS_STREAM, owner)
+    try:
+        info = await _admin.fetch_partition_metadata(metadata, options, CURSORS_STREAM, owner)
+    except errors.NotLeaderError:
+        # The partition's leader is known but not leading it: paused. The server pauses
+        # a __cursors partition after a minute without writes (cursors.stream.auto.pause
+        # .time) and answers FetchPartitionMetadata only where a partition runs; a write
+        # resumes it (and, resumed from disk, v1.9.0 hides its watermark as at a restart).
+        await _wake(metadata, options, owner, partitions, None)
+        info = await _admin.fetch_partition_metadata(metadata, options, CURSORS_STREAM, owner)
     if info.high_watermark < info.newest_offset:
         await _wake(metadata, options, owner, partitions, info.newest_offset)
     offset = await _admin.fetch_cursor(metadata, options, cursor_id, stream, partition)
@@ -176,15 +186,23 @@ async def _checked(
 
 
 async def _wake(
-    metadata: MetadataCache, options: ClientOptions, owner: int, partitions: int, newest: int
+    metadata: MetadataCache,
+    options: ClientOptions,
+    owner: int,
+    partitions: int,
+    newest: int | None,
 ) -> None:
-    """Bring back a high watermark hidden since a restart: a record of our own."""
-    log.info(
-        "%s/%d: high watermark below the newest offset %d; writing a record to restore it",
-        CURSORS_STREAM,
-        owner,
-        newest,
-    )
+    """Resume a paused partition (``newest`` None) or bring back a high watermark hidden
+    since a restart: a record of our own does both."""
+    if newest is None:
+        log.info("%s/%d: paused; writing a record to resume it", CURSORS_STREAM, owner)
+    else:
+        log.info(
+            "%s/%d: high watermark below the newest offset %d; writing a record to restore it",
+            CURSORS_STREAM,
+            owner,
+            newest,
+        )
     target = wake_target(owner, partitions)
     await _admin.set_cursor(metadata, options, WAKE_ID, CURSORS_STREAM, target, 0)
 

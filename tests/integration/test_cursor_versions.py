@@ -131,3 +131,39 @@ async def test_a_rewound_cursor_pushed_out_of_the_cache(node: SingleNode) -> Non
         # again, as the reads above put "reader" back in).
         assert await client.fetch_cursor(f"other-{CACHE_SIZE - 1}", "orders") == CACHE_SIZE - 1
         assert await client.fetch_cursor("other-0", "orders") == 0
+
+
+async def partition_paused(address: str) -> bool:
+    """Whether the node refuses FetchPartitionMetadata for ``__cursors`` 0 as not leading
+    it (while it is its leader): what a paused partition answers."""
+    req = api_pb2.FetchPartitionMetadataRequest(stream="__cursors", partition=0)
+    async with grpc.aio.insecure_channel(address) as channel:
+        try:
+            await api_pb2_grpc.APIStub(channel).FetchPartitionMetadata(req, timeout=5)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            return True
+    return False
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_cursor_read_while_its_partition_is_paused(tmp_path: Path, version: str) -> None:
+    # Servers pause a __cursors partition after cursors.stream.auto.pause.time without
+    # writes (one minute by default; CI's long-lived servers see it between tests).
+    settings = {"cursors.stream.auto.pause.time": "1s"}
+    with SingleNode(base_dir=tmp_path, version=version, settings=settings) as node:
+        async with Client(node.addresses, options=OPTIONS) as client:
+            await client.set_cursor("reader", "orders", 10)
+            await client.set_cursor("reader", "orders", 5)
+            deadline = asyncio.get_running_loop().time() + 20
+            while not await partition_paused(node.address):
+                assert asyncio.get_running_loop().time() < deadline, "never paused"
+                await asyncio.sleep(0.3)
+            listed = await client.fetch_metadata("__cursors")
+            assert listed.streams["__cursors"].partitions[0].paused
+            assert await client.fetch_cursor("reader", "orders") == 5
+            assert not await partition_paused(node.address)  # the client's record resumed it
+            assert await client.fetch_cursor("absent", "orders") == -1
+            await client.set_cursor("reader", "orders", 7)
+            assert await client.fetch_cursor("reader", "orders") == 7
