@@ -327,6 +327,10 @@ class Action(enum.Enum):
     # lists the partition (a restarting broker answers NOT_FOUND until it has loaded it);
     # else resubscribe. The error is the end reason when it is gone.
     CHECK_DELETED = "check_deleted"
+    # INTERNAL "segment has been closed" opening a reader: the partition is paused, or
+    # retention closed the segment the reader was opening. Paused (the error is the end
+    # reason) only if the refreshed metadata says so; else subscribe again.
+    CHECK_PAUSED = "check_paused"
     FAIL = "fail"  # raise the error as it is
 
 
@@ -414,20 +418,19 @@ def classify(exc: errors.LiftbridgeError, spec: SubscribeSpec, phase: Phase) -> 
         if LOG_DELETED in details:  # the leader saw the deletion itself
             return Verdict(Action.END_RAISE, deleted)
         return Verdict(Action.CHECK_DELETED, deleted)
-    if (isinstance(exc, errors.FailedPreconditionError) and LOG_CLOSED in details) or (
-        isinstance(exc, errors.InternalServerError) and SEGMENT_CLOSED in details
-    ):
+    closed_log = isinstance(exc, errors.FailedPreconditionError) and LOG_CLOSED in details
+    closed_segment = isinstance(exc, errors.InternalServerError) and SEGMENT_CLOSED in details
+    if closed_log or closed_segment:
         # Paused while subscribed (FAILED_PRECONDITION), or paused before (INTERNAL
-        # "Failed to create stream reader: segment has been closed").
-        return Verdict(
-            Action.END_RAISE,
-            _end(
-                errors.PartitionPausedEnd,
-                f"{where}: the partition is paused ({details}); subscribe with resume=True "
-                "to resume it",
-                exc,
-            ),
+        # "Failed to create stream reader: segment has been closed", which a segment
+        # that retention deleted under the new reader also gives).
+        paused = _end(
+            errors.PartitionPausedEnd,
+            f"{where}: the partition is paused ({details}); subscribe with resume=True "
+            "to resume it",
+            exc,
         )
+        return Verdict(Action.CHECK_PAUSED if closed_segment else Action.END_RAISE, paused)
     if (
         isinstance(exc, errors.InternalServerError)
         and spec.stop is StopPosition.TIMESTAMP

@@ -457,7 +457,7 @@ class Subscription:
             err = errors.UnavailableError("the server ended the subscription stream")
         self._drop_call()
         verdict = classify(err, self._spec, Phase.STREAMING)
-        if verdict.action is Action.RESUBSCRIBE or verdict.action is Action.CHECK_DELETED:
+        if verdict.action in (Action.RESUBSCRIBE, Action.CHECK_DELETED, Action.CHECK_PAUSED):
             log.info("%r: stream broke (%s); resubscribing", self, err)
             return
         self._conclude(verdict.action, verdict.error)
@@ -521,6 +521,12 @@ class Subscription:
                         self._conclude(Action.END_RAISE, verdict.error)
                         return
                     log.info("%r: %s; metadata: %s: trying again", self, exc, self._seen(absence))
+                elif verdict.action is Action.CHECK_PAUSED:
+                    refreshed = await self._refresh_metadata(deadline)
+                    if not refreshed or self._paused():
+                        self._conclude(Action.END_RAISE, verdict.error)
+                        return
+                    log.info("%r: %s, but the partition is not paused: trying again", self, exc)
                 elif verdict.action is not Action.RESUBSCRIBE:
                     self._conclude(verdict.action, verdict.error)
                     return
@@ -634,6 +640,12 @@ class Subscription:
         """The cached metadata lists this subscription's partition."""
         info = self._metadata.current.streams.get(self._spec.stream)
         return info is not None and self._spec.partition in info.partitions
+
+    def _paused(self) -> bool:
+        """The cached metadata says this subscription's partition is paused."""
+        info = self._metadata.current.streams.get(self._spec.stream)
+        part = None if info is None else info.partitions.get(self._spec.partition)
+        return part is not None and part.paused
 
     async def _refresh_metadata(self, deadline: float | None) -> bool:
         """Refresh the cached metadata; False when no answer came."""

@@ -90,6 +90,7 @@ class Partition:
     leader: str
     isr: list[str]
     replicas: list[str] = field(default_factory=list)
+    paused: bool = False
 
 
 @dataclass
@@ -410,7 +411,7 @@ class FakeCluster:
             for pid, p in stream.partitions.items():
                 meta.partitions[pid].CopyFrom(
                     api_pb2.PartitionMetadata(
-                        id=pid, leader=p.leader, replicas=p.replicas, isr=p.isr
+                        id=pid, leader=p.leader, replicas=p.replicas, isr=p.isr, paused=p.paused
                     )
                 )
         return resp

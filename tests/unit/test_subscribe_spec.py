@@ -300,7 +300,7 @@ CASES: list[tuple[dict[str, Any], Phase, grpc.StatusCode, str, Action, type[Exce
         Phase.OPENING,
         OK_.INTERNAL,
         "Failed to create stream reader: segment has been closed",
-        Action.END_RAISE,
+        Action.CHECK_PAUSED,  # paused, or retention closed the segment: the metadata says
         errors.PartitionPausedEnd,
     ),
     (

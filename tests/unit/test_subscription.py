@@ -332,6 +332,45 @@ async def test_deleted_and_paused_are_raised_after_the_messages(
         await anext(sub)
 
 
+CLOSED_SEGMENT = "Failed to create stream reader: segment has been closed"
+
+
+@pytest.mark.parametrize("paused", [True, False])
+async def test_a_closed_segment_at_open_is_a_pause_only_if_the_metadata_says_so(
+    make_cluster: MakeCluster, paused: bool
+) -> None:
+    """INTERNAL "segment has been closed" answers a Subscribe to a paused partition, and
+    also one whose reader opened a segment that retention deleted at that moment (seen
+    under load in the Spark reader's tests): only the first ends the subscription."""
+    cluster = await make_cluster()
+    cluster.fake.streams["s"].partitions[0].paused = paused
+    cluster.script(A, rpc_error(grpc.StatusCode.INTERNAL, CLOSED_SEGMENT))
+    cluster.script(A, EMPTY, msg(7))
+    sub, _ = subscribe(cluster, start=StartPosition.EARLIEST)
+    if paused:
+        with pytest.raises(errors.PartitionPausedEnd, match="resume=True"):
+            async with sub:
+                pass
+        assert len(cluster.requests) == 1
+    else:
+        async with sub:
+            assert (await anext(sub)).offset == 7
+            assert sub.end_reason is None
+        assert len(cluster.requests) == 2
+
+
+async def test_a_closed_segment_mid_stream_resubscribes_after_the_last_offset(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = await make_cluster()
+    cluster.script(A, EMPTY, msg(0), rpc_error(grpc.StatusCode.INTERNAL, CLOSED_SEGMENT))
+    cluster.script(A, EMPTY, msg(1))
+    sub, _ = subscribe(cluster, start=StartPosition.EARLIEST)
+    async with sub:
+        assert [(await anext(sub)).offset for _ in range(2)] == [0, 1]
+    assert [req.startOffset for _, req in cluster.requests][-1] == 1
+
+
 # ---------------------------------------------------------------- resubscribe
 
 
