@@ -226,6 +226,7 @@ class PublishStats:
     unknown_acks: int  # acks for no pending publish: late after a timeout, duplicates
     undecodable_acks: int  # messages on the NATS ack inbox that were not valid acks
     mismatched_acks: int = 0  # acks whose stream/partition differ from the publish: dropped
+    nats_detours: int = 0  # times NATS publishes went over gRPC for a while (nats_detour)
 
 
 @dataclass(frozen=True, slots=True)

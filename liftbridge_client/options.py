@@ -199,6 +199,12 @@ class ClientOptions:
     max_inflight: int = 4096
     transport: Transport | None = None  # None: NATS if connected to NATS, else gRPC
     envelope_crc: bool = False  # add CRC-32C to enveloped NATS publishes
+    # When NATS publishes time out while the metadata shows their partitions healthy (the
+    # NATS server this client is on cut off from their leaders, as on the minority side of
+    # a split), publish over the leaders' gRPC streams for a while (5 s or 2 x ack_wait,
+    # doubling up to 60 s while it lasts) and move the NATS connection to another server
+    # of the cluster. False keeps NATS publishes on NATS, and failing, until it heals.
+    nats_detour: bool = True
     metadata_refresh_interval: OptionalSeconds = OptionalSeconds(30.0)  # None: on errors only
     resubscribe_wait: Seconds = Seconds(30.0)  # how long a subscription keeps trying to come back
     # gRPC keepalive pings during calls; None disables. The server (grpc-go defaults) closes
@@ -244,6 +250,7 @@ class ClientOptions:
     def __post_init__(self) -> None:
         _validate.int_arg("max_inflight", self.max_inflight, 1, _validate.INT32_MAX)
         _validate.flag("envelope_crc", self.envelope_crc)
+        _validate.flag("nats_detour", self.nats_detour)
         if not isinstance(self.retry, RetryPolicy):
             raise InvalidInputError(f"retry must be a RetryPolicy, got {self.retry!r}")
         if self.tls is not None and not isinstance(self.tls, TLSConfig):

@@ -1,4 +1,4 @@
-"""Publishing, from a call to its ack, in 10 modules (each imports only the ones after it).
+"""Publishing, from a call to its ack, in 11 modules (each imports only the ones after it).
 
 - `publisher`: `Publisher`, the queue and its one sender loop. Each verb (``publish``,
   ``send``, ``publish_nowait``) takes the client's typed arguments and picks the path:
@@ -6,6 +6,8 @@
   whose arguments `_publish_args` checks once, then the queue.
 - `timeouts`: `TimeoutCheck`, why a NATS publish got no ack (one metadata check per
   burst of timeouts).
+- `strand`: `Strand` and `Detour`, when NATS publishes go over the leaders' streams
+  instead (the NATS server the client is on cut off from their leaders).
 - `route`: what a publish is on its way out (`Item`), the interface of the ways out
   (`Route`: prepare, direct, submit, send, usable, close) and what they share with the
   publisher (`Slots`: correlation ids, the ack wait, the sender's queue).

@@ -43,7 +43,8 @@ head of the queue, in order, for a new stream. Mixing transports for one partiti
 no order guarantee (the gRPC path goes through a broker, the NATS path does not).
 
 Transports: ``ClientOptions.transport`` (None: NATS when the client has a NATS
-connection, else gRPC), overridden per call with ``transport=``.
+connection, else gRPC), overridden per call with ``transport=``. NATS publishes detour
+over the leaders' streams while NATS looks stranded (`_publish.strand`).
 
 Silence from the server surfaces after the ack wait (which counts from the call,
 queueing included): over NATS, a publish to a paused partition (it is only
@@ -77,6 +78,7 @@ from liftbridge_client._publish.leaders import LeaderRoute
 from liftbridge_client._publish.nats import NatsPublisher, NatsRoute
 from liftbridge_client._publish.outages import OutageLog
 from liftbridge_client._publish.route import Item, Route, Slots
+from liftbridge_client._publish.strand import Detour, Strand
 from liftbridge_client._publish.timeouts import TimeoutCheck
 from liftbridge_client._publish_args import (
     INT32_MAX,
@@ -146,6 +148,13 @@ class Publisher:
             spawn=tasks.spawn,
             clock=self._loop.time,
         )
+        # NATS publishes go around a NATS server cut off from their leaders (_publish.strand).
+        self._detour = (
+            Detour(Strand(options.ack_wait), self._loop, self._route_nats, nats, tasks.spawn)
+            if nats is not None and options.nats_detour
+            else None
+        )
+        self._timeouts.on_strand = self._detour.stranded if self._detour else None
         self._correlator.on_timeout = self._timeouts.take
         self._transport = options.transport or (_NATS if nats is not None else Transport.GRPC)
         # What the routes share: correlation ids, the ack wait, the sender's queue.
@@ -172,6 +181,7 @@ class Publisher:
             outages=self._outages,
             h2=options.stream_transport is StreamTransport.H2,
         )
+        self._nats_way: Route | None = self._nats_route  # the leaders' streams in a detour
         self._default_route: Route | None = (
             self._nats_route if self._transport is _NATS else self._leaders
         )
@@ -458,7 +468,7 @@ class Publisher:
         elif type(transport) is not Transport:
             return None
         else:
-            route = self._nats_route if transport is _NATS else self._leaders
+            route = self._nats_way if transport is _NATS else self._leaders
         if route is None:
             return None
         info = self._metadata.current.streams.get(stream)
@@ -580,7 +590,7 @@ class Publisher:
                     "transport NATS needs a NATS connection: create the Client with "
                     "nats_servers=[...], or publish with transport=Transport.GRPC"
                 )
-            route = self._nats_route
+            route = self._nats_way or self._nats_route
         cid = args.correlation_id
         if cid is None:
             slots = self._slots
@@ -802,6 +812,12 @@ class Publisher:
             await self._correlator.wait_empty()
         return self._correlator.held
 
+    def _route_nats(self, detour: bool) -> None:
+        """NATS publishes go over the leaders' streams (``detour``), or over NATS again."""
+        self._nats_way = self._leaders if detour else self._nats_route
+        if self._transport is _NATS:
+            self._default_route = self._nats_way
+
     def nats_lost(self, cause: BaseException) -> None:
         """nats-py closed the connection for good: fail every NATS publish now.
 
@@ -835,6 +851,8 @@ class Publisher:
         if self._closed:
             return
         self._closed = True
+        if self._detour is not None:
+            self._detour.close()
         self._slots.closed = True  # a stream that breaks now gives nothing back
         self._fast_ok = False
         if deadline is None:
@@ -862,6 +880,7 @@ class Publisher:
             unknown_acks=self._correlator.unknown_acks,
             undecodable_acks=self._nats_pub.undecodable_acks if self._nats_pub else 0,
             mismatched_acks=self._nats_pub.mismatched_acks if self._nats_pub else 0,
+            nats_detours=self._detour.strand.detours if self._detour else 0,
         )
 
 

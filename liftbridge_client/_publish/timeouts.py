@@ -30,6 +30,10 @@ silent, so the leader is slow or cut off), and its leader becomes suspect
 (`MetadataCache.suspect`: asked last by every refresh for a while, and the metadata
 refreshed around it at once), so the next publishes go to the leader the others elect.
 
+A check whose answers leave only the NATS path to blame (the leader moved, or the
+partition looks healthy) calls ``on_strand``: the publisher may detour
+(`_publish.strand`).
+
 `diagnose` is pure; `TimeoutCheck` is given the metadata calls and the task spawner
 (`_publish.publisher.Publisher` wires them), so it imports nothing above `acks`.
 """
@@ -148,6 +152,8 @@ class TimeoutCheck:
         clock: Callable[[], float],
     ) -> None:
         self._refresh = refresh
+        # Called after a check whose answers leave only the NATS path to blame.
+        self.on_strand: Callable[[], None] | None = None
         self._current = current
         self._suspect = suspect
         self._spawn = spawn
@@ -203,9 +209,12 @@ class TimeoutCheck:
             waiting, self._waiting = self._waiting, []
             if after is not None:
                 self._answer = (self._clock() + TTL, before, after)
+            stranded = False
             for fut, exc, stream, subject in waiting:
                 if after is not None:
-                    _settle(fut, diagnose(exc, stream, subject, before, after))
+                    result = diagnose(exc, stream, subject, before, after)
+                    stranded = stranded or _stranded(result)
+                    _settle(fut, result)
                 elif failure is not None:
                     plain = errors.AckTimeoutError(
                         f"{exc} (checking the partition's state failed: {failure})"
@@ -216,6 +225,8 @@ class TimeoutCheck:
                     _settle(fut, exc)
         if failure is not None:
             log.debug("ack timeout check failed: %r", failure)
+        elif stranded and self.on_strand is not None:
+            self.on_strand()
 
     def close(self) -> None:
         """Settle the publishes waiting for a check with their `AckTimeoutError` now."""
@@ -240,6 +251,14 @@ def _leaders(metadata: Metadata, publishes: Collection[tuple[str, str]]) -> froz
         if broker is not None:
             found.add(broker.address)
     return frozenset(found)
+
+
+def _stranded(result: errors.LiftbridgeError) -> bool:
+    """A diagnosis that leaves the NATS path itself as the suspect: the partition has a
+    leader and takes writes (it moved, or looks healthy), yet the publish got no ack."""
+    if isinstance(result, errors.NotLeaderError):
+        return result.details == "leader moved"
+    return isinstance(result, errors.AckTimeoutError)
 
 
 def _settle(fut: AckFuture, exc: BaseException) -> None:

@@ -289,6 +289,27 @@ def abort_nats_transport(nc: nats.aio.client.Client) -> None:
     raw.abort()
 
 
+async def move_nats(nc: nats.aio.client.Client) -> bool:
+    """Ask nats-py to reconnect to another server of its pool (the publisher's detour,
+    `_publish.strand`); False when the pool has no other server or it cannot.
+
+    nats-py 2.13+ has ``force_reconnect()``; older ones reconnect on ``_process_op_err``
+    (private), which is what a read error makes them do.
+    """
+    if not nc.is_connected or len(nc.servers) < 2:
+        return False
+    force = getattr(nc, "force_reconnect", None)
+    if callable(force):
+        await force()
+        return True
+    op_err = getattr(nc, "_process_op_err", None)
+    if not callable(op_err):
+        _fallback("moving to another NATS server", "no force_reconnect() or _process_op_err()")
+        return False
+    await op_err(ConnectionResetError("moving to another NATS server"))
+    return True
+
+
 def ssl_context(tls: TLSConfig, name: str = "nats_tls") -> ssl.SSLContext:
     """A client-side SSL context: the CA (default: the system's), and a client certificate."""
     try:

@@ -109,6 +109,9 @@ class Verdict:
     group_recover_s: float | None = None  # worst heal -> every partition handed out again
     majority_s: float | None = None  # split -> every partition acked on the majority side
     minority_acked: int = 0  # acks the minority's node gave during a split (must survive)
+    # split -> the NATS publisher on the minority's NATS server acked on every partition,
+    # counted from the majority's first ack there (STRANDED_BOUND)
+    stranded_s: float | None = None
     still_acked: int = 0  # values acked to the still streams of crash-all rounds
     hidden: int = 0  # of those, acked before a crash and not read back within the bound
     restart_read_s: float | None = None  # worst restart -> a still partition read back whole
@@ -444,15 +447,26 @@ def check_group(events: Sequence[Event], verdict: Verdict) -> None:
 
 
 PROBE = "minority-probe"  # the process publishing to the minority side of a split
+# A NATS publisher connected to one node's NATS server only (routed kinds): ``VIA`` + id.
+VIA = "nats-via-"
+# How long after the majority's first ack a NATS publisher stranded on the minority's NATS
+# server may take to get acks again: the fault suite's ack_wait (4 s), then the metadata
+# check and the detour over gRPC (ClientOptions.nats_detour), within a few seconds.
+STRANDED_BOUND = 4.0 + 5.0
 
 
-def acked_since(events: Sequence[Event], stream: str, since: float) -> dict[int, float]:
+def acked_since(
+    events: Sequence[Event], stream: str, since: float, process: str | None = None
+) -> dict[int, float]:
     """Per partition of ``stream``, when the first publish invoked at or after ``since``
-    was acked (the minority probe's left out: this is what the majority accepted)."""
+    was acked (the minority probe's left out: this is what the majority accepted), by any
+    process or by ``process`` only."""
     invoked: dict[str, float] = {}
     first: dict[int, float] = {}
     for e in events:
         if e.f != "publish" or e.stream != stream or e.process == PROBE:
+            continue
+        if process is not None and e.process != process:
             continue
         if e.type == "invoke":
             invoked[e.process] = e.t  # a publisher has one publish in flight
@@ -496,8 +510,41 @@ def check_splits(events: Sequence[Event], verdict: Verdict) -> None:
         if acked:
             worst = max(acked.values()) - start.t
             verdict.majority_s = round(max(verdict.majority_s or 0.0, worst), 2)
+        _check_stranded(events, window, stream or "", start, acked, verdict)
         verdict.minority_acked += sum(
             1 for e in window if e.type == "ok" and e.process == PROBE and e.t > start.t
+        )
+
+
+def _check_stranded(
+    events: Sequence[Event],
+    window: Sequence[Event],
+    stream: str,
+    start: Event,
+    acked: dict[int, float],
+    verdict: Verdict,
+) -> None:
+    """The NATS publisher on the minority's NATS server (if the run had one): acked again
+    on every partition the majority acked, within STRANDED_BOUND of the majority."""
+    targets = (start.data or {}).get("targets") or []
+    process = f"{VIA}{targets[0]}" if targets else ""
+    if not any(e.process == process for e in events):
+        return
+    mine = acked_since(window, stream, start.t, process)
+    late = {p: (mine[p] - t if p in mine else None) for p, t in acked.items()}
+    worst = max((d for d in late.values() if d is not None), default=None)
+    if worst is not None:
+        verdict.stranded_s = round(max(verdict.stranded_s or 0.0, worst), 2)
+    if stuck := sorted(p for p, d in late.items() if d is None or d > STRANDED_BOUND):
+        verdict.anomalies.append(
+            Anomaly(
+                "nats-stranded",
+                stream,
+                stuck[0],
+                f"split at t={start.t:.2f} of {targets}: {process} (NATS through the "
+                f"minority's server) was not acked on partitions {stuck} within "
+                f"{STRANDED_BOUND:.0f} s of the majority ({late})",
+            )
         )
 
 

@@ -27,6 +27,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import os
 import random
 import shutil
 import sys
@@ -36,7 +37,7 @@ from pathlib import Path
 
 import grpc
 
-from faults.fault_checkers import PROBE, acked_since, check, unexpected
+from faults.fault_checkers import PROBE, STRANDED_BOUND, VIA, acked_since, check, unexpected
 from faults.fault_groups import MEMBERS, GroupProgress, drain_group, group_member, record_committed
 from faults.fault_history import Recorder, error_name, load
 from faults.fault_nemesis import CRASH_KINDS, KINDS, ROUTED_KINDS, Nemesis
@@ -157,6 +158,13 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
             eo_publisher(client, history, streams, 0, stop, pace=pace),
             eo_publisher(client, history, streams, 1, stop, pace=pace),
         ]
+        if args.kind in ROUTED_KINDS:
+            # One NATS publisher per node's NATS server (connected before any split): the
+            # one on the minority's side must move on (ClientOptions.nats_detour).
+            publishers += [
+                pinned_nats_publisher(cluster, server_id, history, streams, stop, pace)
+                for server_id in cluster.server_ids
+            ]
         followers = [
             *(subscriber(client, history, streams.plain, p, stop) for p in range(3)),
             committed_follower(client, history, streams, stop),
@@ -191,7 +199,8 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
                     if args.kind in ROUTED_KINDS:
                         # From the start event, as the checker counts: a publish invoked
                         # while the rules went in can be acked by the old leader.
-                        await hold_split(history, streams, started=active.started)
+                        via = f"{VIA}{active.targets[0]}"
+                        await hold_split(history, streams, started=active.started, via=via)
                 finally:
                     if probe is not None:
                         probe.cancel()
@@ -244,16 +253,43 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
             history.emit("note", f="not-recovered", error=f"final reads: {error_name(exc)}")
 
 
-async def hold_split(history: Recorder, streams: Streams, started: float) -> None:
+async def hold_split(history: Recorder, streams: Streams, started: float, via: str) -> None:
     """Keep a split until the majority has acked a write on every partition of the plain
-    stream (at most 60 s more): whether it does is the checkers' question, how soon under
-    this machine's load is not."""
+    stream (at most 60 s more), then until ``via`` (the NATS publisher on the minority's
+    NATS server) has too, or STRANDED_BOUND has passed: whether they do is the checkers'
+    question, how soon under this machine's load is not."""
     deadline = time.monotonic() + 60
     parts = set(range(streams.plain_partitions))
+    majority_at: float | None = None
     while time.monotonic() < deadline:
-        if parts <= set(acked_since(history.events, streams.plain, started)):
-            return
+        if majority_at is None:
+            if parts <= set(acked_since(history.events, streams.plain, started)):
+                majority_at = time.monotonic()
+        else:
+            moved = parts <= set(acked_since(history.events, streams.plain, started, via))
+            if moved or time.monotonic() > majority_at + STRANDED_BOUND + 1.0:
+                return
         await asyncio.sleep(0.5)
+
+
+async def pinned_nats_publisher(
+    cluster: AddressedCluster,
+    server_id: str,
+    history: Recorder,
+    streams: Streams,
+    stop: asyncio.Event,
+    pace: float,
+) -> None:
+    """A plain publisher over NATS (the default transport) given only node ``server_id``'s
+    NATS server, as a service configured with one NATS URL (nats-py learns the others)."""
+    index = cluster.server_ids.index(server_id)
+    nats_url = cluster.nats_servers[index].url
+    # FAULTS_NATS_DETOUR=0: the publisher without its detour, to see the check fail.
+    options = dataclasses.replace(OPTIONS, nats_detour=os.environ.get("FAULTS_NATS_DETOUR") != "0")
+    async with Client(cluster.addresses, nats_servers=[nats_url], options=options) as client:
+        await plain_publisher(
+            client, history, streams, 10 + index, None, stop, pace=pace, process=f"{VIA}{server_id}"
+        )
 
 
 async def minority_probe(

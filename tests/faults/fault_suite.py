@@ -185,6 +185,7 @@ COLUMNS = (
     "group recover s (max)",
     "split: majority acks s (max)",
     "split: minority acks",
+    "split: stranded NATS s (max)",
     "restart: hidden",
     "restart: readable s (max)",
     "recover s (max)",
@@ -208,6 +209,7 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
 
         recover = [v["recover_s"] for v in verdicts if v.get("recover_s") is not None]
         majority = [v["majority_s"] for v in verdicts if v.get("majority_s") is not None]
+        stranded = [v["stranded_s"] for v in verdicts if v.get("stranded_s") is not None]
         restart_read = [
             v["restart_read_s"] for v in verdicts if v.get("restart_read_s") is not None
         ]
@@ -259,6 +261,7 @@ def table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             f"{max(group_recover):.1f}" if group_recover else "-",
             f"{max(majority):.1f}" if majority else "-",
             total("minority_acked"),
+            f"{max(stranded):.1f}" if stranded else "-",
             f"{total('hidden')} in {sum(1 for v in verdicts if v.get('hidden'))}",
             f"{max(restart_read):.1f}" if restart_read else "-",
             f"{max(recover):.1f}" if recover else "-",

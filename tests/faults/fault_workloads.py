@@ -65,14 +65,18 @@ async def plain_publisher(
     history: Recorder,
     streams: Streams,
     index: int,
-    transport: Transport,
+    transport: Transport | None,
     stop: asyncio.Event,
     *,
     pace: float,
     attempts: int = 30,
+    process: str | None = None,
 ) -> None:
-    """Publish ``w<index>-<n>`` values round-robin over the partitions until ``stop``."""
-    process = f"plain-{index}-{transport.name.lower()}"
+    """Publish ``w<index>-<n>`` values round-robin over the partitions until ``stop``
+    (``transport`` None: the client's default)."""
+    if process is None:
+        assert transport is not None
+        process = f"plain-{index}-{transport.name.lower()}"
     for n in itertools.count():
         if stop.is_set():
             return

@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from faults import fault_check
-from faults.fault_checkers import PROBE, acked_since, check, unexpected
+from faults.fault_checkers import PROBE, STRANDED_BOUND, VIA, acked_since, check, unexpected
 from faults.fault_history import Event, Recorder, load, parse
 from faults.fault_runner import hold_split
 from faults.fault_workloads import Streams
 
 S, E = "plain", "eo"
+VIA1, VIA2 = f"{VIA}n1", f"{VIA}n2"
 
 
 def ev(t: float, type_: str, **fields: Any) -> Event:
@@ -420,13 +421,82 @@ async def test_the_runner_holds_a_split_by_the_checkers_count(tmp_path: Path) ->
         ev(2.1, "ok", process="p-0", f="publish", stream=S, partition=0, offset=0, value="a"),
     ]
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(hold_split(recorder, streams, started=2.0), 1.2)
+        await asyncio.wait_for(hold_split(recorder, streams, started=2.0, via=VIA1), 1.2)
     recorder.events += [
         ev(2.2, "invoke", process="p-0", f="publish", stream=S, partition=0, value="b"),
         ev(4.0, "ok", process="p-0", f="publish", stream=S, partition=0, offset=1, value="b"),
+        # The NATS publisher on the minority's server, moved on.
+        ev(2.3, "invoke", process=VIA1, f="publish", stream=S, partition=0, value="v"),
+        ev(9.0, "ok", process=VIA1, f="publish", stream=S, partition=0, offset=2, value="v"),
     ]
-    await asyncio.wait_for(hold_split(recorder, streams, started=2.0), 1.2)
+    await asyncio.wait_for(hold_split(recorder, streams, started=2.0, via=VIA1), 1.2)
     recorder.close()
+
+
+async def test_the_runner_holds_a_split_for_the_stranded_publisher_up_to_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("faults.fault_runner.STRANDED_BOUND", 0.5)
+    recorder = Recorder(tmp_path / "history.jsonl")
+    streams = Streams(S, 1, E, 1)
+    recorder.events += [
+        ev(2.0, "nemesis", f="start", value="split-leader"),
+        ev(2.2, "invoke", process="p-0", f="publish", stream=S, partition=0, value="b"),
+        ev(4.0, "ok", process="p-0", f="publish", stream=S, partition=0, offset=1, value="b"),
+    ]
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await asyncio.wait_for(hold_split(recorder, streams, started=2.0, via=VIA1), 4.0)
+    assert loop.time() - began >= 1.5  # the bound and its second of margin
+    recorder.close()
+
+
+def stranded_history(via_ack: float | None) -> list[Event]:
+    """split_history, the split held until 25.0, with NATS publishers on n1's (the
+    minority's) and n2's servers; n2's is acked at 2.4 (the majority's first ack of
+    partition 0), n1's first ack after the split comes at ``via_ack`` (None: never)."""
+    history = [e for e in split_history() if e.type not in ("read", "nemesis") or e.f != "stop"]
+    history = [e for e in history if e.type != "read"]
+    history += [
+        ev(2.2, "invoke", process=VIA2, f="publish", stream=S, partition=0, value="v2"),
+        ev(2.4, "ok", process=VIA2, f="publish", stream=S, partition=0, offset=3, value="v2"),
+        ev(2.3, "invoke", process=VIA1, f="publish", stream=S, partition=0, value="v1"),
+        ev(25.0, "nemesis", f="stop", value="split-leader"),
+    ]
+    entries = [[0, 0, "a"], [0, 1, "m-0"], [0, 2, "b"], [0, 3, "v2"]]
+    if via_ack is not None:
+        fields: dict[str, Any] = {"process": VIA1, "f": "publish", "stream": S, "partition": 0}
+        history.append(ev(via_ack, "ok", offset=4, value="v1", **fields))
+        entries.append([0, 4, "v1"])
+    history.append(ev(30.0, "read", f="leader", stream=S, data={"entries": entries}))
+    return sorted(history, key=lambda e: e.t)
+
+
+@pytest.mark.parametrize(
+    ("via_ack", "kinds"),
+    [
+        (2.4 + STRANDED_BOUND - 0.5, set()),  # moved on in time
+        (2.4 + STRANDED_BOUND + 1.0, {"nats-stranded"}),  # too late
+        (None, {"nats-stranded"}),  # never, until the heal
+    ],
+    ids=["moved-on", "late", "stuck"],
+)
+def test_a_nats_publisher_on_the_minoritys_server_must_move_on(
+    via_ack: float | None, kinds: set[str]
+) -> None:
+    verdict = check(stranded_history(via_ack))
+    assert verdict.kinds() == kinds
+    if via_ack is None:
+        assert verdict.stranded_s is None
+    else:
+        assert verdict.stranded_s == pytest.approx(via_ack - 2.4)
+    assert unexpected(verdict, strict=False) == verdict.anomalies
+
+
+def test_a_run_without_pinned_nats_publishers_has_no_stranded_figure() -> None:
+    verdict = check(split_history())
+    assert verdict.stranded_s is None
+    assert "nats-stranded" not in verdict.kinds()
 
 
 def crash_history(read_back: list[list[Any]], seconds: float | None) -> list[Event]:

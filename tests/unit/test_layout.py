@@ -46,6 +46,7 @@ LEVEL = {room: n for n, rooms in enumerate(LAYERS) for room in rooms}
 PUBLISH_ORDER = (
     "publisher",
     "timeouts",
+    "strand",
     "nats",
     "leaders",
     "h2",
