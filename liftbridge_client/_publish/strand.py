@@ -9,7 +9,8 @@ until the split heals, while gRPC publishes reach the new leaders at once.
 `Strand` decides, from the ack timeouts the metadata check could not explain by the
 partition itself (not paused, read-only or gone: its leader moved, or it looks healthy),
 when the publisher detours: NATS publishes go over the leaders' PublishAsync streams for
-a while, and the NATS connection is asked to move to another server of the cluster. When
+a while, and when a leader the client already knew still hears nothing, the NATS
+connection is asked to move to another server of the cluster. When
 the detour ends NATS is tried again; a strand found again soon after doubles the next
 detour (up to `MAX_DETOUR`), so a split that lasts costs one ``ack_wait`` of timeouts per
 detour rather than every publish. `Strand` is pure (the caller passes the time);
@@ -85,23 +86,33 @@ class Detour:
         self._nc = nc
         self._spawn = spawn
         self._timer: asyncio.TimerHandle | None = None
+        self._moved = False  # the NATS connection was asked to move in this detour
         self._closed = False
 
-    def stranded(self) -> None:
-        """NATS publishes timed out while their partitions look healthy."""
-        detour = None if self._closed else self.strand.silent(self._loop.time())
-        if detour is None:
+    def stranded(self, silent: bool) -> None:
+        """NATS publishes timed out while their partitions look led and writable;
+        ``silent``: some with the very leader the client knew (not only moved ones)."""
+        if self._closed:
             return
-        log.warning(
-            "NATS publishes get no acks while their partitions look healthy (this client's "
-            "NATS server may be cut off from their leaders): publishing over gRPC for %.0f s "
-            "and moving the NATS connection",
-            detour,
-        )
-        self._route(True)
-        self._timer = self._loop.call_later(detour, self._over)
-        with contextlib.suppress(RuntimeError):  # the client's tasks are stopping
-            self._spawn(move_nats, self._nc, name="lb-nats-move")
+        detour = self.strand.silent(self._loop.time())
+        if detour is not None:
+            log.warning(
+                "NATS publishes get no acks while their partitions look healthy (this "
+                "client's NATS server may be cut off from their leaders): publishing over "
+                "gRPC for %.0f s",
+                detour,
+            )
+            self._route(True)
+            self._timer = self._loop.call_later(detour, self._over)
+            self._moved = False
+        if silent and not self._moved and self.strand.detoured(self._loop.time()):
+            # A leader that did not move and still hears nothing: the NATS path itself.
+            # (A moved leader alone is an ordinary failover: a move would cost the acks
+            # in flight to every other partition.)
+            self._moved = True
+            log.warning("moving the NATS connection to another server of its pool")
+            with contextlib.suppress(RuntimeError):  # the client's tasks are stopping
+                self._spawn(move_nats, self._nc, name="lb-nats-move")
 
     def _over(self) -> None:
         self._timer = None

@@ -152,8 +152,9 @@ class TimeoutCheck:
         clock: Callable[[], float],
     ) -> None:
         self._refresh = refresh
-        # Called after a check whose answers leave only the NATS path to blame.
-        self.on_strand: Callable[[], None] | None = None
+        # Called after a check whose answers leave only the NATS path to blame, with
+        # whether some leader had not even moved (`_publish.strand.Detour.stranded`).
+        self.on_strand: Callable[[bool], None] | None = None
         self._current = current
         self._suspect = suspect
         self._spawn = spawn
@@ -209,11 +210,12 @@ class TimeoutCheck:
             waiting, self._waiting = self._waiting, []
             if after is not None:
                 self._answer = (self._clock() + TTL, before, after)
-            stranded = False
+            stranded = silent = False
             for fut, exc, stream, subject in waiting:
                 if after is not None:
                     result = diagnose(exc, stream, subject, before, after)
                     stranded = stranded or _stranded(result)
+                    silent = silent or isinstance(result, errors.AckTimeoutError)
                     _settle(fut, result)
                 elif failure is not None:
                     plain = errors.AckTimeoutError(
@@ -226,7 +228,7 @@ class TimeoutCheck:
         if failure is not None:
             log.debug("ack timeout check failed: %r", failure)
         elif stranded and self.on_strand is not None:
-            self.on_strand()
+            self.on_strand(silent)
 
     def close(self) -> None:
         """Settle the publishes waiting for a check with their `AckTimeoutError` now."""

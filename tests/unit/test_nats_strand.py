@@ -87,18 +87,26 @@ async def test_a_detour_routes_around_nats_and_back(supervisor: TaskSupervisor) 
     strand = Strand(0.01)
     detour = Detour(strand, loop, routes.append, nc, supervisor.spawn)  # type: ignore[arg-type]
     monkey: Any = strand
-    monkey._base = 0.2  # a short detour for the test
-    detour.stranded()
-    detour.stranded()  # within the detour: nothing more
+    monkey._base = 0.3  # a short detour for the test
+    detour.stranded(False)  # a leader moved: go around NATS, but leave the connection
+    detour.stranded(False)  # within the detour: nothing more
     assert routes == [True]
     await asyncio.sleep(0.05)
+    assert nc.moves == []
+    detour.stranded(True)  # a leader that did not move hears nothing: move, once
+    detour.stranded(True)
+    await asyncio.sleep(0.05)
     assert nc.moves == ["force_reconnect"]
+    assert routes == [True]
     await asyncio.sleep(0.3)
     assert routes == [True, False]
     assert strand.detours == 1
-    detour.stranded()
+    detour.stranded(True)  # a new detour moves again
+    await asyncio.sleep(0.05)
     assert routes == [True, False, True]
+    assert nc.moves == ["force_reconnect"] * 2
     detour.close()  # its timer is cancelled: the route stays as it is
-    detour.stranded()
-    await asyncio.sleep(0.5)
+    detour.stranded(True)
+    await asyncio.sleep(0.8)
     assert routes == [True, False, True]
+    assert nc.moves == ["force_reconnect"] * 2
