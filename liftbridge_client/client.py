@@ -331,13 +331,18 @@ class Client:
         # One line per outage (nats-py calls this once per lost connection); none when
         # we close the connection ourselves, or while still connecting.
         if not self._closing and not self._nats_down and self._publisher is not None:
-            cause = self._nats_error
-            why = f" ({cause})" if cause is not None and _connection_loss(cause) else ""
-            log.warning("NATS connection lost%s; reconnecting (publishes are buffered)", why)
+            if self._publisher.nats_outage(down=True):
+                log.info("NATS: moving to another server (NATS publishes detour meanwhile)")
+            else:
+                cause = self._nats_error
+                why = f" ({cause})" if cause is not None and _connection_loss(cause) else ""
+                log.warning("NATS connection lost%s; reconnecting (publishes are buffered)", why)
         self._nats_down = True
 
     async def _on_nats_reconnected(self) -> None:
         self._nats_down = False
+        if self._publisher is not None:
+            self._publisher.nats_outage(down=False)
         log.info("NATS connection re-established")
 
     async def _on_nats_closed(self) -> None:

@@ -818,6 +818,10 @@ class Publisher:
         if self._transport is _NATS:
             self._default_route = self._nats_way
 
+    def nats_outage(self, down: bool) -> bool:
+        """nats-py lost (``down``) or regained its connection; True: a move of the detour."""
+        return self._detour.outage(down) if self._detour is not None else False
+
     def nats_lost(self, cause: BaseException) -> None:
         """nats-py closed the connection for good: fail every NATS publish now.
 

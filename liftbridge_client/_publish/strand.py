@@ -40,9 +40,10 @@ MAX_DETOUR = 60.0  # seconds: the longest detour while the strand lasts
 class Strand:
     """Detour state for one publisher's NATS route."""
 
-    __slots__ = ("_base", "_detour", "_ends_at", "detours")
+    __slots__ = ("_base", "_detour", "_ends_at", "ack_wait", "detours")
 
     def __init__(self, ack_wait: float) -> None:
+        self.ack_wait = ack_wait
         self._base = max(MIN_DETOUR, 2 * ack_wait)
         self._detour = 0.0  # the current (or last) detour's length; 0: none yet
         self._ends_at: float | None = None  # when the current or last detour ends
@@ -87,14 +88,18 @@ class Detour:
         self._spawn = spawn
         self._timer: asyncio.TimerHandle | None = None
         self._moved = False  # the NATS connection was asked to move in this detour
+        self._moving = False  # ... and has not reconnected since
+        self._down = False  # nats-py lost the connection and is reconnecting
+        self._quiet_until = 0.0  # timeouts until then belong to the last outage
         self._closed = False
 
     def stranded(self, silent: bool) -> None:
         """NATS publishes timed out while their partitions look led and writable;
         ``silent``: some with the very leader the client knew (not only moved ones)."""
-        if self._closed:
-            return
-        detour = self.strand.silent(self._loop.time())
+        now = self._loop.time()
+        if self._closed or self._down or now < self._quiet_until:
+            return  # a NATS outage explains the silence (and nats-py said so)
+        detour = self.strand.silent(now)
         if detour is not None:
             log.warning(
                 "NATS publishes get no acks while their partitions look healthy (this "
@@ -109,10 +114,25 @@ class Detour:
             # A leader that did not move and still hears nothing: the NATS path itself.
             # (A moved leader alone is an ordinary failover: a move would cost the acks
             # in flight to every other partition.)
-            self._moved = True
+            self._moved = self._moving = True
             log.warning("moving the NATS connection to another server of its pool")
             with contextlib.suppress(RuntimeError):  # the client's tasks are stopping
-                self._spawn(move_nats, self._nc, name="lb-nats-move")
+                self._spawn(self._move, name="lb-nats-move")
+
+    async def _move(self) -> None:
+        if not await move_nats(self._nc):
+            self._moving = False
+
+    def outage(self, down: bool) -> bool:
+        """nats-py lost the connection (``down``) or has it back; True when that is the
+        move this detour asked for (not an outage to warn about)."""
+        moving = self._moving
+        self._down = down
+        if not down:
+            self._moving = False
+            # Publishes sent around the outage may still time out: not a strand.
+            self._quiet_until = self._loop.time() + 2 * self.strand.ack_wait
+        return moving
 
     def _over(self) -> None:
         self._timer = None

@@ -110,3 +110,47 @@ async def test_a_detour_routes_around_nats_and_back(supervisor: TaskSupervisor) 
     await asyncio.sleep(0.8)
     assert routes == [True, False, True]
     assert nc.moves == ["force_reconnect"] * 2
+
+
+async def test_timeouts_a_nats_outage_explains_start_no_detour(supervisor: TaskSupervisor) -> None:
+    """nats-py lost its connection (and the client warned about it): the publishes that
+    time out during it, and for 2 x ack_wait after the reconnect, are no strand."""
+    loop = asyncio.get_running_loop()
+    routes: list[bool] = []
+    strand = Strand(0.1)
+    detour = Detour(strand, loop, routes.append, _Nats(3), supervisor.spawn)  # type: ignore[arg-type]
+    assert detour.outage(down=True) is False  # an outage, not our move: the client warns
+    detour.stranded(True)
+    assert detour.outage(down=False) is False
+    detour.stranded(True)  # within 2 x ack_wait of the reconnect
+    assert routes == []
+    await asyncio.sleep(0.25)
+    detour.stranded(False)
+    assert routes == [True]
+    detour.close()
+
+
+async def test_the_detours_own_move_is_no_outage(supervisor: TaskSupervisor) -> None:
+    loop = asyncio.get_running_loop()
+    nc = _Nats(3)
+    detour = Detour(Strand(0.01), loop, lambda _: None, nc, supervisor.spawn)  # type: ignore[arg-type]
+    detour.stranded(True)
+    await asyncio.sleep(0.05)
+    assert nc.moves == ["force_reconnect"]
+    assert detour.outage(down=True) is True  # the client logs it at INFO
+    assert detour.outage(down=False) is True
+    assert detour.outage(down=True) is False  # a later loss is an outage again
+    detour.close()
+
+
+async def test_a_move_that_cannot_happen_leaves_outages_as_outages(
+    supervisor: TaskSupervisor,
+) -> None:
+    loop = asyncio.get_running_loop()
+    nc = _Nats(1)  # nowhere to move
+    detour = Detour(Strand(0.01), loop, lambda _: None, nc, supervisor.spawn)  # type: ignore[arg-type]
+    detour.stranded(True)
+    await asyncio.sleep(0.05)
+    assert nc.moves == []
+    assert detour.outage(down=True) is False
+    detour.close()
