@@ -18,9 +18,33 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
+class _Publisher:
+    """What the NATS callbacks tell the publisher; ``moving``: the detour asked for it."""
+
+    def __init__(self, moving: bool = False) -> None:
+        self.moving = moving
+        self.outages: list[bool] = []
+
+    def nats_outage(self, down: bool) -> bool:
+        self.outages.append(down)
+        return self.moving
+
+
+async def test_the_detours_own_move_logs_no_warning(caplog: pytest.LogCaptureFixture) -> None:
+    client = Client(["127.0.0.1:9292"])
+    publisher = _Publisher(moving=True)
+    client._publisher = publisher  # type: ignore[assignment]
+    caplog.set_level(logging.DEBUG, logger="liftbridge_client")
+    await client._on_nats_disconnected()
+    await client._on_nats_reconnected()
+    assert _warnings(caplog) == []
+    assert "NATS: moving to another server" in caplog.text
+    assert publisher.outages == [True, False]
+
+
 async def test_an_outage_logs_one_warning_naming_the_loss(caplog: pytest.LogCaptureFixture) -> None:
     client = Client(["127.0.0.1:9292"])
-    client._publisher = object()  # type: ignore[assignment]  # connected, as far as logging goes
+    client._publisher = _Publisher()  # type: ignore[assignment]  # connected, for logging
     caplog.set_level(logging.DEBUG, logger="liftbridge_client")
     # What nats-py calls on a lost connection: the error, then the disconnect, then an
     # error per failed reconnect attempt.
