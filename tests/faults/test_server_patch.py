@@ -280,12 +280,17 @@ def test_patched_restarted_leader_commits_its_log_at_once(patched_tree: Path) ->
 @pytest.mark.timeout(180)
 @pytest.mark.liftbridge_version("v1.9.0")
 async def test_stock_v1_9_0_node_hides_what_it_acked_after_a_kill(tmp_path: Path) -> None:
-    with SingleNode(base_dir=tmp_path, version="v1.9.0") as node:
-        outcome = await single_node_restart(node, "kill")
-    last = outcome.last
+    # The 5 s checkpoint loop may write the final HW in the few ms between the last ack and
+    # the kill; that run shows nothing, so it is repeated on a new node (at most twice).
+    for attempt in range(3):
+        with SingleNode(base_dir=tmp_path / str(attempt), version="v1.9.0") as node:
+            outcome = await single_node_restart(node, "kill")
+        last = outcome.last
+        checkpointed = [-1 if c is None else c for c in outcome.checkpoint]
+        if all(c < last for c in checkpointed):
+            break
     assert outcome.hw_before == [last, last], outcome.to_dict()
     # The HW each partition comes back with is its checkpoint file's (-1 without one)...
-    checkpointed = [-1 if c is None else c for c in outcome.checkpoint]
     assert all(c < last for c in checkpointed), f"a checkpoint caught up: {outcome.to_dict()}"
     assert outcome.hw_at_start == checkpointed, outcome.to_dict()
     # ...and stays there with nothing published: the acked messages past it are unreadable.
