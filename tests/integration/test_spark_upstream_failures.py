@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-ROWS = 60_000  # in 4 Spark partitions: rows 15,000-29,999 are task 1's
-FAIL_AT = 29_000  # task 1's attempt 0 has seen 14,000 rows when the UDF raises
+ROWS = 30_000  # in 4 Spark partitions: rows 7,500-14,999 are task 1's
+FAIL_AT = 14_000  # task 1's attempt 0 has seen 6,500 rows when the UDF raises
 
 # Spark's default Arrow batches (10,000 rows), not the other Spark tests' 200: with those
 # the failure reached the writer as an error; with the default the writer saw its input
@@ -142,7 +142,7 @@ def test_streaming_write_loses_no_row_when_a_task_fails_upstream_of_the_writer(
     (src, src_subject), (dst, dst_subject) = stream_names("src"), stream_names("dst")
     create_stream(liftbridge_server.addresses, src_subject, src, partitions=2)
     create_stream(liftbridge_server.addresses, dst_subject, dst, partitions=2)
-    # Offsets 0-29,999 on each source partition: partition 1's task fails at offset 14,000.
+    # Offsets 0-14,999 on each source partition: partition 1's task fails at offset 6,500.
     publish(liftbridge_server.addresses, src, [(b"k", b"%d" % i, i % 2) for i in range(ROWS)])
     flag = tmp_path / "fail"
     flag.touch()
@@ -153,8 +153,8 @@ def test_streaming_write_loses_no_row_when_a_task_fails_upstream_of_the_writer(
     checked = failing_on_first_attempt(flag, "udf")
 
     def start() -> Any:
-        # Row number FAIL_AT stands for (partition 1, offset 14,000).
-        number = when(col("partition") == 1, col("offset") + 15_000).otherwise(col("offset"))
+        # Row number FAIL_AT stands for (partition 1, offset 6,500).
+        number = when(col("partition") == 1, col("offset") + 7_500).otherwise(col("offset"))
         return (
             spark.readStream.format("liftbridge")
             .option("brokers", broker)
