@@ -165,6 +165,27 @@ def test_garbage_is_nats_py_s_to_judge(
         assert fast.events[:n] == plain.events[:n]
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"MSG a 3 2 \r\n",  # whitespace after the size: nats-py refuses the line
+        b"MSG a 3 2\x0b\r\n",
+        b"MSG a 3 r 2\t\r\n",
+        b"MSG a 3 r \r2\r\n",  # CR between a reply subject and the size: refused too
+        b"MSG a 3 r\n2\r\n",
+        b"MSG a 3 \x00\r2\r\n",  # found by the garbage test above (a NUL as reply)
+        b"MSG a 3\r 2\r\n",  # CR between the sid and the size: accepted by both
+        b"MSG a\t3 2\r\n",
+        b"MSG  a \x0c3  2\r\n",
+    ],
+)
+def test_odd_whitespace_in_a_routed_msg_line_is_judged_as_nats_py_judges_it(line: bytes) -> None:
+    reads = [line + b"hi\r\nPING\r\n"]
+    plain, fast, e1, e2 = _run(reads)
+    assert type(e1) is type(e2)
+    assert fast.events == plain.events
+
+
 def test_serve_routed_stops_at_what_it_does_not_serve() -> None:
     got: list[bytes] = []
     table = {3: got.append}
@@ -178,6 +199,8 @@ def test_serve_routed_stops_at_what_it_does_not_serve() -> None:
     assert serve_routed(b"MS", table) == (0, True)
     assert serve_routed(b"MSG a 4 1\r\nz\r\n", table) == (0, False)  # not routed
     assert serve_routed(b"MSG a x 1\r\nz\r\n", table) == (0, False)  # malformed: nats-py's
+    assert serve_routed(b"MSG a 3 1 \r\nz\r\n", table) == (0, False)  # space after the size
+    assert serve_routed(b"MSG a 3 r \r1\r\nz\r\n", table) == (0, False)  # CR before it
     assert serve_routed(b"MSG " + b"a" * 5000, table) == (0, False)  # over the line limit
 
 
