@@ -82,8 +82,13 @@ async def _read(client: Client, stream: str, partition: int) -> int:
             return count
 
 
+def checkpoint_path(node: SingleNode, stream: str, partition: int) -> Path:
+    """Where the node keeps a partition's HW on disk (written every 5 s and on close)."""
+    return node.node.data_dir / "streams" / stream / str(partition) / CHECKPOINT_FILE
+
+
 def _checkpoint(node: SingleNode, stream: str, partition: int) -> int | None:
-    path = node.node.data_dir / "streams" / stream / str(partition) / CHECKPOINT_FILE
+    path = checkpoint_path(node, stream, partition)
     try:
         return int(path.read_text())
     except FileNotFoundError:

@@ -25,6 +25,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 import pytest
+from faults.restart_scenarios import checkpoint_path
 
 from liftbridge_client import Client, ClientOptions, RetryPolicy
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
@@ -36,7 +37,6 @@ OPTIONS = ClientOptions(
     rpc_timeout=5.0, retry=RetryPolicy(attempts=8, initial_backoff=0.1, max_backoff=1.0)
 )
 CACHE_SIZE = 512  # the server's cursor cache (server/cursors.go, v1.9.0 and master)
-CHECKPOINT_FILE = "replication-offset-checkpoint"  # a partition's HW on disk
 
 VERSIONS = [
     pytest.param("v1.7.1", id="v1.7.1", marks=pytest.mark.liftbridge_version("v1.7.1")),
@@ -93,8 +93,7 @@ async def test_a_rewound_cursor_across_a_restart(node: SingleNode, last: int) ->
         # so the HW on disk is what the 5 s checkpoint loop last wrote: -1 if it has not
         # run since the cursors were set, their HW if it has (a slow machine). Remove the
         # checkpoint so the restart is the first case every time.
-        checkpoint = node.node.data_dir / "streams" / "__cursors" / "0" / CHECKPOINT_FILE
-        checkpoint.unlink(missing_ok=True)
+        checkpoint_path(node, "__cursors", 0).unlink(missing_ok=True)
     node.node.start()
     async with Client(node.addresses, options=OPTIONS) as client:
         hidden = await client.fetch_partition_metadata("__cursors", 0)
