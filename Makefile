@@ -62,7 +62,8 @@ release-check: venv
 # The dependency ranges of pyproject.toml at both ends (docs/compatibility.md): tests/unit
 # and the NATS and h2 integration files in throwaway venvs (.venv-deps-low, .venv-deps-high;
 # reused while their stamp matches) with every runtime dependency at its floor, then at its
-# ceiling or newest. 8-10 minutes on a loaded 2-core machine; TEST_DEPS_ENDS=low: one end.
+# ceiling or newest. 8-10 minutes on a loaded 2-core machine; TEST_DEPS_ENDS=low: one end;
+# high-after-make-test (.ci/run): the ceiling unless .venv holds exactly its versions.
 TEST_DEPS_ENDS ?= low high
 
 .PHONY: test-deps

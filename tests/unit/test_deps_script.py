@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -48,3 +50,25 @@ def test_imports_anywhere_and_through_test_helpers(tmp_path: Path) -> None:
     (unit / "test_g.py").write_text("from spark_helper import start\n")  # the CI failure
     found = load_script().extra_only_unit_tests(tmp_path)
     assert found == [f"tests/unit/test_{c}.py" for c in "abceg"]
+
+
+def test_the_high_end_is_skipped_only_for_a_venv_that_is_exactly_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    script = load_script()
+    monkeypatch.setattr(
+        script, "ranges", lambda: {"nats-py": ("2.10.0", "2.16.0"), "anyio": ("4.12.0", None)}
+    )
+    at_high = {"nats-py": "2.16.0", "anyio": "4.16.0"}
+    assert script.high_end_differences(at_high, {}) == []
+    # A ceiling missed, either way, or a newer release of an unbounded dependency: run it.
+    assert script.high_end_differences({**at_high, "nats-py": "2.15.0"}, {}) == [
+        "nats-py 2.15.0, not its ceiling 2.16.0"
+    ]
+    assert script.high_end_differences({**at_high, "nats-py": "2.17.0"}, {}) != []
+    assert script.high_end_differences(at_high, {"anyio": "4.17.0"}) == [
+        "anyio 4.16.0, not the newest (4.17.0)"
+    ]
+    assert script.high_end_differences({"anyio": "4.16.0"}, {}) == [
+        "nats-py None, not its ceiling 2.16.0"
+    ]
