@@ -497,7 +497,9 @@ class Consumer:
     async def _coordinator_address(self) -> str:
         broker = self._metadata.current.broker(self._coordinator)
         if broker is None:
-            broker = (await self._metadata.refresh()).broker(self._coordinator)
+            await self._metadata.refresh()
+            # Left out of the answer (its NATS was slow for the survey): its last address.
+            broker = self._metadata.known_broker(self._coordinator)
         if broker is None:
             raise errors.UnavailableError(
                 f"coordinator {self._coordinator!r} is not among the known brokers",

@@ -11,12 +11,22 @@ others elect a new one. A leader that stopped acking gRPC publishes is therefore
 for every refresh, periodic or not, and the other such RPCs) asks it last, and the
 metadata is refreshed at once and again every `RECHECK_S` while the answer still names it
 a leader, so that the next publishes go to the leader the others elect.
+
+Brokers left out of an answer. A node lists the brokers that answered its survey over
+NATS in time, so an answer can name a broker as a partition's leader, in its ISR, or as
+a group's coordinator without listing it (its NATS was slow, or cut off, for a moment).
+The cache keeps each broker's last listed address and adds such a broker back to the
+answer it stores (`Metadata.brokers`): a leader's id with no address would fail every
+call routed to it with "no known leader" for as long as the answers leave it out (the
+soak saw 9 minutes of it), although the leader answers over gRPC. A broker only
+replicas name (they never change, even for a node gone for good) is not added back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -27,7 +37,13 @@ from liftbridge_client import errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._tasks import TaskHandle
 from liftbridge_client._transport.grpc import BrokerPool, Stub, call, with_retries
-from liftbridge_client.models import Metadata, PartitionInfo, StreamInfo, metadata_from_proto
+from liftbridge_client.models import (
+    Broker,
+    Metadata,
+    PartitionInfo,
+    StreamInfo,
+    metadata_from_proto,
+)
 from liftbridge_client.options import ClientOptions
 
 log = logging.getLogger(__name__)
@@ -100,6 +116,20 @@ def _leader_addresses(metadata: Metadata) -> set[str]:
     return found
 
 
+def _named_brokers(metadata: Metadata) -> set[str]:
+    """The ids ``metadata`` names as a partition leader, in an ISR or as a coordinator."""
+    named = {g.coordinator for g in metadata.groups.values() if g.coordinator}
+    for info in metadata.streams.values():
+        for part in info.partitions.values():
+            if part.leader:
+                named.add(part.leader)
+            named.update(part.isr)
+    return named
+
+
+KNOWN_BROKERS_MAX = 256  # last listed addresses kept by broker id (a cluster has a few)
+
+
 class MetadataCache:
     def __init__(self, pool: BrokerPool, seeds: Sequence[str], options: ClientOptions) -> None:
         if not seeds:
@@ -116,6 +146,8 @@ class MetadataCache:
         # task refreshing the metadata around them.
         self._suspects: dict[str, float] = {}
         self._suspect_task: TaskHandle | None = None
+        # Each broker's last listed entry, for answers that name it but leave it out.
+        self._known: dict[str, Broker] = {}
 
     @property
     def current(self) -> Metadata:
@@ -181,10 +213,35 @@ class MetadataCache:
         async with self._lock:
             if self._generation != generation:
                 return self._metadata  # someone refreshed while we waited
-            self._metadata = metadata_from_proto(await self.fetch(avoid=avoid))
+            self._metadata = self._complete(metadata_from_proto(await self.fetch(avoid=avoid)))
             self._generation += 1
             await self._drop_departed()
             return self._metadata
+
+    def _complete(self, answer: Metadata) -> Metadata:
+        """``answer`` with the brokers it names but does not list added back from their
+        last listed entries (see the module's docstring)."""
+        known = self._known
+        for broker in answer.brokers:
+            known[broker.id] = broker
+        listed = {b.id for b in answer.brokers}
+        missing = sorted(_named_brokers(answer) - listed)
+        if len(known) > KNOWN_BROKERS_MAX:  # ids come and go: keep what this answer names
+            keep = listed.union(missing)
+            for broker_id in [i for i in known if i not in keep]:
+                del known[broker_id]
+        back = tuple(known[i] for i in missing if i in known)
+        if not back:
+            return answer
+        log.debug(
+            "metadata names brokers it does not list; using their last known addresses: %s",
+            ", ".join(f"{b.id} at {b.address}" for b in back),
+        )
+        return dataclasses.replace(answer, brokers=answer.brokers + back)
+
+    def known_broker(self, broker_id: str) -> Broker | None:
+        """``broker_id``'s entry in the cached metadata, else its last listed one."""
+        return self._metadata.broker(broker_id) or self._known.get(broker_id)
 
     async def _drop_departed(self) -> None:
         known = {b.address for b in self._metadata.brokers} | set(self._seeds)

@@ -20,6 +20,7 @@ from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client._transport.grpc import BrokerPool, Stub
+from liftbridge_client.models import ConsumerGroupInfo, Metadata
 from liftbridge_client.options import ClientOptions, RetryPolicy
 from liftbridge_client.testing import wait_until
 
@@ -57,10 +58,64 @@ async def test_a_broker_that_left_has_its_channel_closed(cluster: FakeCluster) -
     cache = cluster.metadata_cache(OPTIONS, [cluster.address("a")])
     await cache.refresh()
     cache._pool.stub(cluster.address("b"))  # a channel to b is open
+    # b is gone: unlisted, no longer leading or in an ISR (replicas keep naming it).
     cluster.hidden.add("b")
+    cluster.streams["s"].partitions[0] = Partition(leader="a", isr=["a"], replicas=["a", "b"])
     await cache.refresh()
     assert cluster.address("b") not in cache._pool.addresses()
     assert cluster.address("a") in cache._pool.addresses()
+    assert [b.id for b in cache.current.brokers] == ["a"]
+
+
+async def test_a_leader_the_answer_names_but_leaves_out_keeps_its_last_address(
+    cluster: FakeCluster,
+) -> None:
+    """A node lists only the brokers that answered its NATS survey in time: the leader
+    of s/0 (b) left out of the answer still leads, and still answers over gRPC."""
+    cache = cluster.metadata_cache(OPTIONS, [cluster.address("a")])
+    await cache.refresh()
+    cache._pool.stub(cluster.address("b"))
+    cluster.hidden.add("b")
+    await cache.refresh()
+    assert await cache.leader_address("s", 0) == cluster.address("b")
+    assert cache.cached_leader_address("s", 0) == cluster.address("b")
+    assert await cache.replica_address("s", 0) in {cluster.address("a"), cluster.address("b")}
+    assert cluster.address("b") in cache._pool.addresses()  # its channel stays open
+    assert {b.id for b in cache.current.brokers} == {"a", "b"}
+    # Once no partition names it as leader or in an ISR, it is gone.
+    cluster.streams["s"].partitions[0] = Partition(leader="a", isr=["a"], replicas=["a", "b"])
+    await cache.refresh()
+    assert [b.id for b in cache.current.brokers] == ["a"]
+    assert cluster.address("b") not in cache._pool.addresses()
+    # And named again while still unlisted: its last address comes back.
+    cluster.streams["s"].partitions[0] = Partition(leader="b", isr=["b"], replicas=["a", "b"])
+    await cache.refresh()
+    assert await cache.leader_address("s", 0) == cluster.address("b")
+
+
+async def test_a_leader_never_listed_has_no_known_address(cluster: FakeCluster) -> None:
+    cluster.hidden.add("b")
+    cache = cluster.metadata_cache(OPTIONS, [cluster.address("a")])
+    with pytest.raises(errors.UnavailableError, match="no known leader"):
+        await cache.leader_address("s", 0)
+    assert cache.known_broker("b") is None
+
+
+async def test_a_coordinator_left_out_of_the_answer_keeps_its_last_address(
+    cluster: FakeCluster,
+) -> None:
+    cache = cluster.metadata_cache(OPTIONS, [cluster.address("a")])
+    await cache.refresh()
+    b = cache.current.broker("b")
+    assert b is not None
+    answer = Metadata(
+        brokers=tuple(x for x in cache.current.brokers if x.id != "b"),
+        streams={},
+        groups={"g": ConsumerGroupInfo(group_id="g", coordinator="b", epoch=1)},
+    )
+    assert cache._complete(answer).broker("b") == b  # named as the group's coordinator
+    assert cache._complete(replace(answer, groups={})).broker("b") is None
+    assert cache.known_broker("b") == b  # what the group consumer falls back to
 
 
 async def test_all_seeds_dead_raises_no_broker_available(cluster: FakeCluster) -> None:
