@@ -45,6 +45,8 @@ VERSION_FILE = ROOT / "liftbridge_client" / "_version.py"
 CHANGELOG = ROOT / "CHANGELOG.md"
 PATCHES = ROOT / "patches" / "liftbridge"
 PACKAGED_PATCHES = "liftbridge_client/testing/server_patches"
+EXAMPLES_SCALE = "0.2"  # LIFTBRIDGE_TEST_EXAMPLES for the sdist's unit tests
+
 # The extras `make venv` installs: what tests/unit imports (hypothesis, mkdocs, pyspark...).
 TEST_EXTRAS = "dev,cli,docs,otel,spark,extras-test"
 
@@ -257,6 +259,9 @@ def test_sdist(sdist: Path, work: Path, version: str) -> str:
         PYTHONPATH=str(helpers),
         PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
         RELEASE_CHECK_IMPORTED=str(imported),
+        # Whether the installed package works, not another search of inputs: the generated
+        # tests draw a fifth of their examples (tests/unit/budget.py; make test draws all).
+        LIFTBRIDGE_TEST_EXAMPLES=EXAMPLES_SCALE,
     )
     # The venv's pytest script: the unpacked source tree is not on sys.path (python -m
     # would put the working directory first).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import hypothesis.strategies as st
+from budget import examples
 from hypothesis import settings
 from hypothesis.stateful import (
     Bundle,
@@ -177,6 +178,6 @@ class CorrelatorMachine(RuleBasedStateMachine):
 
 
 CorrelatorMachine.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=40, deadline=None
+    max_examples=examples(100), stateful_step_count=40, deadline=None
 )
 TestCorrelatorMachine = CorrelatorMachine.TestCase

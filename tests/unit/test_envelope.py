@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 import crc32c
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -70,7 +71,7 @@ def test_crc32c_package_agrees_on_check_value() -> None:
 
 
 @given(st.binary(max_size=300))
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 def test_crc32c_package_agrees_with_reference(data: bytes) -> None:
     assert crc32c.crc32c(data) == ref_crc32c(data)
 
@@ -635,7 +636,7 @@ def check_envelope_invariants(data: bytes, env: Envelope) -> None:
 
 
 @given(near_envelopes, st.none() | msg_types)
-@settings(max_examples=600)
+@settings(max_examples=examples(600))
 def test_decode_is_total(data: bytes, expected: MsgType | None) -> None:
     try:
         env = decode(data, expected)
@@ -646,7 +647,7 @@ def test_decode_is_total(data: bytes, expected: MsgType | None) -> None:
 
 
 @given(near_envelopes)
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 def test_decode_ack_and_message_are_total(data: bytes) -> None:
     for parse, msg_type in ((decode_ack, MsgType.ACK), (decode_message, MsgType.PUBLISH)):
         try:
@@ -657,7 +658,7 @@ def test_decode_ack_and_message_are_total(data: bytes) -> None:
 
 
 @given(msg_types, st.binary(max_size=2000), st.booleans())
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_round_trip(msg_type: MsgType, payload: bytes, crc: bool) -> None:
     data = envelope.encode(msg_type, payload, crc=crc)
     assert len(data) == len(payload) + (12 if crc else 8)
@@ -665,7 +666,7 @@ def test_round_trip(msg_type: MsgType, payload: bytes, crc: bool) -> None:
 
 
 @given(st.binary(min_size=1, max_size=500), msg_types, st.data())
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_any_single_bit_flip_in_crc_payload_is_caught(
     payload: bytes, msg_type: MsgType, data: st.DataObject
 ) -> None:
@@ -677,7 +678,7 @@ def test_any_single_bit_flip_in_crc_payload_is_caught(
 
 
 @given(st.binary(max_size=200), st.integers(0, 31))
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 def test_any_single_bit_flip_in_crc_field_is_caught(payload: bytes, bit: int) -> None:
     encoded = bytearray(envelope.encode(MsgType.PUBLISH, payload, crc=True))
     encoded[8 + bit // 8] ^= 1 << (bit % 8)
@@ -686,7 +687,7 @@ def test_any_single_bit_flip_in_crc_field_is_caught(payload: bytes, bit: int) ->
 
 
 @given(st.binary(max_size=100), msg_types, st.booleans(), st.data())
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_truncation_raises_only_typed_errors(
     payload: bytes, msg_type: MsgType, crc: bool, data: st.DataObject
 ) -> None:
@@ -709,7 +710,7 @@ def test_truncation_raises_only_typed_errors(
 
 
 @given(st.binary(max_size=100), msg_types, st.integers(0, 11), st.integers(0, 255))
-@settings(max_examples=600)
+@settings(max_examples=examples(600))
 def test_changing_a_header_byte_of_a_crc_envelope(
     payload: bytes, msg_type: MsgType, index: int, value: int
 ) -> None:

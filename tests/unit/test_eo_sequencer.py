@@ -6,6 +6,7 @@ import logging
 from collections import Counter
 
 import pytest
+from budget import examples
 from eo_logs import logs, run
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -185,7 +186,7 @@ class _Records(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(logs(zero_producer=False), st.integers(1, 6))
 def test_committed_output_has_no_duplicate_uuids(log: list[dict[str, object]], buffer: int) -> None:
     records = _Records()
@@ -208,7 +209,7 @@ def test_committed_output_has_no_duplicate_uuids(log: list[dict[str, object]], b
     assert all(n == 1 for n in committed.values())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(logs(zero_producer=False, monotonic=True), st.integers(1, 6), st.data())
 def test_restart_from_a_checkpoint_continues_the_same_output(
     log: list[dict[str, object]], buffer: int, data: st.DataObject
@@ -219,7 +220,7 @@ def test_restart_from_a_checkpoint_continues_the_same_output(
     assert resumed == whole
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(logs(zero_producer=False), st.data())
 def test_outside_txn_messages_in_clock_order_are_all_committed_once(
     log: list[dict[str, object]], data: st.DataObject
@@ -271,7 +272,7 @@ def _committed_with_cut(log: list[dict[str, object]], buffer: int, cut: int) -> 
     return out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(logs(zero_producer=False, monotonic=True), st.integers(1, 6), st.data())
 def test_checkpoint_after_any_committed_message_resumes_exactly(
     log: list[dict[str, object]], buffer: int, data: st.DataObject

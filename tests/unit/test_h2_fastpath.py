@@ -23,6 +23,7 @@ import h2.connection
 import h2.events
 import h2.settings
 import pytest
+from budget import examples
 from h2.errors import ErrorCodes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -237,7 +238,7 @@ def frames_of(out: bytes) -> list[tuple[int, int, int, bytes]]:
     return frames
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(call_plans, min_size=1, max_size=3),
     st.lists(st.integers(min_value=0, max_value=1000), max_size=40),
@@ -249,7 +250,7 @@ def test_the_fast_path_delivers_what_h2_delivers(
     asyncio.run(run_both(plans, order, points))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(
         st.builds(
@@ -285,7 +286,7 @@ async def fuzz(prefix_plans: list[CallPlan], garbage: list[bytes]) -> None:
             assert isinstance(map_rpc_error(call._error), errors.ServerError)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(call_plans, min_size=1, max_size=2), st.lists(st.binary(max_size=80), max_size=8))
 def test_fuzz_arbitrary_bytes_only_end_calls_with_typed_errors(
     plans: list[CallPlan], garbage: list[bytes]
@@ -388,7 +389,7 @@ async def send_run(fast: bool, plan: SendPlan) -> tuple[list[int], bytes, list[i
     return sent, bytes(transport.out), windows
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(send_plans)
 def test_data_sent_without_h2_is_what_h2_sends(plan: SendPlan) -> None:
     fast, slow = asyncio.run(send_run(True, plan)), asyncio.run(send_run(False, plan))

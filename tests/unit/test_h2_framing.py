@@ -7,6 +7,7 @@ import struct
 
 import grpc
 import pytest
+from budget import examples
 from h2.errors import ErrorCodes
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,7 +31,7 @@ def cut(data: bytes, points: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in itertools.pairwise(edges)]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(st.binary(max_size=300), max_size=30),
     st.lists(st.integers(min_value=0), max_size=40),
@@ -78,7 +79,7 @@ def test_a_message_over_the_limit_is_refused_from_its_head() -> None:
     assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.lists(st.binary(max_size=64), max_size=20))
 def test_fuzz_arbitrary_bytes_only_raise_typed_errors(pieces: list[bytes]) -> None:
     splitter = MessageSplitter(max_length=1 << 20)

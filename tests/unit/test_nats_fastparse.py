@@ -14,6 +14,7 @@ import json
 from typing import Any, cast
 
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats.protocol.parser import Parser
@@ -130,7 +131,7 @@ def _run(reads: list[bytes]) -> tuple[Conn, Conn, BaseException | None, BaseExce
     return asyncio.run(both())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ops=st.lists(_op(), max_size=30), cuts=st.lists(st.integers(0, 10_000), max_size=12))
 def test_the_fast_parse_delivers_what_nats_py_delivers(ops: list[bytes], cuts: list[int]) -> None:
     data = b"".join(ops)
@@ -142,7 +143,7 @@ def test_the_fast_parse_delivers_what_nats_py_delivers(ops: list[bytes], cuts: l
     assert bytes(fast._ps.buf) == bytes(plain._ps.buf)  # nothing lost or invented
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     ops=st.lists(_op(), max_size=8),
     noise=st.binary(max_size=30),

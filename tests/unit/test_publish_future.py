@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -256,7 +257,7 @@ async def _play(
     return [*seen, f"removed:{removed}"]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=_OPS)
 def test_callbacks_behave_as_asyncio_futures(ops: list[tuple[str, int, Any]]) -> None:
     async def plain() -> list[str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from publish_fakes import Rig, make_rig
 
@@ -56,7 +57,7 @@ async def _twins(**options: Any) -> tuple[Rig, Rig]:
     return one, two
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(crc=st.booleans(), **{**PLAIN, "partition": st.none() | PLAIN["partition"]})
 def test_the_nats_one_step_publish_writes_the_general_paths_bytes(
     crc: bool,
@@ -109,7 +110,7 @@ def test_the_nats_one_step_publish_writes_the_general_paths_bytes(
     asyncio.run(compare())
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(**{**PLAIN, "value": st.binary(min_size=1, max_size=3000)})  # b"" is not plain
 def test_the_h2_one_step_publish_sends_the_general_paths_request(
     value: bytes,

@@ -15,6 +15,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from publish_fakes import Rig, make_rig
 
@@ -266,7 +267,7 @@ async def test_flush_timeout_must_be_positive(rig: Rig) -> None:
 # ---------------------------------------------------------------- fast path == slow path
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     stream=st.sampled_from(["s", "unknown-stream"]),
     value=st.binary(max_size=64),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sink_model import FATAL, TRANSIENT, Attempt, Batch, Fault, Run, Schedule, check, execute
@@ -112,7 +113,7 @@ def run_and_check(schedule: Schedule, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.timeout(60 + EXAMPLES // 10)  # 20-40 ms a schedule; the long profile runs longer
 @settings(
-    max_examples=EXAMPLES,
+    max_examples=examples(EXAMPLES),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
