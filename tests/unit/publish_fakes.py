@@ -146,15 +146,18 @@ class Rig:
         the subject the pending publish went to (unless told otherwise)."""
         fut = self.publisher._correlator.get(cid)
         expect = fut.expect if fut is not None and fut.expect else ("s", "s.subj")
-        pb = api_pb2.Ack(
-            stream=expect[0] if stream is None else stream,
-            correlationId=cid,
-            offset=offset,
-            ackError=cast(Any, error),
-            msgSubject=expect[1] if subject is None else subject,
-        )
         nats_pub = self.publisher._nats_pub
         assert nats_pub is not None
+        subject = expect[1] if subject is None else subject
+        pb = api_pb2.Ack(
+            stream=expect[0] if stream is None else stream,
+            partitionSubject=subject,
+            msgSubject=subject,
+            offset=offset,
+            ackInbox=nats_pub.inbox,
+            correlationId=cid,
+            ackError=cast(Any, error),
+        )
         nats_pub.dispatch(envelope.encode_ack(pb))
 
     def assert_nothing_happened(self) -> None:
