@@ -293,6 +293,8 @@ class AddressedCluster(ClusterTopology[LiftbridgeNode, NatsServer | NatsCluster]
     :class:`~liftbridge_client.testing.Cluster`: ``settings`` override
     :data:`CLUSTER_SETTINGS`, ``base_dir`` keeps the servers' directories and logs.
     Servers log at debug by default: a fault run is explained from their logs.
+    ``nats_configs`` (routed only): NATS configuration text for a node's own NATS server,
+    by node id (``cluster { permissions { ... } }`` keeps subjects off its routes).
     """
 
     def __init__(
@@ -304,10 +306,17 @@ class AddressedCluster(ClusterTopology[LiftbridgeNode, NatsServer | NatsCluster]
         version: str = LIFTBRIDGE_VERSION,
         log_level: str = "debug",
         routed: bool = False,
+        nats_configs: Mapping[str, str] | None = None,
     ) -> None:
         """Set up the namespace's addresses and write the configurations; not started."""
         if not (2 if routed else 1) <= size <= 9:
             raise ConfigError(f"an addressed cluster has 1..9 nodes (routed: 2..9), not {size}")
+        nats_configs = dict(nats_configs or {})
+        unknown = sorted(set(nats_configs) - {f"n{i}" for i in range(1, size + 1)})
+        if nats_configs and not routed:
+            raise ConfigError("nats_configs needs routed=True (a NATS server per node)")
+        if unknown:
+            raise ConfigError(f"nats_configs names nodes n1..n{size}, not {unknown}")
         setup_namespace_network(size, routed=routed)
         self.version = server_version(version).name
         self.routed = routed
@@ -320,6 +329,7 @@ class AddressedCluster(ClusterTopology[LiftbridgeNode, NatsServer | NatsCluster]
                         root / f"nats{i}",
                         port=NATS_PORT,
                         host=routed_nats_host(i),
+                        config=nats_configs.get(f"n{i}"),
                         args=route_args(
                             self.namespace,
                             f"{routed_nats_host(i)}:{ROUTE_PORT}",
