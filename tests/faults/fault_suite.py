@@ -130,6 +130,17 @@ def missing_tools() -> list[str]:
     return missing
 
 
+def require_tools(what: str) -> None:
+    """Skip (fail with ``$CI`` set, where nothing may skip) when `missing_tools` names any."""
+    import pytest  # the rounds' runners import this module too, outside pytest
+
+    if missing := missing_tools():
+        message = f"{what} needs {', '.join(missing)}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
 def run_round(profile: Profile, kind: str, round_: int, out: Path) -> dict[str, Any]:
     """Run one round in a fresh network and PID namespace; return its summary.
 

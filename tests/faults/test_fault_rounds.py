@@ -8,7 +8,6 @@ counted in the table at the end of the session instead; see docs/testing.md.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from faults.fault_checkers import SERVER_ANOMALIES
-from faults.fault_suite import Profile, missing_tools, run_round
+from faults.fault_suite import Profile, require_tools, run_round
 from liftbridge_client.testing import liftbridge_binary
 
 pytestmark = pytest.mark.integration
@@ -46,11 +45,7 @@ def test_round(
     fault_session_dir: Path,
     record_round: Callable[[dict[str, Any]], None],
 ) -> None:
-    if missing := missing_tools():
-        message = f"the fault suite needs {', '.join(missing)}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_tools("the fault suite")
     kind, round_ = fault_round
     liftbridge_binary(fault_profile.version)  # built out here: the namespace has no network
     out = fault_session_dir / f"{kind}-{round_}"

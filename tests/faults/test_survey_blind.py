@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from faults.fault_suite import ROOT, missing_tools
+from faults.fault_suite import ROOT, require_tools
 from faults.survey_scenario import STEPS
 from liftbridge_client.testing import liftbridge_binary
 from liftbridge_client.testing._netns import private_netns_argv
@@ -25,11 +25,7 @@ pytestmark = pytest.mark.integration
 def test_a_leader_left_out_of_the_broker_list_is_still_reached(
     tmp_path: Path, liftbridge_server_version: str
 ) -> None:
-    if missing := missing_tools():
-        message = f"this scenario needs {', '.join(missing)}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_tools("this scenario")
     liftbridge_binary(liftbridge_server_version)  # built out here: the namespace has no network
     argv = private_netns_argv(
         [
