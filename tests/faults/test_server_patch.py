@@ -86,6 +86,20 @@ async def test_patched_server_keeps_every_acked_message_when_a_restarted_replica
 READER_TEST = "TestCommittedReaderWokenByHWPastLogEnd"
 READER_TEST_FILE = Path("server/commitlog/reader_hw_test.go")
 
+# Patch 0008 carries a Go unit test of consumer-group member expiry (package server).
+EXPIRY_TEST = "TestConsumerExpiredAfterTheMemberLeftDoesNotPanic"
+EXPIRY_TEST_FILE = Path("server/groups_expired_test.go")
+
+# Patch 0009: a restarted leader alone in its ISR serves what it acked without a new
+# message. Its Go test (package server) restarts a node over a checkpoint file left as a
+# crash leaves it; the integration tests crash a real node (faults.restart_scenarios).
+RESTART_TEST = "TestRestartedLeaderServesWhatItAckedWithoutANewMessage"
+RESTART_TEST_FILE = Path("server/partition_restart_hw_test.go")
+
+# One stock tree holds every Go test file: the server package's test binary is compiled
+# once for both of its tests (each `go test -run` below finds it in the build cache).
+STOCK_TEST_FILES = (READER_TEST_FILE, EXPIRY_TEST_FILE, RESTART_TEST_FILE)
+
 
 def _go() -> str:
     go = shutil.which("go")
@@ -103,8 +117,13 @@ def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return patched_source(_go(), server_version(PATCHED_VERSION), out, test_dependencies=True)
 
 
-def _stock_tree(go: str, patched: Path, out: Path, test_file: Path = READER_TEST_FILE) -> Path:
-    """v1.9.0's source (from the module cache, like the patched build) plus the Go test."""
+@pytest.fixture(scope="module")
+def stock_tree(patched_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _stock_tree(_go(), patched_tree, tmp_path_factory.mktemp("lbc-stock"))
+
+
+def _stock_tree(go: str, patched: Path, out: Path) -> Path:
+    """v1.9.0's source (from the module cache, like the patched build) plus the Go tests."""
     found = subprocess.run(
         [go, "mod", "download", "-json", "github.com/liftbridge-io/liftbridge@v1.9.0"],
         capture_output=True,
@@ -119,7 +138,8 @@ def _stock_tree(go: str, patched: Path, out: Path, test_file: Path = READER_TEST
     shutil.copytree(source, tree)
     for path in [tree, *tree.rglob("*")]:  # the module cache is read-only
         path.chmod(path.stat().st_mode | 0o200)
-    shutil.copy(patched / test_file, tree / test_file)
+    for test_file in STOCK_TEST_FILES:
+        shutil.copy(patched / test_file, tree / test_file)
     download_test_dependencies(go, tree)
     return tree
 
@@ -147,10 +167,9 @@ def _go_test(
 
 @pytest.mark.timeout(300)
 def test_stock_v1_9_0_reader_panics_when_woken_by_an_hw_past_the_log_end(
-    patched_tree: Path, tmp_path: Path
+    stock_tree: Path,
 ) -> None:
-    go = _go()
-    done = _go_test(go, _stock_tree(go, patched_tree, tmp_path))
+    done = _go_test(_go(), stock_tree)
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
     assert "the reader panicked" in output, output
@@ -221,18 +240,11 @@ async def test_patched_follower_subscription_reads_every_offset_once_through_its
     assert outcome.in_order(), outcome.to_dict()
 
 
-# Patch 0008 carries a Go unit test of consumer-group member expiry (package server).
-EXPIRY_TEST = "TestConsumerExpiredAfterTheMemberLeftDoesNotPanic"
-EXPIRY_TEST_FILE = Path("server/groups_expired_test.go")
-
-
 @pytest.mark.timeout(400)
 def test_stock_v1_9_0_panics_when_an_expired_member_is_gone_before_its_retry(
-    patched_tree: Path, tmp_path: Path
+    stock_tree: Path,
 ) -> None:
-    go = _go()
-    tree = _stock_tree(go, patched_tree, tmp_path, EXPIRY_TEST_FILE)
-    done = _go_test(go, tree, EXPIRY_TEST, "./server/")
+    done = _go_test(_go(), stock_tree, EXPIRY_TEST, "./server/")
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
     assert "nil pointer dereference" in output, output
@@ -249,20 +261,9 @@ def test_patched_server_retries_an_expiry_only_for_a_member_still_there(
     assert "[no tests to run]" not in output, output
 
 
-# Patch 0009: a restarted leader alone in its ISR serves what it acked without a new
-# message. Its Go test (package server) restarts a node over a checkpoint file left as a
-# crash leaves it; the integration tests crash a real node (faults.restart_scenarios).
-RESTART_TEST = "TestRestartedLeaderServesWhatItAckedWithoutANewMessage"
-RESTART_TEST_FILE = Path("server/partition_restart_hw_test.go")
-
-
 @pytest.mark.timeout(400)
-def test_stock_v1_9_0_restarted_leader_keeps_its_checkpointed_hw(
-    patched_tree: Path, tmp_path: Path
-) -> None:
-    go = _go()
-    tree = _stock_tree(go, patched_tree, tmp_path, RESTART_TEST_FILE)
-    done = _go_test(go, tree, RESTART_TEST, "./server/")
+def test_stock_v1_9_0_restarted_leader_keeps_its_checkpointed_hw(stock_tree: Path) -> None:
+    done = _go_test(_go(), stock_tree, RESTART_TEST, "./server/")
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
     # Both cases: no checkpoint file, and one behind the log.
