@@ -260,7 +260,7 @@ def test_sdist(sdist: Path, work: Path, version: str) -> str:
         PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
         RELEASE_CHECK_IMPORTED=str(imported),
         # Whether the installed package works, not another search of inputs: the generated
-        # tests draw a fifth of their examples (tests/unit/budget.py; make test draws all).
+        # tests draw a fifth of their examples (tests/budget.py; make test draws all).
         LIFTBRIDGE_TEST_EXAMPLES=EXAMPLES_SCALE,
     )
     # The venv's pytest script: the unpacked source tree is not on sys.path (python -m

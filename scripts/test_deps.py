@@ -238,7 +238,7 @@ def run(end: str, pytest_args: list[str]) -> int:
             return 1
     print(f"==> {end}: " + ", ".join(f"{n} {v}" for n, v in versions.items()), flush=True)
     # These runs prove the range, not search inputs again: the generated tests draw a
-    # fifth of their examples (tests/unit/budget.py; make test draws them all).
+    # fifth of their examples (tests/budget.py; make test draws them all).
     env = dict(
         os.environ, PYTHONPATH=str(ROOT), LIFTBRIDGE_DEPS_END=end, LIFTBRIDGE_TEST_EXAMPLES="0.2"
     )

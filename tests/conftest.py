@@ -15,10 +15,18 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from budget import examples, scale
+from hypothesis import settings
 
 from liftbridge_client._tasks import TaskSupervisor
 
 pytest_plugins = ["liftbridge_client.testing.plugin"]
+
+# The generated tests' default example count follows LIFTBRIDGE_TEST_EXAMPLES too (see
+# budget.py); tests that set their own count scale it with `budget.examples`.
+if scale() < 1:
+    settings.register_profile("liftbridge-scaled", max_examples=examples(100))
+    settings.load_profile("liftbridge-scaled")
 
 SPARK_CLUSTER_ENV = "LIFTBRIDGE_SPARK_CLUSTER_TESTS"
 SPARK_CLUSTER_MODULE = Path(__file__).resolve().parent / "integration" / "test_spark_cluster.py"
