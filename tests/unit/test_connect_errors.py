@@ -92,6 +92,22 @@ async def test_nats_server_at_a_grpc_port_fails_at_once(fake_grpc: str) -> None:
     assert isinstance(info.value.__cause__, errors.ProtocolError)
 
 
+@pytest.fixture
+def no_dns_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``.invalid`` names fail to resolve at once, as a healthy resolver answers them: a
+    unit test must not wait on the machine's DNS (one stalled for 2 minutes in a run)."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: object, *args: object, **kwargs: object) -> object:
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        if name.endswith(".invalid"):
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+@pytest.mark.usefixtures("no_dns_wait")
 async def test_nats_server_that_does_not_resolve() -> None:
     started = time.monotonic()
     with pytest.raises(errors.NatsUnreachableError, match="does not resolve") as info:
@@ -100,6 +116,7 @@ async def test_nats_server_that_does_not_resolve() -> None:
     assert isinstance(info.value.__cause__, socket.gaierror)
 
 
+@pytest.mark.usefixtures("no_dns_wait")
 async def test_probe_findings() -> None:
     dead = _dead_port()
     (refused,) = await transport_nats.explain([dead], transport_nats.Protocol.NATS)
