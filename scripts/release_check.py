@@ -272,8 +272,8 @@ def test_sdist(sdist: Path, work: Path, version: str) -> str:
     if not files or outside:
         raise CheckFailed(f"the unit tests imported the package from elsewhere: {outside}")
     # pytest's own last line; grpc's C core may log to stderr after it.
-    said = [line for line in summary.splitlines() if re.search(r" passed\b", line)]
-    last = said[-1].strip("= ") if said else summary.splitlines()[-1]
+    lines = [line for line in summary.splitlines() if re.search(r" passed\b", line)]
+    last = lines[-1].strip("= ") if lines else summary.splitlines()[-1]
     return f"{last} ({len(files)} modules of the package, all from the venv)"
 
 
