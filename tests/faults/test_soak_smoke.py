@@ -11,12 +11,11 @@ client closed. The trends are not judged on a minute (soak_stats.MIN_TREND_MINUT
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from faults.fault_suite import missing_tools
+from faults.fault_suite import require_tools
 from faults.soak import main
 from faults.soak_stats import NOT_JUDGED
 
@@ -25,11 +24,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.timeout(240)
 def test_a_one_minute_soak_through_a_leader_kill(tmp_path: Path) -> None:
-    if missing := missing_tools():
-        message = f"the soak needs {', '.join(missing)}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_tools("the soak")
     out = tmp_path / "soak"
     args = ["--minutes", "1", "--interval", "5", "--first", "15", "--fault-s", "8"]
     status = main([*args, "--kinds", "kill-leader", "--rate", "100", "--out", str(out)])
