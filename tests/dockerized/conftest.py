@@ -47,15 +47,21 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Run every test taking ``compose_tool`` once per compose implementation found."""
-    if "compose_tool" in metafunc.fixturenames:
+    """Run every test taking ``compose_tool`` once per compose implementation found, and
+    every test taking ``newest_compose_tool`` with the newest one (v2 where there is one):
+    what such a test checks is the node the compose file starts, not the tool."""
+    for name in ("compose_tool", "newest_compose_tool"):
+        if name not in metafunc.fixturenames:
+            continue
         tools = available_tools()
         if not tools:
             raise pytest.UsageError(
                 "no compose implementation found (docker-compose or `docker compose`): "
                 "`make test-docker` installs docker-compose on Debian"
             )
-        metafunc.parametrize("compose_tool", tools, ids=[tool.id for tool in tools])
+        if name == "newest_compose_tool":
+            tools = tools[-1:]
+        metafunc.parametrize(name, tools, ids=[tool.id for tool in tools])
 
 
 @pytest.fixture(scope="session")

@@ -235,9 +235,13 @@ async def wait_isr(client: Client, name: str, expected: set[str]) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_integration_suite_against_compose(compose_tool: ComposeTool, images: ImageReport) -> None:
-    """The project's publish and subscribe integration tests, against the compose node."""
-    project = ComposeProject(compose_tool, SINGLE_FILE, ["LIFTBRIDGE_PORT", "NATS_PORT"])
+def test_integration_suite_against_compose(
+    newest_compose_tool: ComposeTool, images: ImageReport
+) -> None:
+    """The project's publish and subscribe integration tests, against the compose node
+    (brought up by one compose implementation: test_single_node and
+    test_cluster_survives_docker_kill bring it up with each)."""
+    project = ComposeProject(newest_compose_tool, SINGLE_FILE, ["LIFTBRIDGE_PORT", "NATS_PORT"])
     with compose_up(project):
         env = {
             **os.environ,
