@@ -24,7 +24,7 @@ pytest_plugins = ["liftbridge_client.testing.plugin"]
 
 # The generated tests' default example count follows LIFTBRIDGE_TEST_EXAMPLES too (see
 # budget.py); tests that set their own count scale it with `budget.examples`.
-if scale() < 1:
+if scale() != 1:
     settings.register_profile("liftbridge-scaled", max_examples=examples(100))
     settings.load_profile("liftbridge-scaled")
 
