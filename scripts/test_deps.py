@@ -210,7 +210,11 @@ def high_end_is_the_project_venv() -> bool:
     """True when ROOT/.venv (where `make test` runs) is the high end; says why either way."""
     path = ROOT / ".venv"
     versions = installed(path)
-    newer = {n: v for n, v in newer_releases(path).items() if n in ranges()}
+    try:
+        newer = {n: v for n, v in newer_releases(path).items() if n in ranges()}
+    except (subprocess.CalledProcessError, ValueError) as exc:  # no index, or no report
+        print(f"==> high: cannot tell what the index has newer ({exc}): running the high end")
+        return False
     differences = high_end_differences(versions, newer)
     if differences:
         print(f"==> high: .venv differs ({'; '.join(differences)}): running the high end")
