@@ -72,3 +72,17 @@ def test_the_high_end_is_skipped_only_for_a_venv_that_is_exactly_it(
     assert script.high_end_differences({"anyio": "4.16.0"}, {}) == [
         "nats-py None, not its ceiling 2.16.0"
     ]
+
+
+def test_the_high_end_runs_when_the_index_cannot_say(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = load_script()
+    monkeypatch.setattr(script, "installed", lambda path: {})
+
+    def no_index(path: Path) -> dict[str, str]:
+        raise script.subprocess.CalledProcessError(1, ["pip"])
+
+    monkeypatch.setattr(script, "newer_releases", no_index)
+    assert script.high_end_is_the_project_venv() is False
+    assert "cannot tell" in capsys.readouterr().out
