@@ -22,6 +22,7 @@ from liftbridge_client._cluster.groups import (
 )
 from liftbridge_client.groups import group_cursor_id
 from liftbridge_client.options import ClientOptions, RetryPolicy
+from liftbridge_client.subscription import Subscription
 
 OPTIONS = ClientOptions(
     rpc_timeout=2.0, retry=RetryPolicy(attempts=2, initial_backoff=0.01, max_backoff=0.01)
@@ -169,3 +170,28 @@ def test_not_member_answers() -> None:
         errors.FailedPreconditionError("x", details="broker is not the consumer group coordinator")
     )
     assert not is_not_member(errors.UnavailableError("x", details="down"))
+
+
+async def test_a_coordinator_left_out_of_the_broker_list_is_reached_at_its_last_address(
+    cluster: FakeCluster,
+) -> None:
+    """A node lists only the brokers that answer its NATS survey in time; a coordinator
+    left out still coordinates (docs/compatibility.md, "A leader missing from the broker
+    list")."""
+    from liftbridge_client.groups import Consumer
+
+    def no_reads(*args: object, **kwargs: object) -> Subscription:
+        raise AssertionError("nothing is read here")
+
+    cache = cluster.metadata_cache(OPTIONS)
+    await cache.refresh()
+    consumer = Consumer(cache, cache._pool, OPTIONS, no_reads, "g", ("s",))
+    consumer._coordinator = "a"
+    assert await consumer._coordinator_address() == cluster.address("a")
+    cluster.hidden.add("a")  # the answers leave "a" out from now on
+    await cache.refresh()
+    assert cache.current.broker("a") is None  # nothing names it: not added back
+    assert await consumer._coordinator_address() == cluster.address("a")
+    consumer._coordinator = "z"  # never listed
+    with pytest.raises(errors.UnavailableError, match="not among the known brokers"):
+        await consumer._coordinator_address()
