@@ -15,9 +15,9 @@ from typing import Any, cast
 
 import pytest
 from budget import examples
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from nats.protocol.parser import Parser
+from nats.protocol.parser import AWAITING_MSG_PAYLOAD, Parser
 from test_nats_raw import Sub
 
 from liftbridge_client._transport.nats import route_sid, serve_routed
@@ -150,6 +150,8 @@ def test_the_fast_parse_delivers_what_nats_py_delivers(ops: list[bytes], cuts: l
     at=st.integers(0, 10_000),
     cuts=st.lists(st.integers(0, 10_000), max_size=6),
 )
+# Found in one run: the noise makes the size 10 with 2 bytes left, and both parsers wait.
+@example(ops=[b"MSG _INBOX.abc 3 0\r\n\r\n"], noise=b"1", at=17, cuts=[])
 def test_garbage_is_nats_py_s_to_judge(
     ops: list[bytes], noise: bytes, at: int, cuts: list[int]
 ) -> None:
@@ -160,7 +162,19 @@ def test_garbage_is_nats_py_s_to_judge(
     assert type(e1) is type(e2)
     if e1 is None:
         assert fast.events == plain.events
-        assert bytes(fast._ps.buf) == bytes(plain._ps.buf)
+        if bytes(fast._ps.buf) != bytes(plain._ps.buf):
+            # Both wait for the rest of a message whose size the garbage changed: nats-py
+            # has taken its MSG line (AWAITING_MSG_PAYLOAD), the fast parse keeps the line
+            # in its buffer until the payload is all there. The same bytes must then bring
+            # both to the same place.
+            assert plain._ps.state == AWAITING_MSG_PAYLOAD, (fast._ps.buf, plain._ps.buf)
+            short = plain._ps.needed - len(plain._ps.buf)  # -1: only the LF is missing
+            more = b"z" * max(short, 0) + b"\r\n"[max(-short, 0) :] + b"PING\r\n"
+            plain, fast, e1, e2 = _run([*_cut(data, cuts), more])
+            assert type(e1) is type(e2)
+            assert fast.events == plain.events
+            if e1 is None:
+                assert bytes(fast._ps.buf) == bytes(plain._ps.buf)
     else:  # both gave up; what came before the garbage arrived the same on both
         n = min(len(fast.events), len(plain.events))
         assert fast.events[:n] == plain.events[:n]
