@@ -29,4 +29,5 @@ def scale() -> float:
 
 def examples(count: int) -> int:
     """``count`` examples, scaled by ``LIFTBRIDGE_TEST_EXAMPLES`` (at least 10)."""
-    return count if scale() == 1 else max(10, round(count * scale()))
+    factor = scale()
+    return count if factor == 1 else max(10, round(count * factor))

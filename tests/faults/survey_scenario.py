@@ -30,7 +30,6 @@ from liftbridge_client import Client, ClientOptions, StreamConfig, errors
 from liftbridge_client.models import Metadata
 from liftbridge_client.testing import LIFTBRIDGE_VERSION
 from liftbridge_client.testing._netns import AddressedCluster
-from liftbridge_client.testing._probe import wait_serving
 
 STREAMS = 4  # created, at most, until n3 leads one
 STEPS = 30
@@ -49,11 +48,10 @@ class SurveyOutcome:
     """What n1 and n3 answered, and what the client did with the partition n3 leads."""
 
     version: str
-    stream: str = ""  # n3 leads its partition 0
-    partition: int | None = None
+    stream: str = ""  # one partition, which n3 leads
     n3_lists: list[list[str]] = dataclasses.field(default_factory=list)  # n3's answers
     n1_lists: list[list[str]] = dataclasses.field(default_factory=list)  # n1's answers
-    n1_leaders: list[str] = dataclasses.field(default_factory=list)  # of `partition`
+    n1_leaders: list[str] = dataclasses.field(default_factory=list)  # of the stream's partition
     published: int = 0
     publish_errors: list[str] = dataclasses.field(default_factory=list)
     partition_metadata: int = 0  # FetchPartitionMetadata answers (asked of the leader)
@@ -65,20 +63,12 @@ class SurveyOutcome:
 
 
 def start_serving(cluster: AddressedCluster, timeout: float = 60.0) -> None:
-    """Start the cluster and wait until every node serves and a stream replicated on all
-    three can be created: the harness's own wait also needs every node's FetchMetadata to
-    list every broker, which n1's and n2's never do here."""
+    """Start the cluster and wait until it serves, without waiting for every node's
+    FetchMetadata to list every broker: n1's and n2's never list n3 here."""
     cluster.nats.start()
     for node in cluster.nodes:
         node.start(wait=False)
-    for node in cluster.nodes:
-        node.wait_ready(timeout=timeout)
-    wait_serving(
-        cluster.addresses[0],
-        replication_factor=3,
-        timeout=timeout,
-        applied_on=cluster.addresses,
-    )
+    cluster.wait_ready(timeout=timeout, every_broker_listed=False)
 
 
 def _listed(metadata: Metadata) -> list[str]:
@@ -113,11 +103,11 @@ async def survey_blind_leader(cluster: AddressedCluster, version: str) -> Survey
                 while not (leader := await _leader(at_n3, name, outcome)):  # noqa: ASYNC110
                     await asyncio.sleep(0.2)
             if leader == "n3":
-                stream, outcome.stream, outcome.partition = name, name, 0
+                stream = outcome.stream = name
                 break
         else:
             raise RuntimeError(f"n3 led none of {STREAMS} new streams: {outcome.to_dict()}")
-    partition = 0
+    partition = 0  # the stream's only one
     async with Client([a1]) as at_n1:
         for _ in range(5):
             answer = await at_n1.fetch_metadata(stream)
