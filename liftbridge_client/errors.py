@@ -18,7 +18,8 @@ The tree::
     │   ├── FramingError                     an exactly-once framing that does not decode
     │   │   ├── FrameDesyncError             a fixed frame without its magic word
     │   │   └── TruncatedFrameError          the data ended inside a frame
-    │   └── ReplayMismatchError              a sequencer replay outside its range
+    │   ├── ReplayMismatchError              a sequencer replay outside its range
+    │   └── OutOfOrderAckError               pipelined messages landed out of order; retriable
     ├── ConnectionClosedError                the client was closed or lost its connection
     ├── NoBrokerAvailableError               no seed or broker could be reached; retriable
     │   └── NatsUnreachableError             no NATS server of ``nats_servers`` could be reached
@@ -360,3 +361,10 @@ class TruncatedFrameError(FramingError):
 
 class ReplayMismatchError(ProtocolError):
     """Messages handed to a Sequencer replay lie outside the range it asked for."""
+
+
+class OutOfOrderAckError(ProtocolError):
+    """The acks of one producer's pipelined messages show offsets that do not rise with
+    their clocks: readers would drop a message, so its rows go out again."""
+
+    retriable = True

@@ -56,6 +56,7 @@ __all__ = [
     "ExactlyOncePublisher",
     "intents_from_json",
     "intents_to_json",
+    "retry_worthy",
 ]
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,8 @@ class AckIntent:
         return intent
 
 
-def _retry_worthy(exc: errors.LiftbridgeError) -> bool:
+def retry_worthy(exc: errors.LiftbridgeError) -> bool:
+    """Whether a failed exactly-once publish may be sent again."""
     # Re-sending is always safe here (same UUID), so server-side INTERNAL errors, which
     # the fault runs saw succeed on retry during a leader change, are retried too.
     if isinstance(exc, errors.CursorsDisabledError):
@@ -209,7 +211,7 @@ class ExactlyOncePublisher:
             try:
                 info = (await self._client.fetch_metadata(stream)).streams.get(stream)
             except errors.LiftbridgeError as exc:
-                if not _retry_worthy(exc) or attempt >= self._retry.attempts:
+                if not retry_worthy(exc) or attempt >= self._retry.attempts:
                     raise
             else:
                 if info is not None and info.partitions:
@@ -440,7 +442,7 @@ class ExactlyOncePublisher:
                     ) from exc
                 log.info("publish to %s: %r: retrying, same UUID", where, exc)
             except errors.LiftbridgeError as exc:
-                if not _retry_worthy(exc) or attempt >= self._retry.attempts:
+                if not retry_worthy(exc) or attempt >= self._retry.attempts:
                     raise
                 log.info(
                     "publish to %s/%d failed (%r): retrying, same UUID", stream, partition, exc

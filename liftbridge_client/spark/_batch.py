@@ -222,7 +222,7 @@ def commit_write(
     if options.exactly_once:
         from liftbridge_client.spark._transactional import commit_intents
 
-        commit_intents(options, [m.intents for m in commits], what)
+        commit_intents(options, [m.intents for m in commits], batch_id, what)
     elif options.idempotent:
         stream = options.stream
         assert stream is not None  # the idempotent mode needs the option (checked with it)
@@ -250,7 +250,7 @@ class BatchWriter(DataSourceArrowWriter):
     def __init__(self, options: SinkOptions, columns: Mapping[str, int]) -> None:
         if options.exactly_once and options.write_id is None:
             # Made once on the driver and pickled to every task (retries included).
-            options = replace(options, write_id=f"job-{uuid.uuid4().hex}")
+            options = replace(options, write_id=f"job-{uuid.uuid4().hex}", journal=False)
         self._options = options
         self._columns = dict(columns)
 

@@ -413,9 +413,12 @@ class SinkOptions:
     delivery_timeout: float = 120.0
     # Rows per Liftbridge message (liftbridge_client.packing); 1 = one message per row.
     pack_rows: int = 1
-    # exactlyOnce: producers per (task, target partition), each with one message in flight
-    # (see _transactional: rows of one key stay with one producer, so in order).
+    # exactlyOnce: lanes per (task, target partition), each a pipelined producer
+    # (see _transactional: rows of one key stay in one lane, so in order).
     producers_per_partition: int = 1
+    # exactlyOnce: record the intents in the write's journal before writing them (see
+    # _journal); off only for a batch write without ``writeId``, which nothing can replay.
+    journal: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> SinkOptions:

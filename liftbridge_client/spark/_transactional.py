@@ -1,41 +1,41 @@
 """Exactly-once Spark writes (option ``exactlyOnce=true``) on the exactly-once layer.
 
-Each task attempt publishes its rows as uncommitted (CONTINUE_TXN) messages through one
-`ExactlyOncePublisher` per target partition and lane (below). Its producer id is derived
-from the task's identity (the write id: the streaming query's id or the ``writeId``
-option; the micro-batch id; the Spark partition), the target partition and the lane; its
-clock starts at a fixed value and ticks once per row it publishes (a pack of ``packRows``
-rows ticks once per row it holds, its UUID carrying the last: header ``eo-clocks``). So a
-retried task, or a micro-batch replayed after the query was stopped or the driver died,
-sends every row again under the SAME clock, which read-committed readers drop as a
-duplicate. A failed attempt whose input Spark cut short publishes a shorter last pack than
-its retry; with a clock per row, readers deliver the retry's pack minus the rows the short
-one delivered. Producers write
-concurrently, each with one message in flight (the layer's ordering rule); each one's
-clocks depend only on the order of its own rows.
+Each task attempt publishes its rows as uncommitted (CONTINUE_TXN) messages, pipelined,
+through one `_Lane` per target partition and lane (``producersPerPartition``). A lane
+writes under a ProducerID of its own, random and new for every attempt, so no two
+attempts of a task ever share one: a failed attempt's messages (cut short, or left behind
+by a killed executor) belong to producers nobody commits, and read-committed readers
+never show them.
 
-Option ``producersPerPartition=N`` gives each (task, target partition) N producers (lanes),
-so N messages in flight: a row with a key goes to the lane its key's CRC-32 picks (rows of
-one key keep their order), a row without one to the lane its number among the partition's
-keyless rows picks. Lane 0's producer id is that of the single producer of N=1.
+Pipelining and the clock rule: a reader drops a message whose clock is not above the
+largest its producer has stored in the open transaction (Gazette's rule). Messages of one
+lane go out in clock order on one connection, so they land in that order; the lane checks
+it on the acks (offsets rise with the clocks). When a publish fails (or an ack shows an
+offset out of order), the lane ends that ProducerID's *generation*: its intent commits the
+rows up to the last one acked without a gap (an ACK_TXN at that clock also drops that
+producer's later messages), and every row after it is sent again, in order, under a fresh
+ProducerID, after a backoff. Rows of one lane are committed in their order, generation
+after generation.
 
-The task returns its ACK_TXN intents (one per producer) in its commit message; the driver
-writes them in ``commit`` only once Spark has decided that the job (or the micro-batch)
-succeeded. A failed or aborted job writes no intent: its messages are never visible to
-read-committed readers. Intents written twice (a batch replayed after the driver died
-between writing them and recording the batch) commit once.
+The task returns its ACK_TXN intents (one per generation of each lane) in its commit
+message; the driver writes them in ``commit`` only once Spark has decided that the job
+(or the micro-batch) succeeded, after recording them in the write's journal (see
+`_journal`): a batch replayed after the driver died, or a batch write run again with the
+same ``writeId``, finds the intents recorded for it and writes those (again) instead of
+its own, whose producers it rolls back. A failed or aborted job writes no intent: its
+messages are never visible to read-committed readers.
 
-Rows must come in the same order on a retry (the i-th row for a producer gets its i-th
-clock), and with the same ``producersPerPartition``; rows without a key or a partition go
-to the partition the task's number picks, so that too is the same on every attempt.
+Option ``producersPerPartition=N`` gives each (task, target partition) N lanes: a row with
+a key goes to the lane its key's CRC-32 picks (rows of one key keep their order), a row
+without one to the lane its number among the partition's keyless rows picks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import zlib
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -45,25 +45,31 @@ from liftbridge_client import errors
 from liftbridge_client.client import Client
 from liftbridge_client.exactly_once.mapping import ModuloMapping
 from liftbridge_client.exactly_once.publisher import (
+    CLOCKS_HEADER,
+    DEFAULT_RETRY,
+    UUID_HEADER,
     AckIntent,
     ExactlyOncePublisher,
     intents_from_json,
     intents_to_json,
+    retry_worthy,
 )
-from liftbridge_client.exactly_once.uuids import Clock, unix_ns_to_clock
+from liftbridge_client.exactly_once.uuids import Flags, build_uuid_bytes, new_producer_id
+from liftbridge_client.models import Ack
+from liftbridge_client.options import RetryPolicy
 from liftbridge_client.packing import PackedRow, Packer, pack, packed_headers
 from liftbridge_client.spark._columns import Columns
 from liftbridge_client.spark._idempotent import TaskIdentity
+from liftbridge_client.spark._journal import CLOCK_BASE, plan_commit
 from liftbridge_client.spark._options import SinkOptions
 from liftbridge_client.spark._rows import PublishedRow
 from liftbridge_client.spark._write import CHUNK_ROWS, WriteStats, bounded, sink_runtime
 
 __all__ = [
-    "CLOCK_BASE",
     "TaskIntents",
+    "commit_batch",
     "commit_intents",
     "lane_for",
-    "producer_for",
     "publish_rows",
     "publish_transactional",
     "write_intents",
@@ -74,20 +80,6 @@ log = logging.getLogger(__name__)
 Runner = Callable[[Coroutine[Any, Any, None]], None]
 """Runs a coroutine to its end (`TaskRuntime.run`)."""
 
-# A fixed start (2020-01-01): the clocks must be the same on every attempt of a task.
-CLOCK_BASE = unix_ns_to_clock(1_577_836_800 * 10**9)
-
-
-def producer_for(identity: TaskIdentity, stream: str, partition: int, lane: int = 0) -> bytes:
-    """The 6-byte producer id of a task for one target partition and lane (multicast bit
-    set, as random ids have it)."""
-    name = f"{identity.tag}\x00{stream}\x00{partition}"
-    if lane:
-        name += f"\x00{lane}"
-    raw = bytearray(hashlib.blake2b(name.encode(), digest_size=6).digest())
-    raw[0] |= 0x01
-    return bytes(raw)
-
 
 def lane_for(key: bytes | None, keyless_number: int, lanes: int) -> int:
     """A row's lane: its key's (CRC-32, stable across processes, unlike ``hash``), else its
@@ -97,8 +89,15 @@ def lane_for(key: bytes | None, keyless_number: int, lanes: int) -> int:
     return keyless_number % lanes
 
 
-# Where a producer writes: (stream, partition, lane).
+# Acked messages a lane keeps to end its prefix earlier on an out-of-order ack: more than
+# a window of them can never land after a later one.
+_RECENT = 4096
+
+# Where a lane writes: (stream, partition, lane).
 _Target = tuple[str, int, int]
+
+# One publish: a row as it is, or a pack of rows.
+_Publish = PublishedRow | list[PackedRow]
 
 
 @dataclass(slots=True)
@@ -109,8 +108,216 @@ class TaskIntents:
     intents: str = "[]"
 
 
+@dataclass(slots=True)
+class _Sent:
+    item: _Publish
+    rows: int
+    clock: int
+    floor: int  # the lane's gapless prefix (its last clock) when this one was sent
+    future: asyncio.Future[Any]
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    # A publish the lane no longer waits for: its outcome is read, never logged as lost.
+    if not future.cancelled():
+        future.exception()
+
+
+class _Lane:
+    """The pipelined publishes of one task to one target partition and lane (see the
+    module doc): in clock order, checked on the acks, a new generation on a failure."""
+
+    def __init__(
+        self,
+        client: Client,
+        options: SinkOptions,
+        stream: str,
+        partition: int,
+        retry: RetryPolicy,
+    ) -> None:
+        self._client = client
+        self._ack_policy = options.ack_policy
+        self.stream = stream
+        self.partition = partition
+        self._retry = retry
+        self._todo: deque[_Publish] = deque()  # not sent in this generation yet
+        self._inflight: deque[_Sent] = deque()
+        self._ended: list[AckIntent] = []  # one per generation before this one
+        self._failures = 0
+        self._producer = new_producer_id()
+        self._clock = CLOCK_BASE
+        self._acked = CLOCK_BASE  # last clock of the gapless acked prefix
+        self._offset = -1  # the offset of that prefix's last message
+        self._sent = False
+        self._rows = 0  # in the gapless prefixes of every generation
+        # The prefix's last messages and offsets, to end it earlier when an ack shows a
+        # later message stored before them; ``_forgot``: older ones were let go.
+        self._recent: deque[tuple[_Sent, int]] = deque()
+        self._forgot = False
+
+    def intents(self) -> list[AckIntent]:
+        """The generations' intents, in order (call after `finish`)."""
+        assert not self._inflight
+        assert not self._todo
+        return [*self._ended, *self._intent()]
+
+    @property
+    def rows(self) -> int:
+        """The rows the intents commit."""
+        return self._rows
+
+    def _intent(self) -> list[AckIntent]:
+        if not self._sent:
+            return []
+        uuid = build_uuid_bytes(self._producer, self._acked, Flags.ACK_TXN)
+        return [AckIntent(self.stream, self.partition, uuid)]
+
+    async def publish(self, item: _Publish) -> None:
+        self._todo.append(item)
+        await self._pump(final=False)
+
+    async def finish(self) -> None:
+        """Returns once every row is acked in a gapless generation prefix."""
+        await self._pump(final=True)
+
+    async def _pump(self, final: bool) -> None:
+        while True:
+            while self._todo:
+                item = self._todo.popleft()
+                try:
+                    await self._send(item)
+                except errors.LiftbridgeError as exc:
+                    self._todo.appendleft(item)
+                    if not retry_worthy(exc):
+                        raise
+                    # What is in flight comes first: its gapless prefix stays in this
+                    # generation, the rest goes again, before this row.
+                    await self._new_generation(await self._settle(wait=True) or exc)
+            problem = await self._settle(wait=final)
+            if problem is not None:
+                await self._new_generation(problem)
+            elif not final or not self._todo:
+                return
+
+    async def _settle(self, wait: bool) -> BaseException | None:
+        """Take acked heads into the gapless prefix, in order (waiting for each when
+        ``wait``); at the first that cannot be, put it and everything after it back in
+        front of the rows to send and return why."""
+        while self._inflight:
+            head = self._inflight[0]
+            if not head.future.done():
+                if not wait:
+                    return None
+                await asyncio.wait((head.future,))
+            self._inflight.popleft()
+            problem, back = self._take(head)
+            if problem is not None:
+                again = [*back, head, *self._inflight]
+                self._todo.extendleft(reversed([s.item for s in again]))
+                for sent in self._inflight:
+                    sent.future.add_done_callback(_consume)
+                self._inflight.clear()
+                return problem
+        return None
+
+    async def _send(self, item: _Publish) -> None:
+        if isinstance(item, PublishedRow):
+            rows, value, key = 1, item.value, item.key
+            headers = dict(item.headers) if item.headers else {}
+        else:
+            # A pack takes a clock per row (its UUID carries the last): the layer's format.
+            rows, value, key = len(item), pack(item), None
+            headers = packed_headers(rows)
+            headers[CLOCKS_HEADER] = str(rows).encode()
+        clock = self._clock + rows
+        headers[UUID_HEADER] = build_uuid_bytes(self._producer, clock, Flags.CONTINUE_TXN)
+        future = await self._client.send(
+            self.stream,
+            value,
+            key=key,
+            headers=headers,
+            partition=self.partition,
+            ack_policy=self._ack_policy,
+        )
+        self._clock = clock
+        self._sent = True
+        self._inflight.append(_Sent(item, rows, clock, self._acked, future))
+
+    def _take(self, sent: _Sent) -> tuple[BaseException | None, list[_Sent]]:
+        """Take an acked head into the gapless prefix; else the reason it cannot be, and
+        the prefix's messages that must go again with it."""
+        exc: BaseException | None = None
+        if sent.future.cancelled():
+            exc = errors.LiftbridgeTimeoutError("the publish was cancelled")
+        else:
+            exc = sent.future.exception()
+        if exc is not None:
+            # It may be stored, and (were the transport to reorder) before messages acked
+            # after it was sent: the prefix ends where it stood when this one went out.
+            return exc, self._rewind(lambda clock, _: clock > sent.floor)
+        ack: Ack | None = sent.future.result()
+        offset = self._offset + 1 if ack is None else ack.offset
+        if offset <= self._offset:
+            # Messages of the prefix stored after this one are dropped by readers (their
+            # clocks are lower): the prefix ends before the first of them.
+            back = self._rewind(lambda _, at: at > offset)
+            return errors.OutOfOrderAckError(
+                f"{self.stream}/{self.partition}: ack at offset {offset} after acks up to "
+                f"{self._offset} (the messages landed out of order)"
+            ), back
+        self._offset = offset
+        self._acked = sent.clock
+        self._rows += sent.rows
+        self._recent.append((sent, offset))
+        if len(self._recent) > _RECENT:
+            self._recent.popleft()
+            self._forgot = True
+        return None, []
+
+    def _rewind(self, drop: Callable[[int, int], bool]) -> list[_Sent]:
+        """End the prefix before its last messages for which ``drop(clock, offset)``
+        holds; returns them, to go again."""
+        back: list[_Sent] = []
+        while self._recent and drop(self._recent[-1][0].clock, self._recent[-1][1]):
+            earlier, _ = self._recent.pop()
+            back.append(earlier)
+            self._rows -= earlier.rows
+        back.reverse()
+        if back and not self._recent and self._forgot:
+            raise errors.OutOfOrderAckError(
+                f"{self.stream}/{self.partition}: the gapless prefix would end before acked "
+                "messages the task no longer holds"
+            )
+        self._acked, self._offset = (
+            (self._recent[-1][0].clock, self._recent[-1][1]) if self._recent else (CLOCK_BASE, -1)
+        )
+        return back
+
+    async def _new_generation(self, exc: BaseException) -> None:
+        if not isinstance(exc, errors.LiftbridgeError) or not retry_worthy(exc):
+            raise exc
+        self._failures += 1
+        if self._failures >= self._retry.attempts:
+            raise exc
+        log.info(
+            "%s/%d: publish failed (%r): the rows from clock %d on go again under a new ProducerID",
+            self.stream,
+            self.partition,
+            exc,
+            self._acked + 1,
+        )
+        self._ended.extend(self._intent())
+        await asyncio.sleep(self._retry.backoff(self._failures))
+        self._producer = new_producer_id()
+        self._clock = self._acked = CLOCK_BASE
+        self._offset = -1
+        self._sent = False
+        self._recent.clear()
+        self._forgot = False
+
+
 class _Producers:
-    """A task's publishers, one per target partition, made on first use."""
+    """A task's lanes, one per target partition and lane, made on first use."""
 
     def __init__(self, client: Client, options: SinkOptions, identity: TaskIdentity) -> None:
         self._client = client
@@ -119,7 +326,7 @@ class _Producers:
         self._mapping = ModuloMapping()
         # Only for partition lists (metadata, cached): it publishes nothing.
         self._metadata = ExactlyOncePublisher(client, ack_policy=options.ack_policy)
-        self.publishers: dict[_Target, ExactlyOncePublisher] = {}
+        self.lanes: dict[_Target, _Lane] = {}
         self.pack_rows = options.pack_rows
         self.packers: dict[_Target, Packer] = {}
         self._lanes = options.producers_per_partition
@@ -132,7 +339,7 @@ class _Producers:
         return found
 
     def lane_of(self, stream: str, partition: int, key: bytes | None) -> int:
-        """The producer of a row among its partition's: the same on every attempt."""
+        """The lane of a row among its partition's."""
         if self._lanes == 1:
             return 0
         n = 0
@@ -152,90 +359,39 @@ class _Producers:
                     f"partitions {partitions}"
                 )
             return row.partition
-        if row.key is None:  # keyless rows: spread by task, the same on every attempt
+        if row.key is None:  # keyless rows: spread by task
             return partitions[self._identity.task % len(partitions)]
         return self._mapping.choose(row.stream, row.key, partitions)
 
-    def publisher(self, target: _Target) -> ExactlyOncePublisher:
-        found = self.publishers.get(target)
+    def lane(self, target: _Target) -> _Lane:
+        found = self.lanes.get(target)
         if found is None:
-            stream, partition, lane = target
-            found = ExactlyOncePublisher(
-                self._client,
-                producer=producer_for(self._identity, stream, partition, lane),
-                clock=Clock(CLOCK_BASE),
-                ack_policy=self._options.ack_policy,
-            )
-            self.publishers[target] = found
+            stream, partition, _ = target
+            found = _Lane(self._client, self._options, stream, partition, DEFAULT_RETRY)
+            self.lanes[target] = found
         return found
 
 
-# One publish: a row as it is, or a pack of rows.
-_Publish = PublishedRow | list[PackedRow]
-
-
-async def _publish_in_order(
-    publisher: ExactlyOncePublisher,
-    stream: str,
-    partition: int,
-    publishes: Sequence[_Publish],
-    stats: WriteStats,
-) -> None:
-    for item in publishes:
-        if isinstance(item, PublishedRow):
-            ack = await publisher.publish_uncommitted(
-                stream, item.value, key=item.key, headers=item.headers, partition=partition
-            )
-            stats.add(ack)
-        else:
-            # A clock per row: a pack cut short by a failed attempt and the retry's full
-            # pack end on different clocks, and readers deliver each row once.
-            ack = await publisher.publish_uncommitted(
-                stream,
-                pack(item),
-                headers=packed_headers(len(item)),
-                partition=partition,
-                clocks=len(item),
-            )
-            stats.add(ack, len(item))
-
-
-async def _publish_chunk(
-    producers: _Producers, chunk: Sequence[PublishedRow], stats: WriteStats
-) -> None:
-    by_target: dict[_Target, list[_Publish]] = {}
+async def _publish_chunk(producers: _Producers, chunk: Sequence[PublishedRow]) -> None:
     for row in chunk:
         partition = await producers.partition_of(row)
         target = (row.stream, partition, producers.lane_of(row.stream, partition, row.key))
-        publishes = by_target.setdefault(target, [])
+        lane = producers.lane(target)
         if producers.pack_rows > 1:
             packed = PackedRow(row.value, row.key, row.headers)
-            publishes.extend(producers.packer(target).add(packed))
+            for full in producers.packer(target).add(packed):
+                await lane.publish(full)
         else:
-            publishes.append(row)
-    await _publish_all(producers, by_target, stats)
+            await lane.publish(row)
 
 
-async def _flush_packs(producers: _Producers, stats: WriteStats) -> None:
-    """The last, partial pack of every producer (after the task's last row)."""
-    by_target: dict[_Target, list[_Publish]] = {
-        target: list(packer.flush()) for target, packer in producers.packers.items()
-    }
-    await _publish_all(producers, by_target, stats)
-
-
-async def _publish_all(
-    producers: _Producers, by_target: dict[_Target, list[_Publish]], stats: WriteStats
-) -> None:
-    # One sequence per producer, all at once: the first failure stops the others and
-    # fails the task with its typed error.
-    tasks = [
-        asyncio.ensure_future(
-            _publish_in_order(producers.publisher(target), target[0], target[1], items, stats)
-        )
-        for target, items in by_target.items()
-        if items
-    ]
+async def _finish(producers: _Producers) -> None:
+    """The last, partial pack of every lane, then every lane's acks, lanes concurrently:
+    the first failure stops the others and fails the task with its typed error."""
+    for target, packer in producers.packers.items():
+        for rest in packer.flush():
+            await producers.lane(target).publish(rest)
+    tasks = [asyncio.ensure_future(lane.finish()) for lane in producers.lanes.values()]
     try:
         await asyncio.gather(*tasks)
     except BaseException:
@@ -248,8 +404,8 @@ async def _publish_all(
 def publish_transactional(
     batches: Iterable[Columns], options: SinkOptions, identity: TaskIdentity
 ) -> TaskIntents:
-    """Publish a task's rows uncommitted (one in flight per producer, as the layer needs
-    for ordering; producers concurrently) and return the intents that commit them."""
+    """Publish a task's rows uncommitted (pipelined, in clock order per lane) and return
+    the intents that commit them."""
     runtime = sink_runtime(options)
     failed = True
     try:
@@ -274,9 +430,11 @@ def publish_rows(
     producers = _Producers(client, options, identity)
     iterator = iter(rows)
     while chunk := list(islice(iterator, CHUNK_ROWS)):
-        run(bounded(_publish_chunk(producers, chunk, result.stats), options))
-    run(bounded(_flush_packs(producers, result.stats), options))
-    intents = [i for p in producers.publishers.values() for i in p.build_ack_intents()]
+        run(bounded(_publish_chunk(producers, chunk), options))
+    run(bounded(_finish(producers), options))
+    intents = [i for lane in producers.lanes.values() for i in lane.intents()]
+    for lane in producers.lanes.values():
+        result.stats.add_rows(lane.stream, lane.partition, lane.rows)
     result.intents = intents_to_json(intents)
     return result
 
@@ -286,20 +444,31 @@ async def write_intents(client: Client, options: SinkOptions, intents: list[AckI
     await ExactlyOncePublisher(client, ack_policy=options.ack_policy).write_ack_intents(intents)
 
 
-def commit_intents(options: SinkOptions, documents: Iterable[str], what: str) -> int:
-    """Write every task's intents (driver side); returns how many were written."""
+async def commit_batch(
+    client: Client, options: SinkOptions, batch: int, intents: list[AckIntent]
+) -> int:
+    """The driver's commit of one batch: record the intents in the write's journal, then
+    write them (see `_journal`); returns how many intents were written."""
+    if options.journal and options.write_id is not None:
+        intents = await plan_commit(client, options.write_id, batch, intents)
+    await write_intents(client, options, intents)
+    return len(intents)
+
+
+def commit_intents(options: SinkOptions, documents: Iterable[str], batch: int, what: str) -> int:
+    """Commit every task's intents (driver side); returns how many intents were written."""
     intents = [intent for doc in documents for intent in intents_from_json(doc)]
     if not intents:
         return 0
     runtime = sink_runtime(options)
     try:
-        runtime.run(bounded(write_intents(runtime.client, options, intents), options, "committing"))
+        written = runtime.run(
+            bounded(commit_batch(runtime.client, options, batch, intents), options, "committing")
+        )
     except errors.LiftbridgeError:
         log.error("%s: writing the ACK intents failed; a replay writes them again", what)
         raise
     finally:
         runtime.close()
-    log.info(
-        "%s: %d ACK intents written (committed for read_committed readers)", what, len(intents)
-    )
-    return len(intents)
+    log.info("%s: %d ACK intents written (committed for read_committed readers)", what, written)
+    return written

@@ -60,6 +60,12 @@ class WriteStats:
             key = f"{ack.stream}/{ack.partition}"
             self.per_partition[key] = self.per_partition.get(key, 0) + rows
 
+    def add_rows(self, stream: str, partition: int, rows: int) -> None:
+        """Count ``rows`` rows acked in one partition."""
+        self.rows += rows
+        key = f"{stream}/{partition}"
+        self.per_partition[key] = self.per_partition.get(key, 0) + rows
+
     def add_acks(self, acks: Iterable[Ack | None]) -> None:
         """Count acked publishes of one row each (the key string is built once per
         partition, not per row)."""

@@ -1,8 +1,9 @@
 """The exactly-once Spark sink under a failure schedule, in process (no Spark, no server).
 
 The sink's own writer (`_transactional.publish_rows`, every task attempt) and committer
-(`_transactional.write_intents`, the driver) run against `MemoryCluster`, an in-memory
-Liftbridge that stores each publish in a partition log and injects the schedule's faults.
+(`_journal.plan_commit` and `_transactional.write_intents`, the driver) run against
+`MemoryCluster`, an in-memory Liftbridge that stores each publish in a partition log and
+injects the schedule's faults.
 Each task attempt and each driver commit is an actor on its own thread; `Turns` lets one
 actor run at a time and picks the next one at every publish from the schedule's seed, so
 a failed attempt that keeps publishing its cut-short input interleaves with its retry and
@@ -14,9 +15,11 @@ target's partitions, the writer's chunk size), and for every run of a batch each
 failing attempts (input cut at any row - a UDF or a shuffle read upstream of the writer
 failed, so Spark ends the writer's input early without an error -, a publish that fails
 for good, the executor killed at a publish, the message stored or not) and transient
-faults (a publish lost, or stored with its ack lost; the writer retries both), then the
-driver's fate (commits, dies before, in the middle of or after writing the intents: the
-batch runs again). `check` is the oracle: read committed, every row of every batch comes
+faults (a publish lost, stored with its ack lost, stored late after a later one, or
+acked but stored after a later one; acks come back a few loop turns late, so several
+publishes are in flight), then the driver's fate (commits, dies before its commit, after
+recording the intents in the journal, in the middle of or after writing them: the batch
+runs again). `check` is the oracle: read committed, every row of every batch comes
 exactly once, and the rows of one key of one task keep their order.
 """
 
@@ -47,6 +50,7 @@ from liftbridge_client.models import AckPolicy, Message
 from liftbridge_client.packing import is_packed, unpack
 from liftbridge_client.spark import _transactional
 from liftbridge_client.spark._idempotent import TaskIdentity
+from liftbridge_client.spark._journal import plan_commit
 from liftbridge_client.spark._options import SinkOptions
 from liftbridge_client.spark._rows import PublishedRow
 
@@ -55,10 +59,12 @@ STREAM = "orders"
 # ---- the schedule -------------------------------------------------------------------------
 
 # A publish fault: "lost" (never stored, times out: retried), "acklost" (stored, the ack
-# lost: retried, so stored twice), "error" (a non-retriable error: the attempt fails),
-# "crash" (the executor dies there: nothing more from the attempt). For error and crash,
-# ``stored`` says whether the message reached the log first.
-TRANSIENT = ("lost", "acklost")
+# lost: retried, so stored twice), "late" (times out, and is stored after the sender's
+# next message), "swapped" (acked, but stored after the sender's next message: landed out
+# of order), "error" (a non-retriable error: the attempt fails), "crash" (the executor
+# dies there: nothing more from the attempt). For error and crash, ``stored`` says whether
+# the message reached the log first.
+TRANSIENT = ("lost", "acklost", "late", "swapped")
 FATAL = ("error", "crash")
 
 
@@ -85,8 +91,9 @@ class Attempt:
 @dataclass(frozen=True)
 class Run:
     """One run of a batch: per task its attempts (the last never fails), and the driver's
-    fate: "commit", "before" (dies before writing intents), "mid" (after ``mid`` of them),
-    "after" (after all: the batch is replayed)."""
+    fate: "commit", "before" (dies before its commit), "journaled" (after recording the
+    intents in the journal, before writing any), "mid" (after ``mid`` of them), "after"
+    (after all: the batch is replayed)."""
 
     attempts: tuple[tuple[Attempt, ...], ...]
     driver: str = "commit"
@@ -244,32 +251,96 @@ class Actor:
 
 
 class MemoryCluster:
-    """Partition logs of one stream, and a client per actor that publishes into them."""
+    """Partition logs of the target stream (and of the streams the sink creates, such as
+    its journal), and a client per actor that publishes into them."""
 
     def __init__(self, partitions: int, turns: Turns) -> None:
-        self.logs: dict[int, list[Message]] = {p: [] for p in range(partitions)}
+        self.streams: dict[str, dict[int, list[Message]]] = {
+            STREAM: {p: [] for p in range(partitions)}
+        }
         self.turns = turns
         self._lock = threading.Lock()
+
+    @property
+    def logs(self) -> dict[int, list[Message]]:
+        return self.streams[STREAM]
 
     def client(self, actor: Actor) -> Client:
         return cast(Client, _MemoryClient(self, actor))
 
-    def store(self, partition: int, value: bytes, key: bytes | None, headers: Any) -> None:
+    def store(
+        self, stream: str, partition: int, value: bytes, key: bytes | None, headers: Any
+    ) -> int:
         with self._lock:
-            log = self.logs[partition]
+            log = self.streams[stream][partition]
             log.append(
-                Message(STREAM, partition, len(log), value, key or b"", headers=dict(headers))
+                Message(stream, partition, len(log), value, key or b"", headers=dict(headers))
             )
+            return len(log) - 1
+
+
+def _later(future: asyncio.Future[Any], settle: Callable[[], None], turns: int) -> None:
+    # Acks arrive a few loop turns later, so that several publishes are in flight.
+    if future.done():
+        return
+    if turns > 0:
+        asyncio.get_running_loop().call_soon(_later, future, settle, turns - 1)
+    else:
+        settle()
 
 
 class _MemoryClient:
     def __init__(self, cluster: MemoryCluster, actor: Actor) -> None:
         self._cluster = cluster
         self._actor = actor
+        self._rng = random.Random(actor.name)
+        self._held: list[Callable[[], None]] = []  # stores after the next message's
 
     async def fetch_metadata(self, stream: str | None = None) -> Any:
-        info = SimpleNamespace(partitions=dict.fromkeys(self._cluster.logs))
-        return SimpleNamespace(streams={STREAM: info})
+        streams = {
+            name: SimpleNamespace(partitions=dict.fromkeys(logs))
+            for name, logs in self._cluster.streams.items()
+        }
+        return SimpleNamespace(streams=streams, brokers={"b1": None})
+
+    async def create_stream(self, subject: str, name: str, config: Any, **_: Any) -> None:
+        with self._cluster._lock:
+            self._cluster.streams.setdefault(name, {0: []})
+
+    async def fetch_partition_metadata(self, stream: str, partition: int) -> Any:
+        log = self._cluster.streams[stream][partition]
+        return SimpleNamespace(high_watermark=len(log) - 1)
+
+    def subscribe(self, stream: str, partition: int, **kw: Any) -> Any:
+        log = self._cluster.streams[stream][partition]
+        found = log[kw["start_offset"] : kw["stop_offset"] + 1]
+
+        class _Sub:
+            async def __aenter__(self) -> Any:
+                return self
+
+            async def __aexit__(self, *exc: object) -> None:
+                return None
+
+            async def __aiter__(self) -> Any:
+                for m in found:
+                    yield m
+
+        return _Sub()
+
+    def _fault(self) -> Fault | None:
+        actor = self._actor
+        self._cluster.turns.yield_turn(actor.name)  # others may run before this publish
+        fault = actor.faults.get(actor.publishes)
+        actor.publishes += 1
+        return fault
+
+    def _store(self, stream: str, partition: int, value: bytes, key: Any, headers: Any) -> int:
+        offset = self._cluster.store(stream, partition, value, key, headers or {})
+        held, self._held = self._held, []
+        for store in held:
+            store()
+        return offset
 
     async def publish(
         self,
@@ -281,21 +352,59 @@ class _MemoryClient:
         partition: int = 0,
         ack_policy: Any = None,
     ) -> Any:
+        future = await self.send(
+            stream, value, key=key, headers=headers, partition=partition, ack_policy=ack_policy
+        )
+        return await future
+
+    async def send(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Any = None,
+        partition: int = 0,
+        ack_policy: Any = None,
+    ) -> Any:
         actor = self._actor
-        self._cluster.turns.yield_turn(actor.name)  # others may run before this publish
-        fault = actor.faults.get(actor.publishes)
-        actor.publishes += 1
-        stored = fault is None or fault.kind == "acklost" or fault.stored
-        if stored:
-            self._cluster.store(partition, value, key, headers or {})
+        fault = self._fault()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        kind = None if fault is None else fault.kind
+        if kind in ("late", "swapped"):
+
+            def store_late() -> None:
+                offset = self._cluster.store(stream, partition, value, key, headers or {})
+                if kind == "swapped" and not future.done():
+                    future.set_result(
+                        SimpleNamespace(stream=stream, partition=partition, offset=offset)
+                    )
+
+            self._held.append(store_late)
+            if kind == "late":
+                future.set_exception(errors.AckTimeoutError(f"{actor.name}: injected late"))
+            else:
+                _later(future, self._flush_held, 1 + self._rng.randrange(3))
+            await asyncio.sleep(0)
+            return future
+        stored = fault is None or kind == "acklost" or fault.stored
+        offset = self._store(stream, partition, value, key, headers) if stored else -1
         if fault is not None:
-            if fault.kind == "crash":
+            if kind == "crash":
                 raise Crashed
-            if fault.kind == "error":
+            if kind == "error":
                 raise errors.PermissionDeniedError(f"{actor.name}: injected publish error")
-            raise errors.AckTimeoutError(f"{actor.name}: injected {fault.kind}")
+            future.set_exception(errors.AckTimeoutError(f"{actor.name}: injected {kind}"))
+        else:
+            ack = SimpleNamespace(stream=stream, partition=partition, offset=offset)
+            _later(future, lambda: future.set_result(ack), self._rng.randrange(4))
         await asyncio.sleep(0)
-        return SimpleNamespace(stream=stream, partition=partition)
+        return future
+
+    def _flush_held(self) -> None:
+        held, self._held = self._held, []
+        for store in held:
+            store()
 
 
 # ---- running a schedule --------------------------------------------------------------------
@@ -337,13 +446,15 @@ def _start_run(
     def driver() -> None:
         actor = Actor(f"driver-b{b}r{r}", {f.at: f for f in run.driver_faults})
         intents = [i for t in sorted(results) for i in intents_from_json(results[t])]
-        if run.driver == "before":
-            intents = []
-        elif run.driver == "mid":
-            intents = intents[: run.mid]
-        if intents:
+        if run.driver != "before" and intents:
+            client = cluster.client(actor)
             with asyncio.Runner() as loop:
-                loop.run(_transactional.write_intents(cluster.client(actor), options, intents))
+                planned = loop.run(plan_commit(client, "w", b, intents))
+                if run.driver == "journaled":
+                    planned = []
+                elif run.driver == "mid":
+                    planned = planned[: run.mid]
+                loop.run(_transactional.write_intents(client, options, planned))
         if step + 1 < len(plan):
             _start_run(schedule, options, cluster, plan, step + 1)
 

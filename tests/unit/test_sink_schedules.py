@@ -76,7 +76,9 @@ def schedules(draw: st.DrawFn, max_rows: int = 60) -> Schedule:
                 draw(_attempts(rows[t], rows[t] // pack_rows + 2 * lanes + 2)) for t in range(tasks)
             )
             driver = (
-                "commit" if r == failed_runs else draw(st.sampled_from(["before", "mid", "after"]))
+                "commit"
+                if r == failed_runs
+                else draw(st.sampled_from(["before", "journaled", "mid", "after"]))
             )
             runs.append(
                 Run(
@@ -145,6 +147,19 @@ REGRESSIONS = [
     _one_task(200, (Attempt(cut=101), Attempt()), pack_rows=16, lanes=3),
     _one_task(50, (Attempt(cut=0), Attempt(cut=50), Attempt()), pack_rows=7),
 ]
+# A message acked but stored after its successor, whose ack was lost: the lane's prefix
+# must end before the first (pipelined: the successor was sent before its ack came).
+REGRESSIONS.append(
+    Schedule.from_json(
+        '{"seed":0,"partitions":1,"pack_rows":1,"lanes":1,"keys":"none","key_space":1,'
+        '"chunk_rows":3,"ring":2,"batches":[{"rows":[0],"runs":[{"attempts":[[{"cut":null,'
+        '"faults":[]}]],"driver":"commit","mid":0,"driver_faults":[]}]},{"rows":[0,2],'
+        '"runs":[{"attempts":[[{"cut":null,"faults":[]}],[{"cut":null,"faults":[{"at":0,'
+        '"kind":"error","stored":false}]},{"cut":null,"faults":[{"at":0,"kind":"swapped",'
+        '"stored":false},{"at":1,"kind":"acklost","stored":false}]}]],"driver":"commit",'
+        '"mid":0,"driver_faults":[]}]}]}'
+    )
+)
 if os.environ.get("SINK_SCHEDULE"):
     REGRESSIONS.append(Schedule.from_json(os.environ["SINK_SCHEDULE"]))
 

@@ -171,22 +171,11 @@ def test_producers_per_partition_option() -> None:
         SinkOptions.parse({**BASE, "producersPerPartition": "4"})
 
 
-def test_lanes_keep_a_key_on_one_producer_and_lane_0_keeps_the_old_producer_id() -> None:
-    import hashlib
-
-    from liftbridge_client.spark._idempotent import TaskIdentity
-    from liftbridge_client.spark._transactional import lane_for, producer_for
+def test_lanes_keep_a_key_on_one_lane_and_spread_keyless_rows() -> None:
+    from liftbridge_client.spark._transactional import lane_for
 
     keys = [b"k%d" % i for i in range(200)]
     lanes = [lane_for(k, 0, 8) for k in keys]
     assert lanes == [lane_for(k, 99, 8) for k in keys]  # the key decides, not the number
     assert set(lanes) == set(range(8))  # and the keys spread over every lane
     assert [lane_for(None, n, 3) for n in range(7)] == [0, 1, 2, 0, 1, 2, 0]
-    identity = TaskIdentity("w", 3, 1)
-    # The id a single producer had before lanes existed: a replay across the upgrade with
-    # one producer per partition sends the same UUIDs.
-    raw = bytearray(hashlib.blake2b(b"w/3/1\x00s\x002", digest_size=6).digest())
-    raw[0] |= 0x01
-    assert producer_for(identity, "s", 2) == producer_for(identity, "s", 2, 0) == bytes(raw)
-    ids = {producer_for(identity, "s", 2, lane) for lane in range(8)}
-    assert len(ids) == 8

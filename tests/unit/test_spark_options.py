@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import zlib
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from liftbridge_client import errors
 from liftbridge_client.errors import InvalidInputError
+from liftbridge_client.exactly_once.uuids import build_uuid_bytes
 from liftbridge_client.models import AckPolicy
 from liftbridge_client.options import Transport
 from liftbridge_client.spark._columns import Columns
@@ -116,21 +119,32 @@ def test_exactly_once_sink_options() -> None:
         SinkOptions.parse({"brokers": "h:1", "exactlyOnce": "maybe"})
 
 
-def test_exactly_once_producer_ids_are_per_task_and_stable() -> None:
-    from liftbridge_client.spark._transactional import producer_for
+def test_a_journal_record_round_trips_and_garbage_is_refused() -> None:
+    from liftbridge_client.exactly_once.publisher import AckIntent
+    from liftbridge_client.spark._journal import JOURNAL_PREFIX, Record, journal_stream
 
-    ids = {
-        producer_for(TaskIdentity(w, b, t), s, p)
-        for w in ("q1", "q2")
-        for b in (0, 1)
-        for t in (0, 1)
-        for s in ("a", "b")
-        for p in (0, 1)
-    }
-    assert len(ids) == 32
-    assert all(len(p) == 6 and p[0] & 1 for p in ids)
-    same = TaskIdentity("q1", 3, 1)
-    assert producer_for(same, "a", 1) == producer_for(TaskIdentity("q1", 3, 1), "a", 1)
+    intents = tuple(AckIntent(f"s{i % 3}", i % 5, bytes([i]) * 16) for i in range(200))
+    record = Record("query-1", 7, intents)
+    assert Record.decode(record.encode()) == record
+    assert len(record.encode()) < 200 * 40  # compressed: a large job's record stays small
+    names = {journal_stream(w) for w in ("q", "q ", "Q", "a,b", "x" * 500)}
+    assert len(names) == 5
+    assert all(n.startswith(JOURNAL_PREFIX) and n.isascii() and len(n) < 64 for n in names)
+    for garbage in (b"", b"not zlib", zlib.compress(b"[]"), zlib.compress(b'{"write": 1}')):
+        with pytest.raises(errors.PayloadDecodeError, match="journal record"):
+            Record.decode(garbage)
+
+
+def test_a_rollback_intent_acks_the_same_producer_at_the_base_clock() -> None:
+    from liftbridge_client.exactly_once.publisher import AckIntent
+    from liftbridge_client.exactly_once.uuids import Flags, fields_of
+    from liftbridge_client.spark._journal import CLOCK_BASE, rollback_intent
+
+    producer = bytes.fromhex("0b0c0d0e0f10")
+    commit = AckIntent("s", 3, build_uuid_bytes(producer, CLOCK_BASE + 99, Flags.ACK_TXN))
+    back = rollback_intent(commit)
+    assert (back.stream, back.partition) == ("s", 3)
+    assert fields_of(back.uuid) == (producer, CLOCK_BASE, Flags.ACK_TXN)
 
 
 def _ids(

@@ -1,0 +1,164 @@
+"""The journal of an exactly-once write: the driver records the intents it is about to
+write, so that a replay writes the same ones.
+
+Task attempts publish under ProducerIDs of their own (see `_transactional`), so a batch
+run twice (a micro-batch replayed after the driver died between writing its intents and
+Spark recording the batch; a batch write run again with the same ``writeId``) publishes
+its rows under producers other than the ones committed the first time. Before it writes
+any intent, the driver appends a `Record` (the write, the batch, the intents) to the
+write's journal stream (one per write id, one partition, on up to three servers) and
+waits until every replica in sync has it. The commit of a batch first reads the journal's
+newest record: if it is for this batch, the batch was (or was being) committed, and the
+driver writes the recorded intents again (written twice, an intent commits once) and
+rolls back its own producers instead. Only the newest record matters: Spark replays only
+the last batch of a query, and a batch write has one batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from liftbridge_client import errors
+from liftbridge_client.client import Client
+from liftbridge_client.exactly_once.publisher import DEFAULT_RETRY, AckIntent, retry_worthy
+from liftbridge_client.exactly_once.reader import read_range
+from liftbridge_client.exactly_once.uuids import (
+    Flags,
+    build_uuid_bytes,
+    producer_of,
+    unix_ns_to_clock,
+)
+from liftbridge_client.models import AckPolicy
+from liftbridge_client.spark._committed_stream import ensure_store
+
+__all__ = [
+    "CLOCK_BASE",
+    "JOURNAL_PREFIX",
+    "Record",
+    "journal_stream",
+    "newest",
+    "plan_commit",
+    "rollback_intent",
+]
+
+log = logging.getLogger(__name__)
+
+JOURNAL_PREFIX = "__lbspark_eo_journal_"
+
+# Where the clock of every producer of an exactly-once write starts (2020-01-01): its
+# ProducerID is new, so any fixed value does; a rollback intent ACKs a producer there.
+CLOCK_BASE = unix_ns_to_clock(1_577_836_800 * 10**9)
+
+
+def journal_stream(write_id: str) -> str:
+    """The journal stream of a write (its name and subject): a digest of the write id, so
+    that any id makes a valid stream name."""
+    return JOURNAL_PREFIX + hashlib.blake2b(write_id.encode(), digest_size=12).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """The intents the driver writes to commit one batch of one write."""
+
+    write_id: str
+    batch: int
+    intents: tuple[AckIntent, ...]
+
+    def encode(self) -> bytes:
+        doc = {
+            "write": self.write_id,
+            "batch": self.batch,
+            "intents": [[i.stream, i.partition, i.uuid.hex(), i.value.hex()] for i in self.intents],
+        }
+        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode())
+
+    @classmethod
+    def decode(cls, data: bytes) -> Record:
+        try:
+            doc = json.loads(zlib.decompress(data))
+            intents = tuple(
+                AckIntent(str(s), int(p), bytes.fromhex(u), bytes.fromhex(v))
+                for s, p, u, v in doc["intents"]
+            )
+            return cls(str(doc["write"]), int(doc["batch"]), intents)
+        except (zlib.error, ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise errors.PayloadDecodeError(f"not a journal record: {exc}") from exc
+
+
+async def newest(client: Client, stream: str) -> Record | None:
+    """The journal's newest record (None when it has none)."""
+    info = await client.fetch_partition_metadata(stream, 0)
+    last = info.high_watermark
+    if last < 0:
+        return None
+    found = await read_range(client, stream, 0, last, last + 1)
+    return Record.decode(found[-1].value) if found else None
+
+
+def rollback_intent(intent: AckIntent) -> AckIntent:
+    """The intent that rolls back everything ``intent``'s producer wrote uncommitted in
+    its partition: an ACK_TXN at the clock its first message started from."""
+    uuid = build_uuid_bytes(producer_of(intent.uuid), CLOCK_BASE, Flags.ACK_TXN)
+    return AckIntent(intent.stream, intent.partition, uuid)
+
+
+def _rollbacks(intents: Sequence[AckIntent], keep: Sequence[AckIntent]) -> list[AckIntent]:
+    kept = {(i.stream, i.partition, producer_of(i.uuid)) for i in keep}
+    out: dict[AckIntent, None] = {}
+    for intent in intents:
+        if (intent.stream, intent.partition, producer_of(intent.uuid)) not in kept:
+            out[rollback_intent(intent)] = None
+    return list(out)
+
+
+async def plan_commit(
+    client: Client, write_id: str, batch: int, intents: Sequence[AckIntent]
+) -> list[AckIntent]:
+    """The intents that commit ``batch`` of ``write_id`` given the tasks' ``intents``, in
+    the order to write them, once the journal records them (see the module doc)."""
+    stream = journal_stream(write_id)
+    await ensure_store(client, stream)
+    found = await newest(client, stream)
+    if found is not None and found.write_id == write_id and found.batch >= batch:
+        recorded = found.intents if found.batch == batch else ()
+        if found.batch > batch:
+            log.warning(
+                "write %s: batch %d replayed after batch %d was committed: nothing of it "
+                "is committed again",
+                write_id,
+                batch,
+                found.batch,
+            )
+        else:
+            log.info(
+                "write %s: batch %d was committed before (a replay): its %d recorded intents "
+                "are written again and this run's producers rolled back",
+                write_id,
+                batch,
+                len(recorded),
+            )
+        return [*recorded, *_rollbacks(intents, recorded)]
+    record = Record(write_id, batch, tuple(intents))
+    await _append(client, stream, record.encode())
+    return list(intents)
+
+
+async def _append(client: Client, stream: str, data: bytes) -> None:
+    # Retried as the intents are: a record stored twice is the same newest record.
+    attempt = 1
+    while True:
+        try:
+            await client.publish(stream, data, ack_policy=AckPolicy.ALL)
+            return
+        except errors.LiftbridgeError as exc:
+            if not retry_worthy(exc) or attempt >= DEFAULT_RETRY.attempts:
+                raise
+            log.info("journal %s: append failed (%r): retrying", stream, exc)
+        await asyncio.sleep(DEFAULT_RETRY.backoff(attempt))
+        attempt += 1
