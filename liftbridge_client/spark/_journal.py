@@ -21,8 +21,9 @@ import hashlib
 import json
 import logging
 import zlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from liftbridge_client import errors
 from liftbridge_client.client import Client
@@ -48,6 +49,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 JOURNAL_PREFIX = "__lbspark_eo_journal_"
 
@@ -123,8 +126,10 @@ async def plan_commit(
     """The intents that commit ``batch`` of ``write_id`` given the tasks' ``intents``, in
     the order to write them, once the journal records them (see the module doc)."""
     stream = journal_stream(write_id)
-    await ensure_store(client, stream)
-    found = await newest(client, stream)
+    await _retried(stream, lambda: ensure_store(client, stream))
+    # A stream just created may not have a leader yet (NOT_FOUND), and its leader may be
+    # a server that went down: read again, as the intents are written.
+    found = await _retried(stream, lambda: newest(client, stream), also=errors.NotFoundError)
     if found is not None and found.write_id == write_id and found.batch >= batch:
         recorded = found.intents if found.batch == batch else ()
         if found.batch > batch:
@@ -151,14 +156,22 @@ async def plan_commit(
 
 async def _append(client: Client, stream: str, data: bytes) -> None:
     # Retried as the intents are: a record stored twice is the same newest record.
+    await _retried(stream, lambda: client.publish(stream, data, ack_policy=AckPolicy.ALL))
+
+
+async def _retried(
+    stream: str,
+    step: Callable[[], Awaitable[T]],
+    also: type[errors.LiftbridgeError] | None = None,
+) -> T:
     attempt = 1
     while True:
         try:
-            await client.publish(stream, data, ack_policy=AckPolicy.ALL)
-            return
+            return await step()
         except errors.LiftbridgeError as exc:
-            if not retry_worthy(exc) or attempt >= DEFAULT_RETRY.attempts:
+            worthy = retry_worthy(exc) or (also is not None and isinstance(exc, also))
+            if not worthy or attempt >= DEFAULT_RETRY.attempts:
                 raise
-            log.info("journal %s: append failed (%r): retrying", stream, exc)
+            log.info("journal %s: %r: retrying", stream, exc)
         await asyncio.sleep(DEFAULT_RETRY.backoff(attempt))
         attempt += 1

@@ -147,12 +147,16 @@ def test_exactly_once_write_with_a_task_retry_commits_each_row_once(
     through_spark = spark_values(spark, liftbridge_server, name, "read_committed")
     assert sorted(through_spark) == sorted(v.decode() for v in committed)
 
-    # The job run again with the same writeId: its copies are stored, and dropped.
+    # The job run again with the same writeId: its copies are stored, and dropped. Its
+    # commit finds the batch in the write's journal: it writes the recorded intents again
+    # and a rollback for each of its own producers, instead of committing them.
     before = len(read_all(liftbridge_server.addresses, name, 2))
     flag.unlink()
     rerun = flaky_rows(spark, 2400, 1100, flag)
     eo_sink(rerun, liftbridge_server, name, writeId=name, **lanes).save()
-    assert len(read_all(liftbridge_server.addresses, name, 2)) == before + 2400 + 2 * producers
+    after = Counter(m.value for m in read_all(liftbridge_server.addresses, name, 2))
+    assert after.total() == before + 2400 + 2 * producers + 2 * producers
+    assert after[b""] == 3 * 2 * producers
     assert len(read_committed(liftbridge_server.addresses, name)) == 2400
 
 

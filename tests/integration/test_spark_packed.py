@@ -81,12 +81,13 @@ def test_packed_write_with_a_task_retry_commits_each_row_once(
     assert len(stored) < 6000 // 100  # far fewer messages than rows
     expected = Counter(f"row-{i}" for i in range(6000))
     assert spark_rows(spark, addresses, name, "read_committed") == expected
-    # Read uncommitted: the retry re-sent the failed attempt's packs (same UUIDs), and the
-    # ACK intents (empty values, one per partition) are rows too.
+    # Read uncommitted: whatever packs the failed attempt got out (under producers of its
+    # own, never committed) besides every row, and the ACK intents (empty values, one per
+    # producer) are rows too.
     uncommitted = spark_rows(spark, addresses, name, "read_uncommitted")
     assert uncommitted.pop("") == 2 * producers  # an ACK intent per producer
     assert set(uncommitted) == set(expected)
-    assert uncommitted.total() > 6000
+    assert uncommitted.total() >= 6000
 
     flag.unlink()  # the job again, same writeId: its packs are copies, dropped
     rerun = flaky_rows(spark, 6000, 2500, flag)
