@@ -337,9 +337,7 @@ class _MemoryClient:
 
     def _store(self, stream: str, partition: int, value: bytes, key: Any, headers: Any) -> int:
         offset = self._cluster.store(stream, partition, value, key, headers or {})
-        held, self._held = self._held, []
-        for store in held:
-            store()
+        self._flush_held()
         return offset
 
     async def publish(
