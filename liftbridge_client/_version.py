@@ -3,4 +3,4 @@
 `make release-check` (scripts/release_check.py) holds it against CHANGELOG.md's top
 version section and the tag ``v<version>``."""
 
-__version__ = "0.3.0"
+__version__ = "0.3.1.dev0"
