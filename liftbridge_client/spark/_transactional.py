@@ -89,10 +89,6 @@ def lane_for(key: bytes | None, keyless_number: int, lanes: int) -> int:
     return keyless_number % lanes
 
 
-# Acked messages a lane keeps to end its prefix earlier on an out-of-order ack: more than
-# a window of them can never land after a later one.
-_RECENT = 4096
-
 # Where a lane writes: (stream, partition, lane).
 _Target = tuple[str, int, int]
 
@@ -151,8 +147,9 @@ class _Lane:
         self._sent = False
         self._rows = 0  # in the gapless prefixes of every generation
         # The prefix's last messages and offsets, to end it earlier when an ack shows a
-        # later message stored before them; ``_forgot``: older ones were let go.
-        self._recent: deque[tuple[_Sent, int]] = deque()
+        # later message stored before them; ``_forgot``: older ones were let go. No more
+        # than a window of messages can have been sent before an ack came back.
+        self._recent: deque[tuple[_Sent, int]] = deque(maxlen=options.max_inflight + 1)
         self._forgot = False
 
     def intents(self) -> list[AckIntent]:
@@ -246,16 +243,17 @@ class _Lane:
     def _take(self, sent: _Sent) -> tuple[BaseException | None, list[_Sent]]:
         """Take an acked head into the gapless prefix; else the reason it cannot be, and
         the prefix's messages that must go again with it."""
-        exc: BaseException | None = None
-        if sent.future.cancelled():
-            exc = errors.LiftbridgeTimeoutError("the publish was cancelled")
-        else:
-            exc = sent.future.exception()
+        future = sent.future
+        exc = (
+            errors.LiftbridgeTimeoutError("the publish was cancelled")
+            if future.cancelled()
+            else future.exception()
+        )
         if exc is not None:
             # It may be stored, and (were the transport to reorder) before messages acked
             # after it was sent: the prefix ends where it stood when this one went out.
             return exc, self._rewind(lambda clock, _: clock > sent.floor)
-        ack: Ack | None = sent.future.result()
+        ack: Ack | None = future.result()
         offset = self._offset + 1 if ack is None else ack.offset
         if offset <= self._offset:
             # Messages of the prefix stored after this one are dropped by readers (their
@@ -268,10 +266,8 @@ class _Lane:
         self._offset = offset
         self._acked = sent.clock
         self._rows += sent.rows
+        self._forgot |= len(self._recent) == self._recent.maxlen
         self._recent.append((sent, offset))
-        if len(self._recent) > _RECENT:
-            self._recent.popleft()
-            self._forgot = True
         return None, []
 
     def _rewind(self, drop: Callable[[int, int], bool]) -> list[_Sent]:
@@ -282,15 +278,18 @@ class _Lane:
             earlier, _ = self._recent.pop()
             back.append(earlier)
             self._rows -= earlier.rows
+        if not back:
+            return back
         back.reverse()
-        if back and not self._recent and self._forgot:
+        if self._recent:
+            self._acked, self._offset = self._recent[-1][0].clock, self._recent[-1][1]
+        elif self._forgot:
             raise errors.OutOfOrderAckError(
                 f"{self.stream}/{self.partition}: the gapless prefix would end before acked "
                 "messages the task no longer holds"
             )
-        self._acked, self._offset = (
-            (self._recent[-1][0].clock, self._recent[-1][1]) if self._recent else (CLOCK_BASE, -1)
-        )
+        else:
+            self._acked, self._offset = CLOCK_BASE, -1
         return back
 
     async def _new_generation(self, exc: BaseException) -> None:
@@ -434,7 +433,8 @@ def publish_rows(
     run(bounded(_finish(producers), options))
     intents = [i for lane in producers.lanes.values() for i in lane.intents()]
     for lane in producers.lanes.values():
-        result.stats.add_rows(lane.stream, lane.partition, lane.rows)
+        if lane.rows:
+            result.stats.add_rows(lane.stream, lane.partition, lane.rows)
     result.intents = intents_to_json(intents)
     return result
 

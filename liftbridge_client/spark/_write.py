@@ -55,10 +55,10 @@ class WriteStats:
 
     def add(self, ack: Ack | None, rows: int = 1) -> None:
         """Count an acked publish of ``rows`` rows (more than one when packed)."""
-        self.rows += rows
-        if ack is not None:
-            key = f"{ack.stream}/{ack.partition}"
-            self.per_partition[key] = self.per_partition.get(key, 0) + rows
+        if ack is None:
+            self.rows += rows
+        else:
+            self.add_rows(ack.stream, ack.partition, rows)
 
     def add_rows(self, stream: str, partition: int, rows: int) -> None:
         """Count ``rows`` rows acked in one partition."""
