@@ -16,7 +16,6 @@ the last batch of a query, and a batch write has one batch.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from liftbridge_client import errors
+from liftbridge_client._transport.grpc import with_retries
 from liftbridge_client.client import Client
 from liftbridge_client.exactly_once.publisher import DEFAULT_RETRY, AckIntent, retry_worthy
 from liftbridge_client.exactly_once.reader import read_range
@@ -126,12 +126,16 @@ async def plan_commit(
     """The intents that commit ``batch`` of ``write_id`` given the tasks' ``intents``, in
     the order to write them, once the journal records them (see the module doc)."""
     stream = journal_stream(write_id)
-    await _retried(stream, lambda: ensure_store(client, stream))
-    # A stream just created may not have a leader yet (NOT_FOUND), and its leader may be
-    # a server that went down: read again, as the intents are written.
-    found = await _retried(stream, lambda: newest(client, stream), also=errors.NotFoundError)
+
+    # Each step is retried as the intents are: a stream just created may not have a
+    # leader yet (NOT_FOUND), its leader may be a server that went down, and a record
+    # appended twice is the same newest record.
+    def retried(step: Callable[[], Awaitable[T]], what: str) -> Awaitable[T]:
+        return with_retries(step, DEFAULT_RETRY, what=f"journal {stream}: {what}", retry_if=_worthy)
+
+    await retried(lambda: ensure_store(client, stream), "create")
+    found = await retried(lambda: newest(client, stream), "read")
     if found is not None and found.write_id == write_id and found.batch >= batch:
-        recorded = found.intents if found.batch == batch else ()
         if found.batch > batch:
             log.warning(
                 "write %s: batch %d replayed after batch %d was committed: nothing of it "
@@ -140,38 +144,19 @@ async def plan_commit(
                 batch,
                 found.batch,
             )
-        else:
-            log.info(
-                "write %s: batch %d was committed before (a replay): its %d recorded intents "
-                "are written again and this run's producers rolled back",
-                write_id,
-                batch,
-                len(recorded),
-            )
-        return [*recorded, *_rollbacks(intents, recorded)]
-    record = Record(write_id, batch, tuple(intents))
-    await _append(client, stream, record.encode())
+            return _rollbacks(intents, ())
+        log.info(
+            "write %s: batch %d was committed before (a replay): its %d recorded intents "
+            "are written again and this run's producers rolled back",
+            write_id,
+            batch,
+            len(found.intents),
+        )
+        return [*found.intents, *_rollbacks(intents, found.intents)]
+    data = Record(write_id, batch, tuple(intents)).encode()
+    await retried(lambda: client.publish(stream, data, ack_policy=AckPolicy.ALL), "append")
     return list(intents)
 
 
-async def _append(client: Client, stream: str, data: bytes) -> None:
-    # Retried as the intents are: a record stored twice is the same newest record.
-    await _retried(stream, lambda: client.publish(stream, data, ack_policy=AckPolicy.ALL))
-
-
-async def _retried(
-    stream: str,
-    step: Callable[[], Awaitable[T]],
-    also: type[errors.LiftbridgeError] | None = None,
-) -> T:
-    attempt = 1
-    while True:
-        try:
-            return await step()
-        except errors.LiftbridgeError as exc:
-            worthy = retry_worthy(exc) or (also is not None and isinstance(exc, also))
-            if not worthy or attempt >= DEFAULT_RETRY.attempts:
-                raise
-            log.info("journal %s: %r: retrying", stream, exc)
-        await asyncio.sleep(DEFAULT_RETRY.backoff(attempt))
-        attempt += 1
+def _worthy(exc: errors.LiftbridgeError) -> bool:
+    return retry_worthy(exc) or isinstance(exc, errors.NotFoundError)

@@ -7,7 +7,8 @@ injects the schedule's faults.
 Each task attempt and each driver commit is an actor on its own thread; `Turns` lets one
 actor run at a time and picks the next one at every publish from the schedule's seed, so
 a failed attempt that keeps publishing its cut-short input interleaves with its retry and
-with the driver, and the same schedule always gives the same logs.
+with the driver, and the same schedule always stores the same rows in the same order (the
+producer ids, random per attempt, differ).
 
 What a schedule varies (see `Schedule`): the data (batches of tasks of rows, keyed,
 keyless or mixed, empty tasks), the sink's options (packRows, producersPerPartition, the
