@@ -372,6 +372,9 @@ class _Producers:
 
 
 async def _publish_chunk(producers: _Producers, chunk: Sequence[PublishedRow]) -> None:
+    """A chunk's rows, pipelined, and their acks: the chunk ends with nothing in flight,
+    as the event loop stands still while Spark makes the next one (sent messages would
+    wait in buffers, and a task failing there would leave its earlier chunks unsent)."""
     for row in chunk:
         partition = await producers.partition_of(row)
         target = (row.stream, partition, producers.lane_of(row.stream, partition, row.key))
@@ -382,14 +385,20 @@ async def _publish_chunk(producers: _Producers, chunk: Sequence[PublishedRow]) -
                 await lane.publish(full)
         else:
             await lane.publish(row)
+    await _settle(producers)
 
 
 async def _finish(producers: _Producers) -> None:
-    """The last, partial pack of every lane, then every lane's acks, lanes concurrently:
-    the first failure stops the others and fails the task with its typed error."""
+    """The last, partial pack of every lane, and its ack."""
     for target, packer in producers.packers.items():
         for rest in packer.flush():
             await producers.lane(target).publish(rest)
+    await _settle(producers)
+
+
+async def _settle(producers: _Producers) -> None:
+    """Every lane's acks, lanes concurrently: the first failure stops the others and fails
+    the task with its typed error."""
     tasks = [asyncio.ensure_future(lane.finish()) for lane in producers.lanes.values()]
     try:
         await asyncio.gather(*tasks)
