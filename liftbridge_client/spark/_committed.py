@@ -14,6 +14,7 @@ partition is never split across Spark partitions in this mode.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
@@ -40,6 +41,7 @@ from liftbridge_client.spark._read import (
     new_runtime,
 )
 from liftbridge_client.spark._runtime import TaskRuntime
+from liftbridge_client.spark._stats import ReadStats
 
 __all__ = ["read_committed_range"]
 
@@ -58,39 +60,56 @@ def ring_size(messages: int) -> int:
     return max(4096, min(messages, MAX_RING))
 
 
+def _offset(message: Message) -> int:
+    return message.offset
+
+
 def _is_ack(uuid: bytes) -> bool:
     return uuid != _ZERO and flags_of(uuid) == Flags.ACK_TXN
 
 
 class _Earlier:
     """Replays of transactions that began before the range (a streaming micro-batch's
-    start): the offsets from the earliest one open there up to the start are read once,
-    on the first replay, and serve every producer's. Each replay re-read them before: a
-    task committing many producers' transactions read the same stretch once per producer.
-    Within the range the ring holds what replays need, unless it overflowed: that part
-    is read again."""
+    start). What was read from before the start is kept and shared: each replay reads
+    only the part of its span not read yet, so every offset before the start is read at
+    most once, and only as far back as a committing transaction began (a transaction
+    left open for good, whose producer died, costs nothing until it commits). Before,
+    each replay re-read its whole span, once per producer; then the stretch from the
+    earliest open transaction, committing or not, on every micro-batch. Within the range
+    the ring holds what replays need, unless it overflowed: that part is read again."""
 
     def __init__(
-        self, runtime: TaskRuntime, r: PartitionRange, states: Iterable[ProducerState]
+        self,
+        runtime: TaskRuntime,
+        r: PartitionRange,
+        states: Iterable[ProducerState],
+        stats: ReadStats | None = None,
     ) -> None:
         self._runtime = runtime
         self._range = r
+        self._stats = stats
         self._first = min((s.begin for s in states if 0 <= s.begin < r.start), default=r.start)
-        self._messages: list[Message] | None = None
+        self._low = r.start  # the kept messages are those of [_low, start)
+        self._messages: list[Message] = []
 
     def _read(self, begin: int, end: int) -> list[Message]:
         r = self._range
-        return self._runtime.run(
+        messages = self._runtime.run(
             read_range(self._runtime.client, r.stream, r.partition, begin, end)
         )
+        if self._stats is not None:
+            self._stats.reread(messages)
+        return messages
 
     def replay(self, begin: int, end: int) -> list[Message]:
         start = self._range.start
         if begin >= start or begin < self._first:
             return self._read(begin, end)  # not from before the range (or states say not)
-        if self._messages is None:
-            self._messages = self._read(self._first, start)
-        found = [m for m in self._messages if begin <= m.offset < end]
+        if begin < self._low:
+            self._messages[:0] = self._read(begin, self._low)
+            self._low = begin
+        kept = self._messages
+        found = kept[bisect_left(kept, begin, key=_offset) : bisect_left(kept, end, key=_offset)]
         if end > start:
             found += self._read(start, end)
         return found
@@ -121,9 +140,12 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
                 )
             states = found or ()
         sequencer = Sequencer(Checkpoint({ref: r.start}, states), buffer=ring_size(r.size))
-        earlier = _Earlier(runtime, r, states)
+        stats = ReadStats.of(r, options.isolation) if options.task_stats else None
+        earlier = _Earlier(runtime, r, states, stats)
         out: list[Message] = []
         for messages in message_chunks(part, runtime):
+            if stats is not None:
+                stats.ranged(messages)
             for message in messages:
                 outcome = sequencer.queue(envelope_of(message))
                 if outcome is QueueOutcome.ACK_COMMIT_REPLAY:
@@ -142,6 +164,8 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
             # Only once the whole range was read: the next micro-batch starts from it.
             end_states = sequencer.checkpoint(at.horizon_ns).states
             runtime.run(save_states(runtime.client, at, ref, r.end, end_states))
+        if stats is not None and options.task_stats:
+            stats.write(options.task_stats)
         ok = True
     finally:
         end_runtime(options, runtime, ok=ok)

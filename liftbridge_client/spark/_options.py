@@ -223,6 +223,7 @@ SOURCE_OPTIONS = (
     "isolation",
     "committedStatesStream",
     "producerIdleHorizonMs",
+    "taskStatsFile",
 )
 
 # Each producer is a state in every read-committed reader's checkpoint: bounded.
@@ -287,6 +288,8 @@ class SourceOptions:
     # producer idle by its partition's newest clock is forgotten (ns; 0: never)
     states_stream: str = DEFAULT_STATES_STREAM
     idle_horizon_ns: int = DEFAULT_IDLE_HORIZON_MS * 1_000_000
+    # a file each read task appends its read counts to (`_stats`); None: not kept
+    task_stats: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -357,6 +360,7 @@ class SourceOptions:
             )
             / 1000.0,
             isolation="read_committed" if isolation == "read_committed" else "read_uncommitted",
+            task_stats=_task_stats(get_option(options, "taskStatsFile")),
             **_committed_stream_options(options, streaming, isolation),
         )
 
@@ -365,6 +369,16 @@ class SourceOptions:
         if self.pattern is not None:
             return re.fullmatch(self.pattern, stream) is not None
         return stream in self.streams
+
+
+def _task_stats(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    path = raw.strip()
+    # The executors write it: a relative path would land in each one's working directory.
+    if not path.startswith("/"):
+        raise InvalidInputError(f"option 'taskStatsFile' must be an absolute path, got {raw!r}")
+    return path
 
 
 def _committed_stream_options(

@@ -26,6 +26,7 @@ from liftbridge_client.spark._offsets import PartitionRange
 from liftbridge_client.spark._options import SourceOptions
 from liftbridge_client.spark._runtime import TaskRuntime, borrow, give_back
 from liftbridge_client.spark._schema import HEADER_TYPE, arrow_schema
+from liftbridge_client.spark._stats import ReadStats
 from liftbridge_client.subscription import Subscription
 
 if TYPE_CHECKING:  # the exactly-once layer is loaded by read_committed reads only
@@ -228,9 +229,14 @@ def _batch_of(messages: list[Message], include_headers: bool) -> pa.RecordBatch:
 
 def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
     """Messages ``[start, end)`` of one partition; everything is closed however it stops."""
-    r, include_headers = part.range, part.options.include_headers
+    r, options = part.range, part.options
+    stats = ReadStats.of(r, options.isolation) if options.task_stats else None
     for pbs in proto_chunks(part):
-        yield _protos_batch(pbs, r.stream, r.partition, include_headers)
+        if stats is not None:
+            stats.ranged(pbs)
+        yield _protos_batch(pbs, r.stream, r.partition, options.include_headers)
+    if stats is not None and options.task_stats:
+        stats.write(options.task_stats)
 
 
 def _runtime_key(options: SourceOptions) -> tuple[object, ...]:

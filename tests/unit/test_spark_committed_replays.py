@@ -52,8 +52,20 @@ def test_replays_from_before_the_range_read_the_stretch_once(reads: list[tuple[i
     assert [m.offset for m in replays.replay(20, 50)] == list(range(20, 50))
     assert [m.offset for m in replays.replay(10, 50)] == list(range(10, 50))
     assert [m.offset for m in replays.replay(30, 55)] == list(range(30, 55))
-    # Once [10, 50) for all three; [50, 55): the ring had overflowed into the range.
-    assert reads == [(10, 50), (50, 55)]
+    # Each offset before the range once, only as far back as a replay asked; [50, 55):
+    # the ring had overflowed into the range.
+    assert reads == [(20, 50), (10, 20), (50, 55)]
+
+
+def test_a_transaction_left_open_costs_no_read_until_it_commits(
+    reads: list[tuple[int, int]],
+) -> None:
+    # Producer 1's transaction opened at 0 and never ends (its producer died): the
+    # replays of the others read from where theirs began, not from 0.
+    replays = earlier([state(1, 0), state(2, 40), state(3, 45)])
+    assert [m.offset for m in replays.replay(45, 50)] == list(range(45, 50))
+    assert [m.offset for m in replays.replay(40, 52)] == list(range(40, 52))
+    assert reads == [(45, 50), (40, 45), (50, 52)]
 
 
 def test_replays_inside_the_range_are_read_as_asked(reads: list[tuple[int, int]]) -> None:

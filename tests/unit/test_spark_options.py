@@ -352,3 +352,12 @@ def test_read_committed_state_options_only_for_streaming_read_committed(option: 
         assert parsed.idle_horizon_ns == 5_000_000
     else:
         assert parsed.states_stream == "5"
+
+
+def test_task_stats_file_is_an_absolute_path_for_any_read() -> None:
+    assert parse().task_stats is None
+    assert parse(taskStatsFile=" /tmp/stats.jsonl ").task_stats == "/tmp/stats.jsonl"
+    assert parse(True, taskStatsFile="/tmp/s").task_stats == "/tmp/s"
+    for bad in ("stats.jsonl", "", "./s"):
+        with pytest.raises(InvalidInputError, match=r"taskStatsFile.*absolute"):
+            parse(taskStatsFile=bad)
