@@ -151,6 +151,21 @@ ROWS: tuple[Row, ...] = (
 (Spark's Kafka sink has no idempotent or exactly-once mode)."""
 
 READ_PATHS = ("count", "parquet", "available_now")
+
+# read_committed against a plain read of the same stream (Liftbridge alone: Spark's Kafka
+# connector has no such mode over these writes). Each path runs with isolation
+# read_committed and, as ``<path>_plain``, read_uncommitted; "rows" are the stream's
+# messages for both, so the ratio is of their times.
+COMMITTED_ROWS: tuple[tuple[str, str], ...] = (
+    ("rc_count", "batch count() of an unpacked exactlyOnce write"),
+    (
+        "rc_stream",
+        "streaming to parquet, 8 micro-batches, transactions of 10 producers per partition "
+        "interleaved across them",
+    ),
+)
+COMMITTED_PATHS = tuple(path for path, _ in COMMITTED_ROWS)
+COMMITTED_TRIGGERS = 8  # micro-batches of rc_stream: maxOffsetsPerTrigger = messages / 8
 LIFTBRIDGE_WRITES = (
     "write_grpc",
     "write_nats",
@@ -319,6 +334,44 @@ def summarize(
     return out
 
 
+def read_per_stored(
+    records: Sequence[Mapping[str, Any]], path: str, partitions: int
+) -> Spread | None:
+    """Bytes the tasks read per byte of their ranges (``taskStatsFile``), per repetition."""
+    return Spread.of(
+        float(r["read_per_stored"])
+        for r in _records(records, LIFTBRIDGE, path, partitions)
+        if r.get("read_per_stored") is not None and not r.get("problem")
+    )
+
+
+def committed_table(records: Sequence[Mapping[str, Any]], partitions: Sequence[int]) -> list[str]:
+    """read_committed against read_uncommitted of the same stream; [] when not measured."""
+    lines: list[str] = []
+    for path, label in COMMITTED_ROWS:
+        for p in partitions:
+            committed = rate_spread(records, LIFTBRIDGE, path, p)
+            plain = rate_spread(records, LIFTBRIDGE, f"{path}_plain", p)
+            if committed is None and plain is None:
+                continue
+            ratio = ratio_spread(records, (LIFTBRIDGE, path), (LIFTBRIDGE, f"{path}_plain"), p)
+            read = read_per_stored(records, path, p)
+            lines.append(
+                f"| {label} | {p} | {_fmt(plain, rate_text)} | {_fmt(committed, rate_text)} | "
+                f"{_fmt(ratio, ratio_text)} | {_fmt(read, ratio_text)} |"
+            )
+    if not lines:
+        return []
+    return [
+        "",
+        "| read_committed, against read_uncommitted of the same stream | partitions | "
+        "plain messages/s | read_committed messages/s | ratio | bytes read per byte stored, "
+        "read_committed |",
+        "|---|---:|---:|---:|---:|---:|",
+        *lines,
+    ]
+
+
 def render_tables(records: Sequence[Mapping[str, Any]], partitions: Sequence[int]) -> str:
     """The Markdown tables of a run: compact (as issue 23's), then with spreads and CPU."""
     entries = summarize(records, partitions)
@@ -375,6 +428,7 @@ def render_tables(records: Sequence[Mapping[str, Any]], partitions: Sequence[int
             f"| {e['row'].label} | {e['partitions']} | {_fmt(e['own_publish_ratio'], ratio_text)} |"
             for e in own
         ]
+    lines += committed_table(records, partitions)
     return "\n".join(lines) + "\n"
 
 
@@ -558,6 +612,8 @@ class Run:
         self._count = 0
         self.data: Any = None
         self.sources: dict[tuple[str, int], str] = {}
+        # (path, partitions) -> (stream, messages, committed rows) of the read_committed rows
+        self.committed_sources: dict[tuple[str, int], tuple[str, int, int]] = {}
 
     # -- helpers --
 
@@ -618,8 +674,10 @@ class Run:
         partitions: int,
         rep: int,
         action: Callable[[], Callable[[], str | None]],
+        rows: int | None = None,
     ) -> dict[str, Any]:
-        """Time ``action`` (which returns a check to run after the clock stops)."""
+        """Time ``action`` (which returns a check to run after the clock stops) over
+        ``rows`` (default: the plan's)."""
         server = self.kafka.pid if system == KAFKA else self.node.node.process.pid
         servers = [p for p in (self.kafka.pid, self.node.node.process.pid) if p is not None]
         sampler = TreeCpuSampler(os.getpid(), servers).start()
@@ -644,7 +702,7 @@ class Run:
             "system": system,
             "path": path,
             "partitions": partitions,
-            "rows": self.plan.rows,
+            "rows": self.plan.rows if rows is None else rows,
             "seconds": seconds,
             "client_cpu_s": client_cpu,
             "server_cpu_s": server_cpu,
@@ -715,6 +773,85 @@ class Run:
                 str(self._out("warm"))
             )
             self.stream_to_parquet(system, source, self._out("warm-stream"))
+        self.prepare_committed()
+
+    def wants(self, path: str) -> bool:
+        return not self.plan.paths or path in self.plan.paths
+
+    def prepare_committed(self) -> None:
+        """The streams the read_committed rows read: an unpacked exactlyOnce write of the
+        rows, and interleaved transactions of about as many messages."""
+        from bench.spark_read_committed import publish_interleaved
+
+        plan = self.plan
+        for p in plan.partitions:
+            if self.wants("rc_count"):
+                stream = self.create_stream("eo-src", p)
+                self.liftbridge_sink(self.data, stream, nats=True, exactlyOnce="true")
+                self.committed_sources[("rc_count", p)] = (
+                    stream, self.stored(stream, p), plan.rows,
+                )  # fmt: skip
+            if self.wants("rc_stream"):
+                stream = self.create_stream("txn-src", p)
+                sent, committed = asyncio.run(
+                    publish_interleaved(self.address, stream, p, plan.rows, plan.size)
+                )
+                self.committed_sources[("rc_stream", p)] = (stream, sent, committed)
+        if self.committed_sources:  # warm-up: the exactly-once layer's imports
+            stream = next(iter(self.committed_sources.values()))[0]
+            self.committed_reader(stream, "read_committed", None).count()
+
+    def committed_reader(
+        self, stream: str, isolation: str, stats: Path | None, *, per_trigger: int = 0
+    ) -> Any:
+        spark = self.spark
+        r = (
+            (spark.readStream if per_trigger else spark.read)
+            .format("liftbridge")
+            .option("brokers", self.address)
+            .option("stream", stream)
+            .option("startingOffsets", "earliest")
+            .option("isolation", isolation)
+        )
+        if per_trigger:
+            r = r.option("maxOffsetsPerTrigger", str(per_trigger))
+        if stats is not None:
+            r = r.option("taskStatsFile", str(stats))
+        return r.load()
+
+    def committed_path(self, path: str, partitions: int, rep: int) -> None:
+        """One read_committed row's read, with isolation read_committed, or read_uncommitted
+        for ``<path>_plain``; the tasks' counts give the bytes read per byte stored."""
+        base = path.removesuffix("_plain")
+        stream, messages, committed = self.committed_sources[(base, partitions)]
+        isolation = "read_uncommitted" if path.endswith("_plain") else "read_committed"
+        want = committed if isolation == "read_committed" else messages
+        stats = self.tmp / f"{self._name('stats')}.jsonl"
+
+        def count() -> Callable[[], str | None]:
+            got = int(self.committed_reader(stream, isolation, stats).count())
+            return lambda: _expect(got, want, "rows counted")
+
+        def streaming() -> Callable[[], str | None]:
+            out = self._out(path)
+            per_trigger = max(1, messages // COMMITTED_TRIGGERS)
+            query = (
+                self.committed_reader(stream, isolation, stats, per_trigger=per_trigger)
+                .select("value")
+                .writeStream.format("parquet")
+                .option("path", str(out))
+                .option("checkpointLocation", str(out) + "-checkpoint")
+                .start()
+            )
+            try:
+                query.processAllAvailable()
+            finally:
+                query.stop()
+            return lambda: _expect(self.parquet_count(out), want, "parquet rows")
+
+        action = count if base == "rc_count" else streaming
+        record = self.measure(LIFTBRIDGE, path, partitions, rep, action, rows=messages)
+        record["read_per_stored"] = stats_ratio(stats)
 
     def stream_to_parquet(self, system: str, source: str, out: Path) -> None:
         """A Trigger.AvailableNow query from ``source`` to parquet, with a new checkpoint."""
@@ -877,6 +1014,14 @@ class Run:
                     pair += 1
                     for system in order:
                         self.read_path(system, path, p, rep)
+            for path in COMMITTED_PATHS:
+                if not self.wants(path):
+                    continue
+                for p in plan.partitions:
+                    pair += 1
+                    both = (path, f"{path}_plain")
+                    for which in both if pair % 2 else both[::-1]:
+                        self.committed_path(which, p, rep)
             for p in plan.partitions:
                 writers = [(KAFKA, "write"), *((LIFTBRIDGE, w) for w in LIFTBRIDGE_WRITES)]
                 if plan.paths:
@@ -895,6 +1040,17 @@ class Run:
                 if problem and not record["problem"]:
                     record["problem"] = problem
                     print(f"  FAILED: kafka write {topic}: {problem}", flush=True)
+
+
+def stats_ratio(path: Path) -> float | None:
+    """Bytes the tasks of a read read per byte of their ranges, from ``taskStatsFile``."""
+    if not path.exists():
+        return None
+    tasks = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    ranged = sum(int(t["bytes"]) for t in tasks)
+    if not ranged:
+        return None
+    return (ranged + sum(int(t["reread_bytes"]) for t in tasks)) / ranged
 
 
 def _expect(got: int, want: int, what: str) -> str | None:
@@ -931,7 +1087,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--paths",
         help=f"comma-separated paths to run only ({', '.join(READ_PATHS)}, write, "
-        f"{', '.join(LIFTBRIDGE_WRITES)}); default all",
+        f"{', '.join(LIFTBRIDGE_WRITES)}, {', '.join(COMMITTED_PATHS)}); default all",
     )
     parser.add_argument("--docs", action="store_true", help="write the table into docs/")
     parser.add_argument("--report", type=Path, help="only print (and --docs) a results file")

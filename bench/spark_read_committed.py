@@ -70,6 +70,51 @@ async def publish(address: str, stream: str, producers: int, txns: int) -> int:
     return committed
 
 
+async def publish_interleaved(
+    address: str, stream: str, partitions: int, messages: int, size: int
+) -> tuple[int, int]:
+    """About ``messages`` messages on an existing stream: ten producers per partition whose
+    transactions (4 CONTINUE_TXN messages and an ACK_TXN) interleave message by message,
+    so most of them span a boundary between micro-batches; one in nine is rolled back.
+    Values are padded to ``size`` bytes. Returns (messages sent, rows committed)."""
+    producers = 10 * partitions
+    rounds = max(1, messages // (producers * 5))
+    base = unix_ns_to_clock(time.time_ns())
+    pad = max(0, size - 16)
+    sent = committed = 0
+    async with Client([address]) as client:
+        pending = []
+
+        async def send(p: int, clock: int, flags: Flags, value: bytes) -> None:
+            uuid = build_uuid_bytes((0xBE0000000000 + p).to_bytes(6, "big"), clock, flags)
+            pending.append(
+                await client.send(
+                    stream, value, partition=p % partitions, headers={UUID_HEADER: uuid}
+                )
+            )
+            if len(pending) >= 4096:
+                await asyncio.gather(*pending)
+                pending.clear()
+
+        last_ack = dict.fromkeys(range(producers), base - 1)
+        for t in range(rounds):
+            clock = base + t * 8 * 16
+            for i in range(4):
+                for p in range(producers):
+                    value = b"%d-%d-%d-" % (p, t, i)
+                    await send(p, clock + i * 16, Flags.CONTINUE_TXN, value + b"x" * pad)
+            for p in range(producers):
+                if (p + t) % 9 == 0:  # roll back: an ACK at the last acknowledged clock
+                    await send(p, last_ack[p], Flags.ACK_TXN, b"")
+                else:
+                    last_ack[p] = clock + 4 * 16
+                    await send(p, last_ack[p], Flags.ACK_TXN, b"")
+                    committed += 4
+            sent += producers * 5
+        await asyncio.gather(*pending)
+    return sent, committed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.spark_read_committed")
     parser.add_argument("--producers", type=int, default=240)

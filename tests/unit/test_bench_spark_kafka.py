@@ -115,6 +115,33 @@ def test_tables_have_every_path_at_every_partition_count() -> None:
     assert [line.split(" | ")[1] for line in detail] == ["1 / 4", "1", "4"]
 
 
+def test_read_committed_table_compares_with_a_plain_read_of_the_same_stream(
+    tmp_path: Path,
+) -> None:
+    records = []
+    for rep, (committed, plain, read) in enumerate([(4.0, 2.0, 1.5), (2.0, 2.0, 1.0)]):
+        records.append(record(LIFTBRIDGE, "rc_stream", 4, rep, committed, rows=8000))
+        records[-1]["read_per_stored"] = read
+        records.append(record(LIFTBRIDGE, "rc_stream_plain", 4, rep, plain, rows=8000))
+    text = spark_kafka.render_tables(records, (1, 4))
+    row = [line for line in text.splitlines() if line.startswith("| streaming to parquet")]
+    # 4.0k and 2.0k messages/s plain; 2.0k and 4.0k read_committed; ratios 0.5 and 1.0.
+    assert row == [
+        "| streaming to parquet, 8 micro-batches, transactions of 10 producers per partition "
+        "interleaved across them | 4 | 4.0k (4.0k..4.0k) | 3.0k (2.0k..4.0k) | "
+        "0.75 (0.50..1.00) | 1.25 (1.00..1.50) |"
+    ]
+    assert "batch count() of an unpacked" not in text  # not measured: no line
+    assert "read_committed, against" not in spark_kafka.render_tables([], (1,))
+
+    stats = tmp_path / "stats.jsonl"
+    assert spark_kafka.stats_ratio(stats) is None
+    stats.write_text(
+        '{"bytes": 300, "reread_bytes": 30}\n{"bytes": 100, "reread_bytes": 0}\n'
+    )
+    assert spark_kafka.stats_ratio(stats) == pytest.approx(430 / 400)
+
+
 def test_missing_figures_are_dashes() -> None:
     text = spark_kafka.render_tables([record(KAFKA, "count", 1, 0, 1.0)], (1,))
     assert "| batch count() | 1 | 1.0k | - | - | 10.0 / - | 5.0 / - |" in text
