@@ -66,6 +66,34 @@ def _death_signal_prefix() -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
+def _interruptible_prefix() -> list[str]:
+    """An argv prefix that lets SIGINT stop the server although this process ignores it.
+
+    A process started with SIGINT ignored (``nohup cmd &`` from a shell without job
+    control, some CI agents) passes that on across exec, and :meth:`ServerProcess.stop`'s
+    SIGINT would do nothing: every stop became a SIGKILL after the timeout, skipping the
+    server's clean shutdown. ``env --default-signal=INT`` (coreutils >= 8.31) resets it
+    before the server starts; empty when SIGINT is not ignored or env cannot do it."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return []
+    env = shutil.which("env")
+    if env is None or not _env_resets_signals(env):
+        return []
+    return [env, "--default-signal=INT"]
+
+
+_ENV_RESETS: dict[str, bool] = {}
+
+
+def _env_resets_signals(env: str) -> bool:
+    if env not in _ENV_RESETS:
+        done = subprocess.run(
+            [env, "--default-signal=INT", "true"], capture_output=True, check=False
+        )
+        _ENV_RESETS[env] = done.returncode == 0
+    return _ENV_RESETS[env]
+
+
 class ServerProcess:
     """One server process whose stdout and stderr go to ``log_path`` (appended across runs).
 
@@ -120,7 +148,7 @@ class ServerProcess:
                 log.flush()
             # The child keeps its own copy of the descriptor; ours closes with the block.
             self._popen = subprocess.Popen(
-                [*_death_signal_prefix(), *self.argv],
+                [*_death_signal_prefix(), *_interruptible_prefix(), *self.argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

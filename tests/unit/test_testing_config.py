@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -513,6 +514,21 @@ def test_server_process_logs_and_stop(tmp_path: Path) -> None:
     text = process.logs()
     assert text.count("started") == 2
     assert "===== sleeper: start #2 =====" in text
+
+
+def test_server_process_stops_with_sigint_when_this_process_ignores_it(tmp_path: Path) -> None:
+    # As under `nohup ... &` from a shell without job control: the child would inherit
+    # the ignored SIGINT, and stop() would end in SIGKILL after the timeout.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        process = ServerProcess(
+            "sleeper", ["sh", "-c", "echo started; exec sleep 30"], tmp_path / "s.log"
+        )
+        process.start()
+        wait_until(lambda: "started" in process.logs())
+        assert process.stop(timeout=5) == -2
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_server_process_reports_a_crash(tmp_path: Path) -> None:
