@@ -12,6 +12,13 @@ newest record: if it is for this batch, the batch was (or was being) committed, 
 driver writes the recorded intents again (written twice, an intent commits once) and
 rolls back its own producers instead. Only the newest record matters: Spark replays only
 the last batch of a query, and a batch write has one batch.
+
+A record too large for one message (a batch of tens of thousands of intents) goes as
+consecutive *parts* sharing a random nonce; the newest record is whole only when its last
+part is the journal's newest message, and the parts before it are found walking back. A
+driver that died while appending parts left no record: it wrote no intent either, so the
+replay appends its own. A part appended twice (a retried publish that had landed) is
+skipped as the copy it is.
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import TypeVar
 
 from liftbridge_client import errors
@@ -41,6 +50,7 @@ from liftbridge_client.spark._committed_stream import ensure_store
 __all__ = [
     "CLOCK_BASE",
     "JOURNAL_PREFIX",
+    "PART_BYTES",
     "Record",
     "journal_stream",
     "newest",
@@ -53,6 +63,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 JOURNAL_PREFIX = "__lbspark_eo_journal_"
+
+# A record's part stays under this, half of NATS's default max_payload (1 MB), whatever
+# the stream names and however well the intents compress.
+PART_BYTES = 512 * 1024
 
 # Where the clock of every producer of an exactly-once write starts (2020-01-01): its
 # ProducerID is new, so any fixed value does; a rollback intent ACKs a producer there.
@@ -67,19 +81,48 @@ def journal_stream(write_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """The intents the driver writes to commit one batch of one write."""
+    """The intents the driver writes to commit one batch of one write (or, with ``parts``
+    above 1, part ``part`` of them: see the module doc)."""
 
     write_id: str
     batch: int
     intents: tuple[AckIntent, ...]
+    part: int = 0
+    parts: int = 1
+    nonce: str = ""  # the parts of one record share it
 
     def encode(self) -> bytes:
-        doc = {
+        doc: dict[str, object] = {
             "write": self.write_id,
             "batch": self.batch,
             "intents": [[i.stream, i.partition, i.uuid.hex(), i.value.hex()] for i in self.intents],
         }
+        if self.parts > 1:
+            doc.update(part=self.part, parts=self.parts, nonce=self.nonce)
         return zlib.compress(json.dumps(doc, separators=(",", ":")).encode())
+
+    def split(self, limit: int | None = None) -> list[bytes]:
+        """The record as messages of at most ``limit`` bytes (`PART_BYTES`): one when it
+        fits, else parts of about equal numbers of intents."""
+        limit = PART_BYTES if limit is None else limit
+        whole = self.encode()
+        if len(whole) <= limit:
+            return [whole]
+        nonce, count = os.urandom(8).hex(), 2
+        while True:
+            size = -(-len(self.intents) // count)
+            chunks = [self.intents[i : i + size] for i in range(0, len(self.intents), size)]
+            out = [
+                replace(self, intents=c, part=i, parts=len(chunks), nonce=nonce).encode()
+                for i, c in enumerate(chunks)
+            ]
+            if all(len(m) <= limit for m in out):
+                return out
+            if size == 1:
+                raise errors.MessageTooLargeError(
+                    f"an intent of write {self.write_id!r} takes more than {limit} bytes"
+                )
+            count *= 2
 
     @classmethod
     def decode(cls, data: bytes) -> Record:
@@ -89,19 +132,55 @@ class Record:
                 AckIntent(str(s), int(p), bytes.fromhex(u), bytes.fromhex(v))
                 for s, p, u, v in doc["intents"]
             )
-            return cls(str(doc["write"]), int(doc["batch"]), intents)
-        except (zlib.error, ValueError, KeyError, TypeError, RecursionError) as exc:
+            parts = int(doc.get("parts", 1))
+            part = int(doc.get("part", 0))
+            if not 0 <= part < parts:
+                raise ValueError(f"part {part} of {parts}")
+            return cls(
+                str(doc["write"]),
+                int(doc["batch"]),
+                intents,
+                part,
+                parts,
+                str(doc.get("nonce", "")),
+            )
+        except (zlib.error, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise errors.PayloadDecodeError(f"not a journal record: {exc}") from exc
 
 
 async def newest(client: Client, stream: str) -> Record | None:
-    """The journal's newest record (None when it has none)."""
+    """The journal's newest whole record (None when it has none)."""
     info = await client.fetch_partition_metadata(stream, 0)
     last = info.high_watermark
     if last < 0:
         return None
     found = await read_range(client, stream, 0, last, last + 1)
-    return Record.decode(found[-1].value) if found else None
+    if not found:
+        return None
+    tail = Record.decode(found[-1].value)
+    if tail.parts == 1:
+        return tail
+    if tail.part != tail.parts - 1:
+        return None  # cut short while being appended: nothing of it was written
+    # The parts, walking back; copies (a retried append) can sit between them.
+    window = await read_range(client, stream, 0, max(0, last - 2 * tail.parts - 8), last + 1)
+    parts: list[Record] = []
+    for message in reversed(window):
+        record = Record.decode(message.value)
+        if record.nonce != tail.nonce:
+            break
+        if parts and record.part == parts[-1].part:
+            continue  # a copy
+        parts.append(record)
+        if record.part == 0:
+            break
+    if [p.part for p in parts] != list(reversed(range(tail.parts))):
+        raise errors.PayloadDecodeError(
+            f"journal {stream}: the parts of the newest record (batch {tail.batch}) are not "
+            f"all found before offset {last}"
+        )
+    intents = tuple(i for p in reversed(parts) for i in p.intents)
+    return Record(tail.write_id, tail.batch, intents)
 
 
 def rollback_intent(intent: AckIntent) -> AckIntent:
@@ -153,8 +232,8 @@ async def plan_commit(
             len(found.intents),
         )
         return [*found.intents, *_rollbacks(intents, found.intents)]
-    data = Record(write_id, batch, tuple(intents)).encode()
-    await retried(lambda: client.publish(stream, data, ack_policy=AckPolicy.ALL), "append")
+    for data in Record(write_id, batch, tuple(intents)).split():
+        await retried(partial(client.publish, stream, data, ack_policy=AckPolicy.ALL), "append")
     return list(intents)
 
 
