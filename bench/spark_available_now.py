@@ -7,7 +7,8 @@ test``). One fresh Liftbridge node of the harness, one local[2] SparkSession (UI
 - ``batch``: ``spark.read.format("liftbridge")`` of the stream;
 - ``available_now``: the same data through ``readStream`` with ``Trigger.AvailableNow``;
 - ``floor_batch`` / ``floor_available_now``: the same two queries on a trivial Python data
-  source (no IO: each task yields ``rows`` small rows from memory), so what a Python
+  source (no IO: one task builds ``rows`` rows of the liftbridge source's columns in
+  Arrow batches from memory), so what a Python
   streaming source costs Spark itself (its source process, its planning) shows apart from
   what this connector adds.
 
@@ -46,22 +47,50 @@ from pyspark.sql.streaming.datasource import (  # pyspark 4.3+
 # the floor source, which must not pay for this project's imports.
 from bench.proctree import TreeCpuSampler
 
+FLOOR_SCHEMA = "key binary, value binary, partition int, offset long, timestamp timestamp"
+FLOOR_BATCH = 4096  # rows per Arrow batch, as the liftbridge source hands Spark
+
+
+def _floor_batches(rows: int, partitions: int, index: int) -> Iterator[Any]:
+    """Partition ``index``'s share of ``rows`` rows, in the liftbridge source's columns
+    (keys ``key-<n>``, 256-byte values), as Arrow batches built from memory."""
+    import pyarrow as pa
+
+    share = range(index, rows, partitions)
+    value = b"x" * 256
+    for lo in range(0, len(share), FLOOR_BATCH):
+        ids = share[lo : lo + FLOOR_BATCH]
+        n = len(ids)
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array([b"key-%d" % i for i in ids], pa.binary()),
+                pa.array([value] * n, pa.binary()),
+                pa.array([index] * n, pa.int32()),
+                pa.array(range(lo, lo + n), pa.int64()),
+                pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+            ],
+            names=["key", "value", "partition", "offset", "timestamp"],
+        )
+
 
 class _FloorReader(DataSourceReader):
-    def __init__(self, rows: int) -> None:
+    def __init__(self, rows: int, partitions: int) -> None:
         self.rows = rows
+        self.count = partitions
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[bytes, int]]:
-        value = b"x" * 256
-        for i in range(self.rows):
-            yield (value, i)
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(i) for i in range(self.count)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _floor_batches(self.rows, self.count, partition.value)
 
 
 class _FloorStreamReader(DataSourceStreamReader):
     """One micro-batch of ``rows`` rows, then nothing."""
 
-    def __init__(self, rows: int) -> None:
+    def __init__(self, rows: int, partitions: int) -> None:
         self.rows = rows
+        self.count = partitions
 
     def initialOffset(self) -> dict[str, int]:
         return {"o": 0}
@@ -76,32 +105,36 @@ class _FloorStreamReader(DataSourceStreamReader):
         pass
 
     def partitions(self, start: Any, end: Any) -> list[InputPartition]:
-        return [InputPartition(0)] if start["o"] < end["o"] else []
+        if start["o"] >= end["o"]:
+            return []
+        return [InputPartition(i) for i in range(self.count)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[bytes, int]]:
-        value = b"x" * 256
-        for i in range(self.rows):
-            yield (value, i)
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _floor_batches(self.rows, self.count, partition.value)
 
 
 SupportsTriggerAvailableNow.register(_FloorStreamReader)
 
 
 class FloorSource(DataSource):
-    """A Python data source with no IO: the floor of any Python source."""
+    """A Python data source with no IO, in the liftbridge source's columns: the floor of
+    any Python source (options ``rows``, ``partitions``, default 1)."""
 
     @classmethod
     def name(cls) -> str:
         return "floor"
 
     def schema(self) -> str:
-        return "value binary, offset long"
+        return FLOOR_SCHEMA
+
+    def _args(self) -> tuple[int, int]:
+        return int(self.options["rows"]), int(self.options.get("partitions", "1"))
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _FloorReader(int(self.options["rows"]))
+        return _FloorReader(*self._args())
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _FloorStreamReader(int(self.options["rows"]))
+        return _FloorStreamReader(*self._args())
 
 
 async def _publish(address: str, stream: str, rows: int) -> None:

@@ -118,6 +118,13 @@ ROWS: tuple[Row, ...] = (
     Row("batch count()", "count", "count"),
     Row("batch to parquet", "parquet", "parquet"),
     Row("Trigger.AvailableNow to parquet", "available_now", "available_now"),
+    Row(
+        "Trigger.AvailableNow to parquet, a Python source without IO",
+        "available_now",
+        "available_now_floor",
+        "no Liftbridge: the same columns in Arrow batches from memory, the floor of any "
+        "Python streaming source",
+    ),
     Row("plain write, gRPC", "write", "write_grpc"),
     Row("plain write, NATS (`natsServers`)", "write", "write_nats"),
     Row("idempotent write, NATS", "write", "write_idempotent", "vs Kafka's plain sink"),
@@ -151,6 +158,7 @@ ROWS: tuple[Row, ...] = (
 (Spark's Kafka sink has no idempotent or exactly-once mode)."""
 
 READ_PATHS = ("count", "parquet", "available_now")
+FLOOR_PATH = "available_now_floor"  # runs after each available_now pair
 
 # read_committed against a plain read of the same stream (Liftbridge alone: Spark's Kafka
 # connector has no such mode over these writes). Each path runs with isolation
@@ -482,7 +490,14 @@ def markdown(results: Mapping[str, Any]) -> str:
         "the same repetition. CPU per row: the client side is the driver JVM (the executors, "
         "in local mode) and every Python worker under it; the server side is the Liftbridge "
         "process (with its embedded NATS) or the Kafka JVM. Counts are checked after each "
-        "job (exactlyOnce: a read_committed read).",
+        "job (exactlyOnce: a read_committed read). The AvailableNow row without IO reads "
+        "no server: a Python data source builds the same columns in Arrow batches from "
+        "memory (bench.spark_available_now), so it is the most any Python streaming source "
+        "can reach here. The last table is Liftbridge alone: `isolation=read_committed` "
+        "against `read_uncommitted` over the same stream (an unpacked exactlyOnce write of "
+        "the rows; interleaved transactions of 10 producers per partition, one in nine "
+        "rolled back, read in 8 micro-batches), rates in messages/s, and the bytes the "
+        "tasks read per byte of their ranges (`taskStatsFile`).",
         "",
         render_tables(results["records"], parts).rstrip("\n"),
     ]
@@ -614,6 +629,7 @@ class Run:
         self.sources: dict[tuple[str, int], str] = {}
         # (path, partitions) -> (stream, messages, committed rows) of the read_committed rows
         self.committed_sources: dict[tuple[str, int], tuple[str, int, int]] = {}
+        self._floor_registered = False
 
     # -- helpers --
 
@@ -773,6 +789,8 @@ class Run:
                 str(self._out("warm"))
             )
             self.stream_to_parquet(system, source, self._out("warm-stream"))
+        if self.wants("available_now"):
+            self.floor_to_parquet(1, self._out("warm-floor"))
         self.prepare_committed()
 
     def wants(self, path: str) -> bool:
@@ -852,6 +870,38 @@ class Run:
         action = count if base == "rc_count" else streaming
         record = self.measure(LIFTBRIDGE, path, partitions, rep, action, rows=messages)
         record["read_per_stored"] = stats_ratio(stats)
+
+    def floor_path(self, partitions: int, rep: int) -> None:
+        """AvailableNow to parquet from bench.spark_available_now's source without IO."""
+        out = self._out("floor")
+
+        def floor() -> Callable[[], str | None]:
+            self.floor_to_parquet(partitions, out)
+            return lambda: _expect(self.parquet_count(out), self.plan.rows, "parquet rows")
+
+        self.measure(LIFTBRIDGE, FLOOR_PATH, partitions, rep, floor)
+
+    def floor_to_parquet(self, partitions: int, out: Path) -> None:
+        if not self._floor_registered:
+            from bench.spark_available_now import FloorSource
+
+            self.spark.dataSource.register(FloorSource)
+            self._floor_registered = True
+        query = (
+            self.spark.readStream.format("floor")
+            .option("rows", str(self.plan.rows))
+            .option("partitions", str(partitions))
+            .load()
+            .selectExpr(*COLUMNS)
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(out) + "-checkpoint")
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
 
     def stream_to_parquet(self, system: str, source: str, out: Path) -> None:
         """A Trigger.AvailableNow query from ``source`` to parquet, with a new checkpoint."""
@@ -1014,6 +1064,8 @@ class Run:
                     pair += 1
                     for system in order:
                         self.read_path(system, path, p, rep)
+                    if path == "available_now":
+                        self.floor_path(p, rep)
             for path in COMMITTED_PATHS:
                 if not self.wants(path):
                     continue

@@ -136,9 +136,7 @@ def test_read_committed_table_compares_with_a_plain_read_of_the_same_stream(
 
     stats = tmp_path / "stats.jsonl"
     assert spark_kafka.stats_ratio(stats) is None
-    stats.write_text(
-        '{"bytes": 300, "reread_bytes": 30}\n{"bytes": 100, "reread_bytes": 0}\n'
-    )
+    stats.write_text('{"bytes": 300, "reread_bytes": 30}\n{"bytes": 100, "reread_bytes": 0}\n')
     assert spark_kafka.stats_ratio(stats) == pytest.approx(430 / 400)
 
 

@@ -30,9 +30,7 @@ def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def intents(count: int, tag: int = 0) -> tuple[AckIntent, ...]:
     # Random UUIDs, as the sink's producers have: they compress least.
-    return tuple(
-        AckIntent(f"orders-{i % 7}-{tag}", i % 32, os.urandom(16)) for i in range(count)
-    )
+    return tuple(AckIntent(f"orders-{i % 7}-{tag}", i % 32, os.urandom(16)) for i in range(count))
 
 
 class Journal:
@@ -114,7 +112,8 @@ def test_a_replay_finds_a_large_record_whole_even_with_a_copied_part() -> None:
     parts = len(Record(WRITE, 5, first).split())
     assert len(journal.log) == parts + 1
     found = journal.newest()
-    assert found is not None and (found.batch, found.intents) == (5, first)
+    assert found is not None
+    assert (found.batch, found.intents) == (5, first)
     # The replay of batch 5 writes what was recorded, and rolls its own producers back.
     again = intents(3, tag=1)
     planned = journal.commit(5, again)
@@ -137,7 +136,8 @@ def test_a_record_cut_short_while_appended_is_no_record() -> None:
     third = intents(LARGE, tag=3)  # the replay of batch 2, with producers of its own
     assert journal.commit(2, third) == list(third)
     found = journal.newest()
-    assert found is not None and (found.batch, found.intents) == (2, third)
+    assert found is not None
+    assert (found.batch, found.intents) == (2, third)
 
 
 def test_parts_missing_before_the_last_are_refused() -> None:
