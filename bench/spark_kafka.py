@@ -887,27 +887,22 @@ class Run:
 
             self.spark.dataSource.register(FloorSource)
             self._floor_registered = True
-        query = (
+        floor = (
             self.spark.readStream.format("floor")
             .option("rows", str(self.plan.rows))
             .option("partitions", str(partitions))
             .load()
-            .selectExpr(*COLUMNS)
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(out) + "-checkpoint")
-            .trigger(availableNow=True)
-            .start()
         )
-        query.awaitTermination()
-        if query.exception() is not None:
-            raise RuntimeError(str(query.exception()))
+        self._available_now(floor, out)
 
     def stream_to_parquet(self, system: str, source: str, out: Path) -> None:
         """A Trigger.AvailableNow query from ``source`` to parquet, with a new checkpoint."""
+        self._available_now(self.reader(system, source, streaming=True), out)
+
+    @staticmethod
+    def _available_now(df: Any, out: Path) -> None:
         query = (
-            self.reader(system, source, streaming=True)
-            .selectExpr(*COLUMNS)
+            df.selectExpr(*COLUMNS)
             .writeStream.format("parquet")
             .option("path", str(out))
             .option("checkpointLocation", str(out) + "-checkpoint")

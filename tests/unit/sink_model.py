@@ -251,6 +251,23 @@ class Actor:
     publishes: int = 0
 
 
+class ListSubscription:
+    """A subscription (as `Client.subscribe` returns) over messages already in a list."""
+
+    def __init__(self, messages: list[Message]) -> None:
+        self._messages = messages
+
+    async def __aenter__(self) -> ListSubscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def __aiter__(self) -> Any:
+        for m in self._messages:
+            yield m
+
+
 class MemoryCluster:
     """Partition logs of the target stream (and of the streams the sink creates, such as
     its journal), and a client per actor that publishes into them."""
@@ -314,20 +331,7 @@ class _MemoryClient:
 
     def subscribe(self, stream: str, partition: int, **kw: Any) -> Any:
         log = self._cluster.streams[stream][partition]
-        found = log[kw["start_offset"] : kw["stop_offset"] + 1]
-
-        class _Sub:
-            async def __aenter__(self) -> Any:
-                return self
-
-            async def __aexit__(self, *exc: object) -> None:
-                return None
-
-            async def __aiter__(self) -> Any:
-                for m in found:
-                    yield m
-
-        return _Sub()
+        return ListSubscription(log[kw["start_offset"] : kw["stop_offset"] + 1])
 
     def _fault(self) -> Fault | None:
         actor = self._actor

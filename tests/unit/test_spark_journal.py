@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+from sink_model import ListSubscription
 
 from liftbridge_client import errors
 from liftbridge_client.client import Client
@@ -53,24 +54,10 @@ class Journal:
         return SimpleNamespace(high_watermark=len(self.log) - 1)
 
     def subscribe(self, stream: str, partition: int, **kw: Any) -> Any:
-        found = [
-            Message(stream, 0, o, v)
-            for o, v in enumerate(self.log)
-            if kw["start_offset"] <= o <= kw["stop_offset"]
-        ]
-
-        class _Sub:
-            async def __aenter__(self) -> Any:
-                return self
-
-            async def __aexit__(self, *exc: object) -> None:
-                return None
-
-            async def __aiter__(self) -> Any:
-                for m in found:
-                    yield m
-
-        return _Sub()
+        stop = min(kw["stop_offset"] + 1, len(self.log))
+        return ListSubscription(
+            [Message(stream, 0, o, self.log[o]) for o in range(kw["start_offset"], stop)]
+        )
 
     async def publish(self, stream: str, value: bytes, **kw: Any) -> None:
         n, self.publishes = self.publishes, self.publishes + 1
