@@ -129,16 +129,23 @@ def envelope_of(message: Message, uuid_of: UuidOf = header_uuid) -> Envelope:
 
 
 def _clocks(message: Message) -> int:
-    raw = message.headers.get(CLOCKS_HEADER)
+    return clocks_of(
+        message.headers.get(CLOCKS_HEADER), message.stream, message.partition, message.offset
+    )
+
+
+def clocks_of(raw: bytes | None, stream: str, partition: int, offset: int) -> int:
+    """How many clock values a message takes, from its ``eo-clocks`` header (1 without
+    one, and, with a warning, for one that is not a count)."""
     if raw is None:
         return 1
     if raw.isdigit() and 0 < len(raw) <= 9 and int(raw) > 0:
         return int(raw)
     log.warning(
         "%s/%d offset %d: header %s=%r is not a count: read as one clock value",
-        message.stream,
-        message.partition,
-        message.offset,
+        stream,
+        partition,
+        offset,
         CLOCKS_HEADER,
         raw[:20],
     )

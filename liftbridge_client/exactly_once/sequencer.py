@@ -218,6 +218,7 @@ class Sequencer:
         self._dequeued_clock = 0
         self._replay: Iterator[Envelope] | None = None
         self._ring: list[Envelope | None] = [None] * buffer
+        self._clocks: list[int] = [0] * buffer  # each slot's UUID clock, decoded once
         self._next: list[int] = [-1] * buffer
         self._head = 0
 
@@ -229,6 +230,7 @@ class Sequencer:
             raise errors.InvalidInputError("committed messages remain: step() until None first")
         self._evict_at_head()
         producer, clock, flags = fields_of(env.uuid or _ZERO_UUID)
+        uuid_clock = clock
         key = (env.partition, producer)
         partial = self._partials.get(key)
 
@@ -253,7 +255,7 @@ class Sequencer:
             if outcome is QueueOutcome.CONTINUE_BEGIN_SPAN:
                 partial.begin = env.begin
                 self._pending.add(key)
-            self._add_at_head(env, partial)
+            self._add_at_head(env, partial, uuid_clock)
             partial.max_clock = clock
             self._offsets[env.partition] = env.end
         elif outcome is QueueOutcome.ACK_ROLLBACK:
@@ -263,7 +265,7 @@ class Sequencer:
         else:
             # A commit: offsets move only once the sequence is dequeued, so a Sequencer
             # restored from a checkpoint taken before that reads the ACK again.
-            self._add_at_head(env, partial)
+            self._add_at_head(env, partial, uuid_clock)
             if outcome is QueueOutcome.ACK_EMPTY:
                 partial.begin = env.begin
             elif outcome is QueueOutcome.OUTSIDE_COMMIT:
@@ -335,6 +337,7 @@ class Sequencer:
                 index = emit.ring_start
                 candidate = self._ring[index]
                 assert candidate is not None
+                clock = self._clocks[index]
                 emit.ring_start = self._next[index]
                 # Served: the slot holds nothing anyone needs, so a large ring keeps only
                 # the open transactions' messages alive, not everything read.
@@ -349,8 +352,9 @@ class Sequencer:
                 if producer_of(replayed.uuid or _ZERO_UUID) != emit.key[1]:
                     continue  # other producers' messages share the range
                 candidate = replayed
+                clock = clock_of(candidate.uuid or _ZERO_UUID)
             self._dequeued = candidate
-            self._dequeued_clock = clock_of(candidate.uuid or _ZERO_UUID)
+            self._dequeued_clock = clock
             if self._dequeued_clock != 0 and self._dequeued_clock <= emit.min_clock:
                 continue  # a duplicate (replays may repeat what the ring held)
             if self._dequeued_clock > emit.max_clock:
@@ -474,9 +478,10 @@ class Sequencer:
         self._ring[head] = None
         self._next[head] = -1
 
-    def _add_at_head(self, env: Envelope, partial: _Partial) -> None:
+    def _add_at_head(self, env: Envelope, partial: _Partial, clock: int) -> None:
         head = self._head
         self._ring[head] = env
+        self._clocks[head] = clock
         self._next[head] = -1
         if partial.ring_stop == -1:
             partial.ring_start = head

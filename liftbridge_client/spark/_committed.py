@@ -16,29 +16,34 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 import pyarrow as pa
 
-from liftbridge_client.exactly_once.reader import delivered, envelope_of, read_range
+from liftbridge_client._proto import api_pb2
+from liftbridge_client.exactly_once.publisher import CLOCKS_HEADER, UUID_HEADER
+from liftbridge_client.exactly_once.reader import clocks_of, delivered, envelope_of, read_range
 from liftbridge_client.exactly_once.sequencer import (
     Checkpoint,
+    Envelope,
     PartitionRef,
     ProducerState,
     QueueOutcome,
     Sequencer,
 )
-from liftbridge_client.exactly_once.uuids import Flags, flags_of
-from liftbridge_client.models import Message
+from liftbridge_client.exactly_once.uuids import Flags
+from liftbridge_client.models import Message, owned_message_from_proto
 from liftbridge_client.spark._committed_stream import load_states, save_states
 from liftbridge_client.spark._offsets import PartitionRange
 from liftbridge_client.spark._read import (
     BATCH_ROWS,
     RangePartition,
     _batch_of,
+    _protos_batch,
     data_loss,
     end_runtime,
-    message_chunks,
     new_runtime,
+    proto_chunks,
 )
 from liftbridge_client.spark._runtime import TaskRuntime
 from liftbridge_client.spark._stats import ReadStats
@@ -60,12 +65,48 @@ def ring_size(messages: int) -> int:
     return max(4096, min(messages, MAX_RING))
 
 
+def _envelope(pb: api_pb2.Message, ref: PartitionRef) -> Envelope:
+    """`envelope_of` for a protobuf as the subscription received it: the headers are read
+    from the protobuf's map, and no `Message` is made (most of a read's cost when each
+    message was one); the rows are built from the protobufs as a plain read's are."""
+    headers = pb.headers
+    uuid = headers.get(UUID_HEADER)
+    offset = pb.offset
+    if uuid is None or len(uuid) != 16:
+        return Envelope(ref, offset, offset + 1, _ZERO, pb)
+    clocks = headers.get(CLOCKS_HEADER)
+    ticks = 1 if clocks is None else clocks_of(clocks, ref.stream, ref.partition, offset)
+    return Envelope(ref, offset, offset + 1, uuid, pb, ticks)
+
+
+def _delivered(env: Envelope) -> Message | api_pb2.Message:
+    message = env.message
+    if env.skip and isinstance(message, api_pb2.Message):
+        return delivered(replace(env, message=owned_message_from_proto(message)))
+    return message if isinstance(message, api_pb2.Message) else delivered(env)
+
+
+def _rows(
+    out: list[Message | api_pb2.Message], r: PartitionRange, include_headers: bool
+) -> pa.RecordBatch:
+    pbs = [m for m in out if isinstance(m, api_pb2.Message)]
+    if len(pbs) == len(out):
+        return _protos_batch(pbs, r.stream, r.partition, include_headers)
+    # Some came from a replay, or lost rows to an earlier copy (`delivered`): as messages.
+    messages = [m if isinstance(m, Message) else owned_message_from_proto(m) for m in out]
+    return _batch_of(messages, include_headers)
+
+
 def _offset(message: Message) -> int:
     return message.offset
 
 
+_ACK = int(Flags.ACK_TXN)
+
+
 def _is_ack(uuid: bytes) -> bool:
-    return uuid != _ZERO and flags_of(uuid) == Flags.ACK_TXN
+    # flags_of, inline: the check runs once per committed message.
+    return ((uuid[8] << 8) | uuid[9]) & 0x3FF == _ACK and uuid != _ZERO
 
 
 class _Earlier:
@@ -142,24 +183,24 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
         sequencer = Sequencer(Checkpoint({ref: r.start}, states), buffer=ring_size(r.size))
         stats = ReadStats.of(r, options.isolation) if options.task_stats else None
         earlier = _Earlier(runtime, r, states, stats)
-        out: list[Message] = []
-        for messages in message_chunks(part, runtime):
+        out: list[Message | api_pb2.Message] = []
+        for pbs in proto_chunks(part, runtime):
             if stats is not None:
-                stats.ranged(messages)
-            for message in messages:
-                outcome = sequencer.queue(envelope_of(message))
+                stats.ranged(pbs)
+            for pb in pbs:
+                outcome = sequencer.queue(_envelope(pb, ref))
                 if outcome is QueueOutcome.ACK_COMMIT_REPLAY:
                     # The transaction began before the ring: re-read the offsets it spans.
                     _, begin, end = sequencer.replay_range()
                     sequencer.start_replay(envelope_of(m) for m in earlier.replay(begin, end))
                 while (env := sequencer.step()) is not None:
                     if not _is_ack(env.uuid):
-                        out.append(delivered(env))
+                        out.append(_delivered(env))
             if len(out) >= BATCH_ROWS:
-                yield _batch_of(out, options.include_headers)
+                yield _rows(out, r, options.include_headers)
                 out = []
         if out:
-            yield _batch_of(out, options.include_headers)
+            yield _rows(out, r, options.include_headers)
         if at is not None:
             # Only once the whole range was read: the next micro-batch starts from it.
             end_states = sequencer.checkpoint(at.horizon_ns).states
