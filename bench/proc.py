@@ -2,9 +2,10 @@
 
     python -m bench.proc '{"op": "pub"|"one"|"sub", "address": ..., "nats_url": ...,
                            "stream": ..., "n": N, "size": B, "transport": "nats"|"grpc",
-                           "stream_transport": "grpc"|"h2"}'
+                           "stream_transport": "grpc"|"h2", "loop": "asyncio"|"uvloop"}'
 
-Prints one JSON object: the result of the matching `bench.ours` function.
+Prints one JSON object: the result of the matching `bench.ours` function. ``loop``
+"uvloop" runs it on uvloop's event loop (the client supports any asyncio loop).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import liftbridge_client
 from bench import ours
@@ -21,6 +23,8 @@ from bench.rss import _rss_mib as rss_mib
 from bench.stats import summarize_latencies
 from liftbridge_client.models import StartPosition
 from liftbridge_client.options import StreamTransport, Transport
+
+_T = TypeVar("_T")
 
 
 async def run(task: dict[str, Any]) -> dict[str, Any]:
@@ -69,9 +73,21 @@ async def slow_consumer(
     return {"messages": got, "rss_baseline_mib": baseline, "rss_peak_mib": peak}
 
 
+def loop_runner(task: dict[str, Any]) -> Callable[[Coroutine[Any, Any, _T]], _T]:
+    """``asyncio.run``, or ``uvloop.run`` for a task with ``"loop": "uvloop"``."""
+    loop = task.get("loop", "asyncio")
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run
+    if loop != "asyncio":
+        raise SystemExit(f"unknown loop {loop!r}")
+    return asyncio.run
+
+
 def main() -> None:
     task = json.loads(sys.argv[1])
-    result = asyncio.run(run(task))
+    result = loop_runner(task)(run(task))
     # Which library ran (bench-compare runs another tree's liftbridge_client).
     result["lib"] = str(Path(liftbridge_client.__file__).parent)
     print(json.dumps(result))

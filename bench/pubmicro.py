@@ -1,11 +1,12 @@
 """Client-side CPU per publish, without a server: the publisher on the unit-test fakes.
 
-``python -m bench.pubmicro [--n 100000] [--repeat 5]`` publishes ``n`` messages with
-``publish_nowait`` (window 1024, 256 B, partition 0, ack LEADER) over the NATS path and
-over the gRPC path, answering each with an ack, and prints the median us per message of
-``repeat`` runs. Only this client's code (and asyncio) is measured: the fakes write
-nowhere, and the ack bytes / responses are built before the clock starts. Much less
-noisy than the end-to-end runs on a shared machine.
+``python -m bench.pubmicro [--n 100000] [--repeat 5] [--transport nats]`` publishes ``n``
+messages with ``publish_nowait`` (window 1024, 256 B, partition 0, ack LEADER) over the
+NATS path and over the gRPC path (or only the ``--transport`` given), answering each with
+an ack, and prints the median us per message of ``repeat`` runs. Only this client's
+code (and asyncio) is measured: the fakes write nowhere, and the ack bytes / responses
+are built before the clock starts. Much less noisy than the end-to-end runs on a shared
+machine.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ async def run(n: int, transport: Transport) -> float:
 
 
 async def main(args: argparse.Namespace) -> None:
-    for transport in (Transport.NATS, Transport.GRPC):
+    for transport in args.transports:
         runs = [await run(args.n, transport) for _ in range(args.repeat)]
         print(f"{transport.name}: median {statistics.median(runs):.2f} us/msg  runs {runs!r}")
 
@@ -88,4 +89,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=100000)
     parser.add_argument("--repeat", type=int, default=5)
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument(
+        "--transport",
+        dest="transports",
+        action="append",
+        type=lambda name: Transport[name.upper()],
+        help="nats or grpc (repeatable; default both)",
+    )
+    ns = parser.parse_args()
+    ns.transports = ns.transports or [Transport.NATS, Transport.GRPC]
+    asyncio.run(main(ns))

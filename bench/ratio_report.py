@@ -92,6 +92,22 @@ RATIOS: tuple[RatioDef, ...] = (
         "ours-nats", "go-batch-100", "rate",
     ),
     RatioDef(
+        "publish.nats.uvloop", "pipelined publish, NATS on uvloop / go-async", "publish",
+        "ours-nats-uvloop", "go-async", "rate",
+    ),
+    RatioDef(
+        "publish.h2.uvloop", "pipelined publish, gRPC h2 on uvloop / go-async", "publish",
+        "ours-grpc-h2-uvloop", "go-async", "rate",
+    ),
+    RatioDef(
+        "cpu.publish.nats.uvloop", "client CPU per message, NATS on uvloop / go-async",
+        "publish", "ours-nats-uvloop", "go-async", "cpu",
+    ),
+    RatioDef(
+        "cpu.publish.h2.uvloop", "client CPU per message, gRPC h2 on uvloop / go-async",
+        "publish", "ours-grpc-h2-uvloop", "go-async", "cpu",
+    ),
+    RatioDef(
         "publish.aio", "pipelined publish, gRPC grpc.aio / go-async", "publish",
         "ours-grpc-aio", "go-async", "rate",
     ),

@@ -67,6 +67,7 @@ class RatioPlan:
     side: bool  # also the side-by-side contenders (grpc.aio, go batch-100)
     n_slow: int  # messages the slow consumer reads
     size: int = 256
+    uvloop: bool = False  # also this client's publishers on uvloop's event loop
 
     @classmethod
     def quick(cls) -> RatioPlan:
@@ -74,7 +75,7 @@ class RatioPlan:
 
     @classmethod
     def full(cls) -> RatioPlan:
-        return cls("full", reps=5, phase_s=4.0, side=True, n_slow=1_000)
+        return cls("full", reps=5, phase_s=4.0, side=True, n_slow=1_000, uvloop=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,7 @@ class Contender:
     go_mode: str | None = None  # a Go contender: its pub mode ("sub" for the consumer)
     task: dict[str, Any] | None = None  # one of ours: the bench.proc task (less target)
     side: bool = False  # only in plans with side contenders
+    uvloop: bool = False  # only in plans with uvloop contenders
     slow: bool = False  # an order of magnitude slower: its own count, a smaller warm-up
     lib: Path | None = None  # bench-compare: liftbridge_client imported from this directory
 
@@ -101,6 +103,19 @@ CONTENDERS: tuple[Contender, ...] = (
         task={"op": "pub", "transport": "grpc", "stream_transport": "grpc"},
         side=True,
         slow=True,
+    ),
+    # A user's fastest configuration: the same client on uvloop's event loop.
+    Contender(
+        "publish",
+        "ours-nats-uvloop",
+        task={"op": "pub", "transport": "nats", "loop": "uvloop"},
+        uvloop=True,
+    ),
+    Contender(
+        "publish",
+        "ours-grpc-h2-uvloop",
+        task={"op": "pub", "transport": "grpc", "stream_transport": "h2", "loop": "uvloop"},
+        uvloop=True,
     ),
     Contender("subscribe", "go-consumer", go_mode="sub"),
     Contender("subscribe", "ours-h2", task={"op": "sub", "stream_transport": "h2"}),
@@ -129,14 +144,14 @@ GROUPS = frozenset(PROBE)
 def contenders_for(plan: RatioPlan, trees: dict[str, Path] | None = None) -> list[Contender]:
     """The plan's contenders; with ``trees`` (label -> liftbridge_client directory) each of
     ours that is not a side contender runs once per tree, named ``<name>@<label>``."""
-    chosen = [c for c in CONTENDERS if plan.side or not c.side]
+    chosen = [c for c in CONTENDERS if (plan.side or not c.side) and (plan.uvloop or not c.uvloop)]
     if not trees:
         return chosen
     out: list[Contender] = []
     for c in chosen:
         if c.go_mode is not None:
             out.append(c)
-        elif not c.side:
+        elif not c.side and not c.uvloop:
             out += [
                 dataclasses.replace(c, name=f"{c.name}@{label}", lib=lib)
                 for label, lib in trees.items()
@@ -523,6 +538,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, help="at least this many repetitions per group")
     parser.add_argument("--phase", type=float, help="seconds per measured phase")
     parser.add_argument(
+        "--uvloop", action="store_true", help="also publish on uvloop (in the full plan)"
+    )
+    parser.add_argument(
         "--groups", help="comma-separated groups to measure (publish, subscribe, one); all"
     )
     parser.add_argument("--docs", action="store_true", help="write its section of docs/")
@@ -539,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = dataclasses.replace(plan, reps=args.reps)
     if args.phase:
         plan = dataclasses.replace(plan, phase_s=args.phase)
+    if args.uvloop:
+        plan = dataclasses.replace(plan, uvloop=True)
     groups = parse_groups(args.groups) if args.groups else None
     if groups is not None and args.docs:
         parser.error("--docs needs every group")

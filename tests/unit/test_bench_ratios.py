@@ -3,6 +3,8 @@ summary and the comparison of two trees (no server; records are made up)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import itertools
 import json
 from collections import Counter
@@ -10,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 
 from bench import ratio_report
 from bench.order import balanced_orders, balanced_reps, cycle_length, spread
+from bench.proc import loop_runner
+from bench.ratio_report import RATIOS
 from bench.ratios import RatioPlan, contenders_for, phase_count
 
 
@@ -85,7 +90,27 @@ def test_the_quick_plan_has_the_goal_contenders_and_the_full_plan_the_side_ones(
         ("one", "ours-grpc-h2"),
     }
     full = {c.name for c in contenders_for(RatioPlan.full())}
-    assert {"go-batch-100", "ours-grpc-aio"} <= full
+    assert {"go-batch-100", "ours-grpc-aio", "ours-nats-uvloop", "ours-grpc-h2-uvloop"} <= full
+
+
+def test_uvloop_contenders_join_any_plan_that_asks_and_run_on_uvloop() -> None:
+    plan = dataclasses.replace(RatioPlan.quick(), uvloop=True)
+    uv = [c for c in contenders_for(plan) if c.name.endswith("-uvloop")]
+    assert [c.name for c in uv] == ["ours-nats-uvloop", "ours-grpc-h2-uvloop"]
+    assert all(c.group == "publish" and c.task and c.task["loop"] == "uvloop" for c in uv)
+    assert loop_runner(uv[0].task or {}) is uvloop.run
+    assert loop_runner({}) is asyncio.run
+    with pytest.raises(SystemExit, match="unknown loop"):
+        loop_runner({"loop": "trio"})
+    # Each has its ratios to go-async (rate and CPU), outside the goals.
+    keys = {r.key: r for r in RATIOS if r.ours in {c.name for c in uv}}
+    assert set(keys) == {
+        "publish.nats.uvloop",
+        "publish.h2.uvloop",
+        "cpu.publish.nats.uvloop",
+        "cpu.publish.h2.uvloop",
+    }
+    assert not any(r.goal for r in keys.values())
 
 
 def test_two_trees_duplicate_this_clients_contenders_only(tmp_path: Path) -> None:
