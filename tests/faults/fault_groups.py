@@ -148,17 +148,25 @@ async def drain_group(
 
 
 async def record_committed(
-    client: Client, history: Recorder, stream: str, group: str, partitions: int
+    client: Client,
+    history: Recorder,
+    stream: str,
+    group: str,
+    partitions: int,
+    *,
+    timeout: float = 60.0,
 ) -> None:
-    """The group's cursors after every member left (``-1``: none committed)."""
+    """The group's cursors after every member left (``-1``: none committed), all read
+    within ``timeout`` s (each partition gets a second at least)."""
     committed: dict[str, int] = {}
+    end_by = time.monotonic() + timeout
     for p in range(partitions):
 
         async def fetch(p: int = p) -> int:
             return await client.fetch_cursor(group_cursor_id(group), stream, partition=p)
 
         try:
-            committed[str(p)] = await retried("cursor", fetch, 60)
+            committed[str(p)] = await retried("cursor", fetch, max(end_by - time.monotonic(), 1.0))
         except (TimeoutError, errors.LiftbridgeError) as exc:
             history.emit(
                 "note",

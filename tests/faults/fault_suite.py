@@ -69,6 +69,9 @@ class Profile:
             "cycles": self.cycles,
             "fault-s": self.fault_s,
             "quiet-s": self.quiet_s,
+            # The runner's checks end this long before the round is killed (a margin for
+            # stopping the servers and judging the history).
+            "deadline-s": self.round_timeout() - 25,
         }
         args = [arg for name, value in options.items() for arg in (f"--{name}", str(value))]
         return [*args, "--strict"] if self.strict else args

@@ -37,6 +37,8 @@ def test_overrides_and_their_errors() -> None:
     args = profile.runner_args("lossy", 2, Path("/tmp/x"))
     assert args[-1] == "--strict"
     assert args[args.index("--timeouts") + 1] == "server"
+    # The runner's checks end before the round is killed, so a verdict is always written.
+    assert 0 < float(args[args.index("--deadline-s") + 1]) < profile.round_timeout() - 10
     harness = dataclasses.replace(profile, timeouts="harness")
     assert profile.round_timeout() > harness.round_timeout()  # server timeouts: longer
     split = dataclasses.replace(harness, kinds=("lossy", "split-leader"))
