@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 
 from faults.fault_history import Recorder, error_name
-from faults.fault_workloads import OPTIONS, retried
+from faults.fault_workloads import OPTIONS, retried, within
 from liftbridge_client import Client, ConsumerOptions, errors
 from liftbridge_client.groups import Consumer, group_cursor_id
 
@@ -166,7 +166,7 @@ async def record_committed(
             return await client.fetch_cursor(group_cursor_id(group), stream, partition=p)
 
         try:
-            committed[str(p)] = await retried("cursor", fetch, max(end_by - time.monotonic(), 1.0))
+            committed[str(p)] = await retried("cursor", fetch, within(timeout, end_by))
         except (TimeoutError, errors.LiftbridgeError) as exc:
             history.emit(
                 "note",

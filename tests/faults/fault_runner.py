@@ -51,6 +51,7 @@ from faults.fault_workloads import (
     plain_publisher,
     run_workers,
     subscriber,
+    within,
 )
 from liftbridge_client import AckPolicy, Client, RetryPolicy, StreamConfig, Transport, errors
 from liftbridge_client.testing import GROUP_SETTINGS, AddressedCluster
@@ -121,11 +122,6 @@ def broker_lists(cluster: AddressedCluster) -> dict[str, object]:
         except grpc.RpcError as exc:
             lists[node.server_id] = repr(exc)[:200]
     return lists
-
-
-def _within(timeout: float, end_by: float) -> float:
-    """``timeout``, or less so as to end by ``end_by`` (monotonic); a second at least."""
-    return max(min(timeout, end_by - time.monotonic()), 1.0)
 
 
 async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse.Namespace) -> None:
@@ -246,22 +242,20 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
         # lost a node for good, each would wait its full timeout and the round would be
         # killed without a verdict; cut short, a check says "not-recovered" instead.
         end_by = args.started + args.deadline_s
-        await drain_group(client, history, streams.plain, 3, progress, timeout=_within(120, end_by))
+        await drain_group(client, history, streams.plain, 3, progress, timeout=within(120, end_by))
         group_stop.set()
         outcomes: list[object]
         try:
-            async with asyncio.timeout(wait := _within(60, end_by)):
+            async with asyncio.timeout(wait := within(60, end_by)):
                 outcomes = list(await members)
         except TimeoutError:
             outcomes = [f"members did not leave within {wait:.0f} s"]
         if crashed := [repr(o)[:200] for o in outcomes if o is not None]:
             history.emit("note", f="not-recovered", error=f"group members: {crashed}")
-        await record_committed(
-            client, history, streams.plain, group, 3, timeout=_within(60, end_by)
-        )
+        await record_committed(client, history, streams.plain, group, 3, timeout=within(60, end_by))
         try:
             replicas = {node.server_id: node.address for node in cluster.nodes}
-            async with asyncio.timeout(_within(240, end_by)):
+            async with asyncio.timeout(within(240, end_by)):
                 await final_reads(client, history, streams, replicas, cluster.nats_url)
         except Exception as exc:
             history.emit("note", f="not-recovered", error=f"final reads: {error_name(exc)}")

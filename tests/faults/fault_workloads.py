@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import functools
 import itertools
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -264,6 +265,11 @@ async def committed_follower(
 
 def _text(message: Message) -> str:
     return message.value.decode(errors="replace")
+
+
+def within(timeout: float, end_by: float) -> float:
+    """``timeout``, or less so as to end by ``end_by`` (monotonic); a second at least."""
+    return max(min(timeout, end_by - time.monotonic()), 1.0)
 
 
 async def retried(what: str, action: Callable[[], Awaitable[Any]], timeout: float) -> Any:
