@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 import time
@@ -202,6 +203,11 @@ def relative_links(markdown: str) -> list[str]:
     return _RELATIVE_LINK.findall(text)
 
 
+def _platform_suffix() -> str:
+    """How a wheel's name ends when it carries a module compiled here (``-linux_x86_64.whl``)."""
+    return "-" + sysconfig.get_platform().replace("-", "_").replace(".", "_") + ".whl"
+
+
 def check_dists(dist: Path, version: str) -> tuple[Path, Path, str]:
     sdists = list(dist.glob("*.tar.gz"))
     wheels = list(dist.glob("*.whl"))
@@ -223,6 +229,13 @@ def check_dists(dist: Path, version: str) -> tuple[Path, Path, str]:
         left = relative_links(description)
         if left:
             raise CheckFailed(f"the package index would show relative links that 404: {left}")
+        compiled = [n for n in names if re.fullmatch(r"liftbridge_client/_speedups\..*\.so", n)]
+        if len(compiled) != 1 or not wheel.name.endswith(_platform_suffix()):
+            raise CheckFailed(
+                f"the wheel {wheel.name} should carry the compiled C accelerator "
+                f"(liftbridge_client/_speedups.*.so, from hatch_build.py) and a platform tag; "
+                f"it holds {compiled}"
+            )
         for patch in sorted(PATCHES.rglob("*.patch")):
             inside = f"{PACKAGED_PATCHES}/{patch.relative_to(PATCHES).as_posix()}"
             if inside not in names or zf.read(inside) != patch.read_bytes():

@@ -14,7 +14,9 @@ not install) and the NATS and h2 integration files run in it.
 
 Why: nats-py and h2 are used through private attributes (liftbridge_client/_transport/
 nats.py and h2/connection.py), each behind a feature check with a
-fallback; this proves the declared range holds with the fast paths at both ends.
+fallback; this proves the declared range holds with the fast paths at both ends. The low
+end also runs without the C accelerator (``LIFTBRIDGE_CLIENT_PURE=1``; liftbridge_client/
+_native.py), as an install without a C compiler would.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import time
 import tomllib
 import venv
 from pathlib import Path
+
+from liftbridge_client._native import PURE_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -246,6 +250,10 @@ def run(end: str, pytest_args: list[str]) -> int:
     env = dict(
         os.environ, PYTHONPATH=str(ROOT), LIFTBRIDGE_DEPS_END=end, LIFTBRIDGE_TEST_EXAMPLES="0.2"
     )
+    if end == "low":
+        # The pure-Python twins of the C accelerator, end to end (make test runs with it):
+        # what an install without a C compiler runs.
+        env[PURE_ENV] = "1"
     args = [str(path / "bin" / "pytest"), "-p", "no:cacheprovider", "tests/unit"]
     args += [f"--ignore={p}" for p in extra_only_unit_tests()]
     args += [*INTEGRATION, *pytest_args]

@@ -38,19 +38,22 @@ import nats.aio.subscription
 import nats.errors
 
 from liftbridge_client import envelope, errors
+from liftbridge_client._native import speedups
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import AckFuture, Correlator
 from liftbridge_client._publish.route import Item, Slots
 from liftbridge_client._transport.grpc import ack_error
 from liftbridge_client._transport.nats import PubBuffer, route_sid, unroute_sid
-from liftbridge_client.envelope import MESSAGE_HEADERS_TAG, plain_header_entries
-from liftbridge_client.models import AckPolicy, StreamInfo, ack_from_proto
+from liftbridge_client.envelope import HEADER_LEN, MESSAGE_HEADERS_TAG, plain_header_entries
+from liftbridge_client.models import AckPolicy, StreamInfo, ack_from_proto, ack_from_wire
 
 __all__ = ["WRITE_EVERY", "NatsPublisher", "NatsRoute", "map_nats_error"]
 
 log = logging.getLogger(__name__)
 
 _ACK_OK = api_pb2.Ack.OK
+_ACK_POLICIES = frozenset(policy.value for policy in AckPolicy)
+_scan_ack = None if speedups is None else speedups.scan_ack
 WRITE_EVERY = 256  # appends between writes in a burst (about 70 KB of 256 B messages)
 
 
@@ -219,6 +222,25 @@ class NatsPublisher:
 
     def dispatch(self, data: bytes) -> None:
         """Decode one ack-inbox message and settle its publish."""
+        fields = _scan_ack(data) if _scan_ack is not None else None
+        if fields is None or fields[3] != _ACK_OK or fields[4] not in _ACK_POLICIES:
+            # Not the plain shape of a success ack (or no accelerator): protobuf decides.
+            self._dispatch_decoded(data)
+            return
+        # The C scan checked every byte protobuf would: the Ack decodes when first read.
+        cid, stream, subject = fields[0], fields[1], fields[2]
+        correlator = self._correlator
+        fut = correlator.get(cid)
+        if fut is not None and (
+            (expect := fut.expect) is None or expect[0] != stream or expect[1] != subject
+        ):
+            self._mismatched(cid, stream, subject, fut)
+            return
+        correlator.resolve(cid, ack_from_wire(data[HEADER_LEN:]))
+
+    def _dispatch_decoded(self, data: bytes) -> None:
+        """`dispatch` through protobuf's decode: every ack without the accelerator, and
+        with it, error acks and whatever the scan did not vouch for."""
         try:
             pb = envelope.decode_ack(data)
             ack = ack_from_proto(pb)
@@ -231,19 +253,7 @@ class NatsPublisher:
         if fut is not None and (
             (expect := fut.expect) is None or expect[0] != pb.stream or expect[1] != pb.msgSubject
         ):
-            # Not the ack of this publish (forged, or another stream's ack routed here).
-            self.mismatched_acks += 1
-            level = logging.WARNING if self.mismatched_acks == 1 else logging.DEBUG
-            log.log(
-                level,
-                "dropped an ack on inbox %s for correlation id %r naming stream %r subject %r; "
-                "the publish went to %r (first of such acks warns; see Client.stats())",
-                self.inbox,
-                cid,
-                pb.stream,
-                pb.msgSubject,
-                fut.expect,
-            )
+            self._mismatched(cid, pb.stream, pb.msgSubject, fut)
             return
         if pb.ackError == _ACK_OK:  # the common case, without the ack_error call
             self._correlator.resolve(cid, ack)
@@ -252,6 +262,21 @@ class NatsPublisher:
         assert failure is not None  # only OK maps to None
         if not self._correlator.fail(cid, failure):
             log.warning("error ack for a publish no longer pending: %s", failure)
+
+    def _mismatched(self, cid: str, stream: str, subject: str, fut: AckFuture) -> None:
+        # Not the ack of this publish (forged, or another stream's ack routed here).
+        self.mismatched_acks += 1
+        level = logging.WARNING if self.mismatched_acks == 1 else logging.DEBUG
+        log.log(
+            level,
+            "dropped an ack on inbox %s for correlation id %r naming stream %r subject %r; "
+            "the publish went to %r (first of such acks warns; see Client.stats())",
+            self.inbox,
+            cid,
+            stream,
+            subject,
+            fut.expect,
+        )
 
 
 _NONE = AckPolicy.NONE

@@ -79,6 +79,7 @@ from urllib.parse import urlsplit
 import nats.aio.client
 import nats.protocol.parser
 
+from liftbridge_client._native import speedups
 from liftbridge_client.errors import InvalidInputError, NatsUnreachableError, ProtocolError
 from liftbridge_client.options import ClientOptions, NatsAuth, TLSConfig
 
@@ -520,7 +521,7 @@ def _install_parser(
             buf.extend(data)
             data = bytes(buf)
             del buf[:]
-        pos, partial = serve_routed(data, table, counts)
+        pos, partial = _serve(data, table, counts)
         if pos < len(data):
             rest = data[pos:] if pos else data
             if partial:
@@ -590,6 +591,23 @@ def serve_routed(
         if counts is not None and served:  # what nats-py's own path counts
             counts["in_msgs"] += served
             counts["in_bytes"] += served_bytes
+
+
+def _report(sid: int, exc: Exception) -> None:
+    log.error("handler of NATS subscription %d failed", sid, exc_info=exc)
+
+
+def _serve_c(
+    data: bytes, table: dict[int, Handler], counts: dict[str, int] | None
+) -> tuple[int, bool]:
+    """`serve_routed` by the C accelerator (the same walk; tests/unit/test_speedups.py)."""
+    assert speedups is not None
+    return speedups.serve_routed(data, table, counts, _report)
+
+
+_serve: Callable[[bytes, dict[int, Handler], dict[str, int] | None], tuple[int, bool]] = (
+    serve_routed if speedups is None else _serve_c
+)
 
 
 def route_sid(nc: nats.aio.client.Client, sub: object, handler: Handler) -> bool:

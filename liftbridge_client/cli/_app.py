@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from liftbridge_client import errors
+from liftbridge_client._native import ACTIVE
 from liftbridge_client._version import __version__
 from liftbridge_client.cli._connect import ConnectionSettings, split_list
 from liftbridge_client.cli._exit import ExitStatus, status_for
@@ -46,7 +47,11 @@ Exit status:
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=EXIT_CODES_HELP,
 )
-@click.version_option(__version__, prog_name="liftbridge")
+@click.version_option(
+    __version__,
+    prog_name="liftbridge",
+    message=f"%(prog)s, version %(version)s ({'with' if ACTIVE else 'without'} the C accelerator)",
+)
 @click.option(
     "-b",
     "--brokers",

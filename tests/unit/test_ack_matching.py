@@ -6,11 +6,14 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from publish_fakes import Rig, make_rig
+from publish_fakes import Rig, ack_scan, make_rig
 
 from liftbridge_client import errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import AckFuture
+
+__all__ = ["ack_scan"]  # the fixture: every test runs with the C scan and without
+pytestmark = pytest.mark.usefixtures("ack_scan")
 
 
 @pytest.fixture

@@ -34,6 +34,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "packing",
         "partitioning",
         "features",
+        "_speedups",  # compiled (_speedups.c); its stub _speedups.pyi stands in for it here
+        "_native",
     ),
     ("_transport",),
     ("_cluster",),
@@ -66,7 +68,11 @@ def _module(path: Path) -> str:
 
 
 def _modules() -> dict[str, Path]:
-    paths = sorted(ROOT.rglob("*.py"))
+    # A stub without a .py beside it is a compiled module's: its imports count as well.
+    paths = [
+        p for p in ROOT.rglob("*.py*") if p.suffix == ".py" or not p.with_suffix(".py").exists()
+    ]
+    paths = sorted(p for p in paths if p.suffix in (".py", ".pyi"))
     return {_module(p): p for p in paths if "_proto" not in p.relative_to(ROOT).parts}
 
 

@@ -13,7 +13,7 @@ import grpc
 import grpc.aio
 import pytest
 from fake_liftbridge import END, Fail, FakeCluster
-from publish_fakes import FakeNats, Rig, make_rig
+from publish_fakes import FakeNats, Rig, ack_scan, make_rig
 
 from liftbridge_client import envelope, errors
 from liftbridge_client._proto import api_pb2
@@ -21,6 +21,8 @@ from liftbridge_client._publish.acks import Correlator
 from liftbridge_client._publish.grpc import PublishStream
 from liftbridge_client._publish.h2 import H2PublishStream
 from liftbridge_client._publish.nats import NatsPublisher
+
+__all__ = ["ack_scan"]  # the fixture, for the tests of NATS acks
 from liftbridge_client._tasks import TaskSupervisor
 from liftbridge_client._transport.grpc import ack_error, async_error
 from liftbridge_client._transport.grpc import publish_status_error as unary_publish_error
@@ -180,6 +182,7 @@ async def test_cancelled_before_sending_is_never_sent(rig: Rig) -> None:
         (99, errors.PublishError),
     ],
 )
+@pytest.mark.usefixtures("ack_scan")
 async def test_error_acks_are_typed(rig: Rig, code: int, expected: type[Exception]) -> None:
     fut = rig.publisher.publish_nowait("s", b"v", correlation_id="c")
     await settle()
@@ -194,6 +197,7 @@ def test_ack_error_ok_is_none() -> None:
     assert ack_error(api_pb2.Ack(ackError=api_pb2.Ack.OK)) is None
 
 
+@pytest.mark.usefixtures("ack_scan")
 async def test_undecodable_and_unknown_acks_are_counted(rig: Rig) -> None:
     nats_pub = rig.publisher._nats_pub
     assert nats_pub is not None

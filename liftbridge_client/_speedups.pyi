@@ -1,0 +1,11 @@
+# The C accelerator's functions (_speedups.c); each mirrors a pure-Python twin.
+from collections.abc import Callable
+
+def serve_routed(
+    data: bytes,
+    table: dict[int, Callable[[bytes], None]],
+    counts: dict[str, int] | None,
+    report: Callable[[int, Exception], object],
+    /,
+) -> tuple[int, bool]: ...
+def scan_ack(data: bytes, /) -> tuple[str, str, str, int, int] | None: ...

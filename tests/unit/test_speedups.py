@@ -1,0 +1,256 @@
+"""The C accelerator (liftbridge_client/_speedups.c) against its pure-Python twins.
+
+Generated inputs go to both: the MSG walk must hand the same payloads to the same handlers
+and return the same position, and report the same handler failures; the ack scan must
+vouch only for bytes protobuf decodes to the same fields, and for every ack of the plain
+shape the server sends. When CI is set the module must be there (a build that lost its
+compiler would otherwise test the twins twice and ship without it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, cast
+
+import pytest
+from budget import examples
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from liftbridge_client import _native, envelope
+from liftbridge_client._proto import api_pb2
+from liftbridge_client._transport import nats as transport
+from liftbridge_client.errors import ProtocolError
+from liftbridge_client.models import AckPolicy, ack_from_proto, ack_from_wire
+
+speedups = _native.speedups
+needs_c = pytest.mark.skipif(
+    speedups is None and not os.environ.get("CI"), reason="the C accelerator is not built"
+)
+
+
+def test_the_accelerator_is_built_in_ci() -> None:
+    if not os.environ.get("CI") or os.environ.get(_native.PURE_ENV, "") not in ("", "0"):
+        assert _native.ACTIVE is (speedups is not None)
+        return
+    assert speedups is not None, (
+        "CI is set but liftbridge_client._speedups did not import: the editable install "
+        "did not compile liftbridge_client/_speedups.c (see hatch_build.py)"
+    )
+
+
+def test_pure_env_turns_it_off() -> None:
+    import subprocess
+    import sys
+
+    code = "from liftbridge_client import _native; print(_native.ACTIVE)"
+    env = {**os.environ, _native.PURE_ENV: "1"}
+    argv = [sys.executable, "-c", code]
+    out = subprocess.run(argv, check=False, env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+# ---- the MSG walk --------------------------------------------------------------------
+
+ROUTED = {3: "a", 11: "b"}
+
+
+def frame(draw: st.DrawFn) -> bytes:
+    """One protocol item: mostly MSGs (routed or not, odd spacing, odd sizes), else junk."""
+    kind = draw(st.sampled_from(["msg"] * 6 + ["ping", "junk", "hmsg"]))
+    if kind == "ping":
+        return b"PING\r\n"
+    if kind == "junk":
+        return draw(st.binary(max_size=12))
+    payload = draw(st.binary(max_size=40))
+    sid = draw(st.sampled_from([b"3", b"11", b"003", b"7", b"x", b"00000000000000000003"]))
+    sp = draw(st.sampled_from([b" ", b"\t", b"  ", b" \x0b"]))
+    reply = draw(st.sampled_from([b"", b"_INBOX.r" + sp, b"r\r" + sp]))
+    size = str(len(payload)).encode()
+    size = draw(
+        st.sampled_from([size, size, b"0" + size, str(len(payload) + 1).encode(), b"-1", b"9" * 20])
+    )
+    tail = draw(st.sampled_from([b"", b"", b" ", b"\t"]))
+    head = b"HMSG " if kind == "hmsg" else b"MSG "
+    return head + b"subj" + sp + sid + sp + reply + size + tail + b"\r\n" + payload + b"\r\n"
+
+
+@st.composite
+def reads(draw: st.DrawFn) -> bytes:
+    data = b"".join(frame(draw) for _ in range(draw(st.integers(0, 6))))
+    cut = draw(st.integers(0, len(data)))
+    return data[:cut]
+
+
+def walk(
+    serve: Callable[..., tuple[int, bool]], data: bytes, fail_at: int
+) -> tuple[Any, list[Any], dict[str, int], list[Any]]:
+    calls: list[Any] = []
+    reports: list[Any] = []
+
+    def handler(name: str) -> Callable[[bytes], None]:
+        def handle(payload: bytes) -> None:
+            calls.append((name, payload))
+            if len(calls) == fail_at:
+                raise ValueError(f"handler bug at call {fail_at}")
+
+        return handle
+
+    table = {sid: handler(name) for sid, name in ROUTED.items()}
+    counts = {"in_msgs": 0, "in_bytes": 0}
+    result = serve(data, table, counts, lambda sid, exc: reports.append((sid, repr(exc))))
+    return result, calls, counts, reports
+
+
+def python_serve(data: bytes, table: Any, counts: Any, report: Any) -> tuple[int, bool]:
+    # The twin logs a handler's failure itself; record it the way the C walk reports it.
+    original = transport.log.exception
+
+    def logged(msg: str, sid: int) -> None:
+        import sys
+
+        report(sid, sys.exc_info()[1])
+
+    transport.log.exception = logged  # type: ignore[assignment,method-assign]
+    try:
+        return transport.serve_routed(data, table, counts)
+    finally:
+        transport.log.exception = original  # type: ignore[method-assign]
+
+
+@needs_c
+@settings(max_examples=examples(1500), deadline=None)
+@given(data=reads(), fail_at=st.integers(0, 4))
+@example(data=b"MSG s 3 2\r\nhi\r\nMSG s 11 0\r\n\r\n", fail_at=0)
+@example(data=b"MSG s 3 0000000000000000002\r\nhi\r\n", fail_at=0)
+@example(data=b"MS", fail_at=0)
+@example(data=b"MSG s 3 r\r 2\r\nhi\r\n", fail_at=0)
+def test_the_walk_matches_its_twin(data: bytes, fail_at: int) -> None:
+    assert speedups is not None
+    assert walk(speedups.serve_routed, data, fail_at) == walk(python_serve, data, fail_at)
+
+
+@needs_c
+def test_the_walk_raises_what_is_not_an_exception_and_keeps_counts() -> None:
+    assert speedups is not None
+    seen: list[bytes] = []
+
+    def stop(payload: bytes) -> None:
+        seen.append(payload)
+        raise KeyboardInterrupt
+
+    counts = {"in_msgs": 0, "in_bytes": 0}
+    with pytest.raises(KeyboardInterrupt):
+        speedups.serve_routed(b"MSG s 3 2\r\nhi\r\nMSG s 3 2\r\nho\r\n", {3: stop}, counts, print)
+    assert seen == [b"hi"]
+    assert counts == {"in_msgs": 1, "in_bytes": 2}
+
+
+@needs_c
+def test_the_walk_refuses_other_types() -> None:
+    assert speedups is not None
+    with pytest.raises(TypeError):
+        speedups.serve_routed(bytearray(b"MSG"), {}, None, print)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        speedups.serve_routed(b"MSG", [], None, print)  # type: ignore[arg-type]
+
+
+# ---- the ack scan --------------------------------------------------------------------
+
+text = st.text(max_size=24)
+int64 = st.integers(0, 2**63 - 1)
+
+
+@st.composite
+def plain_acks(draw: st.DrawFn) -> api_pb2.Ack:
+    return api_pb2.Ack(
+        stream=draw(text),
+        partitionSubject=draw(text),
+        msgSubject=draw(text),
+        offset=draw(int64),
+        ackInbox=draw(text),
+        correlationId=draw(text),
+        ackPolicy=draw(st.sampled_from([p.value for p in AckPolicy])),
+        receptionTimestamp=draw(int64),
+        commitTimestamp=draw(int64),
+        ackError=cast(Any, draw(st.integers(0, 4))),
+    )
+
+
+def enveloped(payload: bytes) -> bytes:
+    return envelope.encode(envelope.MsgType.ACK, payload)
+
+
+@needs_c
+@settings(max_examples=examples(800), deadline=None)
+@given(pb=plain_acks())
+def test_the_scan_vouches_for_every_plain_ack(pb: api_pb2.Ack) -> None:
+    assert speedups is not None
+    data = enveloped(pb.SerializeToString())
+    assert speedups.scan_ack(data) == (
+        pb.correlationId,
+        pb.stream,
+        pb.msgSubject,
+        pb.ackError,
+        pb.ackPolicy,
+    )
+    assert ack_from_wire(data[envelope.HEADER_LEN :]) == ack_from_proto(pb)
+
+
+@st.composite
+def mangled(draw: st.DrawFn) -> bytes:
+    """A plain ack's bytes with a few edits: flips, cuts, insertions, foreign fields."""
+    data = bytearray(enveloped(draw(plain_acks()).SerializeToString()))
+    for _ in range(draw(st.integers(1, 4))):
+        how = draw(st.sampled_from(["flip", "cut", "insert", "field"]))
+        at = draw(st.integers(0, len(data)))
+        if how == "flip" and at < len(data):
+            data[at] = draw(st.integers(0, 255))
+        elif how == "cut":
+            del data[at:]
+        elif how == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=6))
+        else:
+            field = draw(st.integers(0, 20))
+            wire = draw(st.integers(0, 7))
+            body = draw(st.binary(max_size=11))
+            data += bytes([(field << 3 | wire) & 0xFF]) + body
+    return bytes(data)
+
+
+@needs_c
+@settings(max_examples=examples(3000), deadline=None)
+@given(data=st.one_of(mangled(), st.binary(max_size=40)))
+@example(data=enveloped(b"\x50\xff\xff\xff\xff\x0f"))  # ackError 2**32-1: int32 in protobuf
+@example(data=enveloped(b"\x32\x02\xed\xa0"))  # a surrogate in correlationId
+@example(data=enveloped(b"\x20\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"))  # offset -1
+@example(data=enveloped(b"\x32\x01a\x32\x01b"))  # the last occurrence wins
+def test_the_scan_vouches_only_for_what_protobuf_decodes_alike(data: bytes) -> None:
+    assert speedups is not None
+    fields = speedups.scan_ack(data)
+    if fields is None:
+        return  # protobuf decides (the pure path, tested on its own)
+    try:
+        pb = envelope.decode_ack(data)
+    except ProtocolError as exc:
+        raise AssertionError(f"the scan vouched for bytes protobuf refuses: {exc}") from None
+    assert fields == (pb.correlationId, pb.stream, pb.msgSubject, pb.ackError, pb.ackPolicy)
+    if pb.ackPolicy in {p.value for p in AckPolicy}:
+        assert ack_from_wire(data[envelope.HEADER_LEN :]) == ack_from_proto(pb)
+
+
+@needs_c
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        envelope.encode(envelope.MsgType.PUBLISH, b""),  # another type
+        envelope.encode(envelope.MsgType.ACK, b"", crc=True),  # with a CRC: protobuf's path
+        enveloped(b"\x58\x00"),  # field 11: unknown to this client
+        enveloped(b"\x0a\x05ab"),  # a string longer than what is left
+    ],
+)
+def test_the_scan_leaves_other_shapes_to_protobuf(data: bytes) -> None:
+    assert speedups is not None
+    assert speedups.scan_ack(data) is None
