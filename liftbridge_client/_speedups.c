@@ -1,16 +1,19 @@
 /* The NATS ack path in C: an optional accelerator with a pure-Python twin.
  *
- * Two functions, each the exact equivalent of a Python function the package keeps
- * (and uses when this module is not built):
+ * Three functions, each the equivalent of Python code the package keeps (and uses when
+ * this module is not built):
  *
- *   serve_routed  liftbridge_client._transport.nats.serve_routed (the MSG walk)
- *   scan_ack      the hot fields of an enveloped api.Ack, or None when the bytes are
- *                 anything but the plain shape the server sends; the caller then
- *                 decodes them with protobuf, which decides (and words the error).
+ *   serve_routed     liftbridge_client._transport.nats.serve_routed (the MSG walk)
+ *   scan_ack         the hot fields of an enveloped api.Ack, or None when the bytes are
+ *                    anything but the plain shape the server sends; the caller then
+ *                    decodes them with protobuf, which decides (and words the error)
+ *   publish_command  envelope.encode_message_plain and the PUB command around it
+ *                    (_transport.nats.PubBuffer.append), in one piece
  *
  * tests/unit/test_speedups.py runs both against their Python twins on generated
  * inputs. Why C at all: per ack, the Python walk and protobuf's decode were the two
- * largest costs of a pipelined publish (docs/benchmarks.md).
+ * largest costs of a pipelined publish (docs/benchmarks.md); building each message
+ * twice (the envelope, then the command) came next.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -246,6 +249,102 @@ serve_routed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nO)", pos, partial ? Py_True : Py_False);
 }
 
+/* ---- publish_command ----------------------------------------------------------------- */
+
+static inline Py_ssize_t
+varint_len(size_t v)
+{
+    Py_ssize_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline char *
+put_varint(char *out, size_t v)
+{
+    while (v >= 0x80) {
+        *out++ = (char)((v & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    *out++ = (char)v;
+    return out;
+}
+
+static inline char *
+put_bytes(char *out, PyObject *b)
+{
+    Py_ssize_t n = PyBytes_GET_SIZE(b);
+    memcpy(out, PyBytes_AS_STRING(b), (size_t)n);
+    return out + n;
+}
+
+/* publish_command(pub_head, msg_head, value, entries, inbox_field, cid, policy_field, limit)
+ *     -> bytes | None
+ *
+ * The NATS PUB command (pub_head is b"PUB <subject> ") carrying the enveloped Message
+ * that envelope.encode_message_plain builds from the same parts (msg_head: the envelope
+ * header and the fields up to the value's tag; entries: its headers, field 9), in one
+ * piece. None when that message would not be plain (an empty value or correlation id, a
+ * correlation id that is not ASCII) or is over ``limit`` bytes: the caller then takes the
+ * general path, which encodes it, or says what is wrong.
+ */
+static PyObject *
+publish_command(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "publish_command takes 8 arguments");
+        return NULL;
+    }
+    for (int k = 0; k < 7; k++) {
+        if (k == 5 ? !PyUnicode_CheckExact(args[k]) : !PyBytes_CheckExact(args[k])) {
+            PyErr_SetString(PyExc_TypeError, "publish_command takes bytes and a str cid");
+            return NULL;
+        }
+    }
+    PyObject *pub_head = args[0], *msg_head = args[1], *value = args[2], *entries = args[3];
+    PyObject *inbox = args[4], *cid = args[5], *policy = args[6];
+    Py_ssize_t limit = PyLong_AsSsize_t(args[7]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t value_len = PyBytes_GET_SIZE(value);
+    if (value_len == 0 || !PyUnicode_IS_ASCII(cid) || PyUnicode_GET_LENGTH(cid) == 0)
+        Py_RETURN_NONE;
+    Py_ssize_t cid_len = PyUnicode_GET_LENGTH(cid);
+    Py_ssize_t size = PyBytes_GET_SIZE(msg_head) + varint_len((size_t)value_len) + value_len +
+                      PyBytes_GET_SIZE(entries) + PyBytes_GET_SIZE(inbox) + 1 +
+                      varint_len((size_t)cid_len) + cid_len + PyBytes_GET_SIZE(policy);
+    if (size > limit)
+        Py_RETURN_NONE;
+    char digits[24];
+    int ndigits = snprintf(digits, sizeof digits, "%zd", size);
+    Py_ssize_t total = PyBytes_GET_SIZE(pub_head) + ndigits + 2 + size + 2;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    char *at = PyBytes_AS_STRING(out);
+    at = put_bytes(at, pub_head);
+    memcpy(at, digits, (size_t)ndigits);
+    at += ndigits;
+    *at++ = '\r';
+    *at++ = '\n';
+    at = put_bytes(at, msg_head);
+    at = put_varint(at, (size_t)value_len);
+    at = put_bytes(at, value);
+    at = put_bytes(at, entries);
+    at = put_bytes(at, inbox);
+    *at++ = 0x5a; /* field 11 (correlationId), length-delimited */
+    at = put_varint(at, (size_t)cid_len);
+    memcpy(at, PyUnicode_1BYTE_DATA(cid), (size_t)cid_len);
+    at += cid_len;
+    at = put_bytes(at, policy);
+    *at++ = '\r';
+    *at++ = '\n';
+    return out;
+}
+
 /* ---- scan_ack ------------------------------------------------------------------------ */
 
 static const unsigned char ACK_HEADER[8] = {0xb9, 0x0e, 0x43, 0xb4, 0, 8, 0, 1};
@@ -345,6 +444,8 @@ static PyMethodDef methods[] = {
     {"serve_routed", (PyCFunction)(void (*)(void))serve_routed, METH_FASTCALL,
      "The C twin of _transport.nats.serve_routed."},
     {"scan_ack", scan_ack, METH_O, "The hot fields of a plain enveloped api.Ack, or None."},
+    {"publish_command", (PyCFunction)(void (*)(void))publish_command, METH_FASTCALL,
+     "The PUB command of a plain enveloped Message, in one piece, or None."},
     {NULL, NULL, 0, NULL},
 };
 

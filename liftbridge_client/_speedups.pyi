@@ -9,3 +9,14 @@ def serve_routed(
     /,
 ) -> tuple[int, bool]: ...
 def scan_ack(data: bytes, /) -> tuple[str, str, str, int, int] | None: ...
+def publish_command(
+    pub_head: bytes,
+    msg_head: bytes,
+    value: bytes,
+    entries: bytes,
+    inbox_field: bytes,
+    cid: str,
+    policy_field: bytes,
+    limit: int,
+    /,
+) -> bytes | None: ...

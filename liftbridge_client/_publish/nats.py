@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 _ACK_OK = api_pb2.Ack.OK
 _ACK_POLICIES = frozenset(policy.value for policy in AckPolicy)
 _scan_ack = None if speedups is None else speedups.scan_ack
+_publish_command = None if speedups is None else speedups.publish_command
 WRITE_EVERY = 256  # appends between writes in a burst (about 70 KB of 256 B messages)
 
 
@@ -182,6 +183,48 @@ class NatsPublisher:
             ack_policy=ack_policy,
             expected_offset=-1,
         )
+
+    def command_plain(
+        self,
+        subject: str,
+        value: bytes,
+        correlation_id: str,
+        ack_policy: int,
+        key: bytes | None,
+        header_entries: bytes,
+    ) -> bytes | None:
+        """The PUB command carrying `encode_plain`'s bytes, built in one piece by the C
+        accelerator, for `append_command`; None without the accelerator, with a CRC, or
+        whenever nats-py's buffer would not take it now: `encode_plain` then."""
+        if _publish_command is None or self._crc:
+            return None
+        pub_head = self._buffer.head(subject)
+        if pub_head is None:
+            return None
+        parts = envelope.plain_parts(
+            "" if ack_policy == api_pb2.NONE else self.inbox, ack_policy, key or b""
+        )
+        if parts is None:
+            return None
+        return _publish_command(
+            pub_head,
+            parts[0],
+            value,
+            header_entries,
+            parts[1],
+            correlation_id,
+            parts[2],
+            self._nc.max_payload,
+        )
+
+    def append_command(self, cmd: bytes) -> bool:
+        """`send_nowait_batched` of a command from `command_plain`."""
+        buffer = self._buffer
+        if not buffer.append_command(cmd):
+            return False
+        if buffer.appended >= WRITE_EVERY:
+            buffer.write_now()
+        return True
 
     async def send(self, subject: str, payload: bytes) -> None:
         """Hand the bytes to nats-py (its buffer; its flusher writes them out)."""
@@ -337,20 +380,29 @@ class NatsRoute:
             return None  # the general path waits (send) or raises (publish_nowait)
         subject = info.partition_subject(partition)
         cid = f"{slots.cid_prefix}{next(slots.cid_counter)}"
+        pub = self.pub
         try:
-            payload = self.pub.encode_plain(subject, value, cid, ack_policy, key, headers, entries)
+            cmd = pub.command_plain(subject, value, cid, ack_policy, key, entries)
+            if cmd is None:
+                payload = pub.encode_plain(subject, value, cid, ack_policy, key, headers, entries)
         except BaseException:
             if not held:
                 correlator.release()
             raise
         fut = correlator.register(cid, slots.ack_wait)
-        if not self._write(stream, subject, payload, fut, ack_policy):
-            # nats-py must take it (reconnecting, buffer full...): the sender does that.
-            item = Item(stream, value, key, headers, partition, None, ack_policy, -1, cid, self)
-            item.subject = subject
-            item.payload = payload
-            item.future = fut
-            slots.put(item)
+        if cmd is not None:
+            if pub.append_command(cmd):
+                self._written(stream, subject, fut, ack_policy)
+                return fut
+            payload = cmd[cmd.index(b"\r\n") + 2 : -2]  # the buffer is full: the sender's
+        elif self._write(stream, subject, payload, fut, ack_policy):
+            return fut
+        # nats-py must take it (reconnecting, buffer full...): the sender does that.
+        item = Item(stream, value, key, headers, partition, None, ack_policy, -1, cid, self)
+        item.subject = subject
+        item.payload = payload
+        item.future = fut
+        slots.put(item)
         return fut
 
     def submit(self, item: Item, fut: AckFuture) -> bool:
@@ -369,13 +421,17 @@ class NatsRoute:
         """
         if not self.pub.send_nowait_batched(subject, payload):
             return False
+        self._written(stream, subject, fut, ack_policy)
+        return True
+
+    def _written(self, stream: str, subject: str, fut: AckFuture, ack_policy: AckPolicy) -> None:
+        """What follows a registered publish's append to nats-py's buffer."""
         self.used = True
         fut.owner = self.pub  # lost with the NATS connection
         fut.expect = (stream, subject)  # what its ack must name
         if ack_policy is _NONE:
             self._correlator.resolve(fut.correlation_id, None)  # written: nothing will come
         self._slots.wake_sender()
-        return True
 
     async def send(self, item: Item, fut: AckFuture) -> None:
         assert item.payload is not None

@@ -684,21 +684,32 @@ class PubBuffer:
         if self._usable and subject not in self._heads:
             self._heads[subject] = b"PUB " + subject.encode() + b" "
 
-    def append(self, subject: str, payload: bytes) -> bool:
+    def head(self, subject: str) -> bytes | None:
+        """``b"PUB <subject> "`` while `append` takes messages for ``subject`` (as far as
+        the subject and the connection's state go), else None."""
         head = self._heads.get(subject)
-        nc = self._nc
-        if head is None or nc._status != self._connected:
+        if head is None or self._nc._status != self._connected:
+            return None
+        return head
+
+    def append(self, subject: str, payload: bytes) -> bool:
+        head = self.head(subject)
+        if head is None:
             return False
-        size = len(payload)
-        cmd = b"%s%d\r\n%s\r\n" % (head, size, payload)
+        return self.append_command(b"%s%d\r\n%s\r\n" % (head, len(payload), payload))
+
+    def append_command(self, cmd: bytes) -> bool:
+        """`append` of a PUB command built already, from `head`; False when nats-py must
+        take it (its buffer is full: its publish force-flushes first)."""
+        nc = self._nc
         total = nc._pending_data_size + len(cmd)
         if nc._max_pending_size > 0 and total > nc._max_pending_size:
-            return False  # nats-py's publish force-flushes first
+            return False
         nc._pending.append(cmd)
         nc._pending_data_size = total
         stats = nc.stats
         stats["out_msgs"] += 1
-        stats["out_bytes"] += size
+        stats["out_bytes"] += len(cmd) - cmd.index(b"\r\n") - 4  # the payload's size
         self.unflushed = True
         self.appended += 1
         return True

@@ -30,7 +30,7 @@ async def test_acks_take_the_raw_route_and_other_traffic_is_untouched(
         assert nc is not None
         assert "parse" in vars(nc._ps)  # and this, that the routed-MSG walk is off
         served = 0
-        real_serve = transport_nats.serve_routed
+        real_serve = transport_nats._serve  # serve_routed, or its C twin
 
         def counting_serve(*args: Any) -> tuple[int, bool]:
             nonlocal served
@@ -39,11 +39,11 @@ async def test_acks_take_the_raw_route_and_other_traffic_is_untouched(
 
         stream = stream_names()
         await client.create_stream(stream.subject, stream.name)
-        transport_nats.serve_routed = counting_serve  # type: ignore[assignment]
+        transport_nats._serve = counting_serve
         try:
             acks = [await client.publish(stream.name, b"v%d" % i) for i in range(3)]
         finally:
-            transport_nats.serve_routed = real_serve
+            transport_nats._serve = real_serve
         assert [a.offset for a in acks if a is not None] == [0, 1, 2]
         assert served >= 3  # each ack's read went through the walk
         # Then the sender appends to nats-py's buffer itself (the subject is known now).

@@ -254,3 +254,39 @@ def test_the_scan_vouches_only_for_what_protobuf_decodes_alike(data: bytes) -> N
 def test_the_scan_leaves_other_shapes_to_protobuf(data: bytes) -> None:
     assert speedups is not None
     assert speedups.scan_ack(data) is None
+
+
+# ---- the PUB command -----------------------------------------------------------------
+
+
+@needs_c
+@settings(max_examples=examples(800), deadline=None)
+@given(
+    value=st.binary(max_size=300),
+    cid=st.text(max_size=140),
+    inbox=st.sampled_from(["", "_INBOX.abc", "_INBOX." + "x" * 130]),
+    policy=st.sampled_from([p.value for p in AckPolicy]),
+    key=st.binary(max_size=140),
+    entries=st.sampled_from([b"", b"\x4a\x06\x0a\x01k\x12\x01v"]),
+    limit=st.sampled_from([10**6, 200, 0]),
+)
+def test_the_command_is_the_envelope_in_a_pub(
+    value: bytes, cid: str, inbox: str, policy: int, key: bytes, entries: bytes, limit: int
+) -> None:
+    assert speedups is not None
+    parts = envelope.plain_parts(inbox, policy, key)
+    assert parts is not None
+    got = speedups.publish_command(
+        b"PUB s.1 ", parts[0], value, entries, parts[1], cid, parts[2], limit
+    )
+    if not value or not cid or not cid.isascii():
+        assert got is None  # encode_message_plain's general path: not plain
+        return
+    payload = envelope.encode_message_plain(value, inbox, cid, policy, key, entries)
+    if len(payload) > limit:
+        assert got is None
+        return
+    assert got == b"PUB s.1 %d\r\n%s\r\n" % (len(payload), payload)
+    # What the server reads back: the same message (headers as field 9 entries).
+    decoded = envelope.decode_message(payload)
+    assert (decoded.value, decoded.key, decoded.correlationId) == (value, key, cid)
