@@ -1,6 +1,6 @@
-/* The NATS ack path in C: an optional accelerator with a pure-Python twin.
+/* The publish hot path in C: an optional accelerator, each function with a pure-Python twin.
  *
- * Three functions, each the equivalent of Python code the package keeps (and uses when
+ * Five functions, each the equivalent of Python code the package keeps (and uses when
  * this module is not built):
  *
  *   serve_routed     liftbridge_client._transport.nats.serve_routed (the MSG walk)
@@ -9,6 +9,9 @@
  *                    decodes them with protobuf, which decides (and words the error)
  *   publish_command  envelope.encode_message_plain and the PUB command around it
  *                    (_transport.nats.PubBuffer.append), in one piece
+ *   publish_request  _publish.wire.plain_publish_request (PublishAsync's request)
+ *   plain_response   _publish.wire.plain_ack (the common PublishAsync answer over h2),
+ *                    checked to the last byte where that one looks at the telling ones
  *
  * tests/unit/test_speedups.py runs both against their Python twins on generated
  * inputs. Why C at all: per ack, the Python walk and protobuf's decode were the two
@@ -345,6 +348,90 @@ publish_command(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* publish_request(value, stream, partition, correlation_id, ack_policy, key, entries)
+ *     -> bytes | None
+ *
+ * The twin of _publish.wire.plain_publish_request, same arguments, same bytes: the gRPC
+ * message (5-byte head, then the protobuf) of a PublishRequest with no offset check; None
+ * for an empty value, stream or correlation id, or an ack policy other than 0-2. (Any
+ * partition from 0 to 2**31-1 is encoded here; the twin leaves those from 128 to protobuf.)
+ */
+static PyObject *
+publish_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || !PyBytes_CheckExact(args[0]) || !PyUnicode_Check(args[1]) ||
+        !PyLong_Check(args[2]) || !PyUnicode_Check(args[3]) || !PyLong_Check(args[4]) ||
+        !PyBytes_CheckExact(args[5]) || !PyBytes_CheckExact(args[6])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "publish_request takes (bytes, str, int, str, int, bytes, bytes)");
+        return NULL;
+    }
+    PyObject *value = args[0], *key = args[5], *entries = args[6];
+    long partition = PyLong_AsLong(args[2]);
+    long policy = PyLong_AsLong(args[4]);
+    if ((partition == -1 || policy == -1) && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t stream_len, cid_len;
+    const char *stream = PyUnicode_AsUTF8AndSize(args[1], &stream_len);
+    if (stream == NULL)
+        return NULL;
+    const char *cid = PyUnicode_AsUTF8AndSize(args[3], &cid_len);
+    if (cid == NULL)
+        return NULL;
+    Py_ssize_t value_len = PyBytes_GET_SIZE(value), key_len = PyBytes_GET_SIZE(key);
+    if (policy < 0 || policy > 2 || partition < 0 || partition > 0x7fffffffL || value_len == 0 ||
+        stream_len == 0 || cid_len == 0)
+        Py_RETURN_NONE;
+    /* ackPolicy (field 8; LEADER, 0, omitted), then expectedOffset (field 9) = -1 */
+    static const char no_check[11] = {0x48, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0x01};
+    Py_ssize_t size = (key_len ? 1 + varint_len((size_t)key_len) + key_len : 0) + 1 +
+                      varint_len((size_t)value_len) + value_len + 1 +
+                      varint_len((size_t)stream_len) + stream_len +
+                      (partition ? 1 + varint_len((size_t)partition) : 0) +
+                      PyBytes_GET_SIZE(entries) + 1 + varint_len((size_t)cid_len) + cid_len +
+                      (policy ? 2 : 0) + (Py_ssize_t)sizeof no_check;
+    if (size > 0xffffffffLL)
+        Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 5 + size);
+    if (out == NULL)
+        return NULL;
+    char *at = PyBytes_AS_STRING(out);
+    *at++ = 0; /* not compressed */
+    *at++ = (char)(size >> 24);
+    *at++ = (char)(size >> 16);
+    *at++ = (char)(size >> 8);
+    *at++ = (char)size;
+    if (key_len) {
+        *at++ = 0x0a; /* field 1, key */
+        at = put_varint(at, (size_t)key_len);
+        at = put_bytes(at, key);
+    }
+    *at++ = 0x12; /* field 2, value */
+    at = put_varint(at, (size_t)value_len);
+    at = put_bytes(at, value);
+    *at++ = 0x1a; /* field 3, stream */
+    at = put_varint(at, (size_t)stream_len);
+    memcpy(at, stream, (size_t)stream_len);
+    at += stream_len;
+    if (partition) {
+        *at++ = 0x20; /* field 4, partition */
+        at = put_varint(at, (size_t)partition);
+    }
+    at = put_bytes(at, entries); /* field 5, headers */
+    *at++ = 0x3a; /* field 7, correlationId */
+    at = put_varint(at, (size_t)cid_len);
+    memcpy(at, cid, (size_t)cid_len);
+    at += cid_len;
+    if (policy) {
+        *at++ = 0x40; /* field 8, ackPolicy */
+        *at++ = (char)policy;
+    }
+    memcpy(at, no_check, sizeof no_check);
+    return out;
+}
+
 /* ---- scan_ack ------------------------------------------------------------------------ */
 
 static const unsigned char ACK_HEADER[8] = {0xb9, 0x0e, 0x43, 0xb4, 0, 8, 0, 1};
@@ -368,12 +455,112 @@ read_varint(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, unsigned long 
     return -1;
 }
 
+/* Strict UTF-8, as Python's decoder and protobuf's check it: no overlong forms, no
+ * surrogates, nothing past U+10FFFF. */
+static int
+utf8_valid(const unsigned char *p, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int more;
+        unsigned char lo = 0x80, hi = 0xbf;
+        if (c >= 0xc2 && c <= 0xdf)
+            more = 1;
+        else if (c >= 0xe0 && c <= 0xef) {
+            more = 2;
+            if (c == 0xe0)
+                lo = 0xa0;
+            else if (c == 0xed)
+                hi = 0x9f;
+        }
+        else if (c >= 0xf0 && c <= 0xf4) {
+            more = 3;
+            if (c == 0xf0)
+                lo = 0x90;
+            else if (c == 0xf4)
+                hi = 0x8f;
+        }
+        else
+            return 0;
+        if (n - i <= more)
+            return 0;
+        if (p[i + 1] < lo || p[i + 1] > hi)
+            return 0;
+        for (int k = 2; k <= more; k++)
+            if (p[i + k] < 0x80 || p[i + k] > 0xbf)
+                return 0;
+        i += more + 1;
+    }
+    return 1;
+}
+
+/* What scan_plain_ack finds in an api.Ack: where its three hot strings are, and its enums. */
+struct ack_scan {
+    Py_ssize_t at[7], len[7]; /* string fields 1, 2, 3, 5, 6 by number */
+    unsigned long long ack_error, ack_policy;
+};
+
+/* 0 when p[0:n] is an api.Ack of the plain shape: only fields 1-10, each with its own
+ * wire type, strings valid UTF-8, varints under 9 bytes, enums within int32. On such
+ * bytes protobuf's decode cannot fail and reads the values found. -1 for anything else:
+ * the caller leaves the bytes to protobuf, which decides (and words the error). */
+static int
+scan_plain_ack(const unsigned char *p, Py_ssize_t n, struct ack_scan *out)
+{
+    memset(out, 0, sizeof *out);
+    Py_ssize_t at = 0;
+    while (at < n) {
+        unsigned long long tag, value;
+        if (read_varint(p, n, &at, &tag) < 0 || tag > 0xff)
+            return -1;
+        unsigned field = (unsigned)(tag >> 3), wire = (unsigned)(tag & 7);
+        switch (field) {
+        case 1: case 2: case 3: case 5: case 6:
+            if (wire != 2 || read_varint(p, n, &at, &value) < 0 ||
+                value > (unsigned long long)(n - at))
+                return -1;
+            out->at[field] = at; /* the last occurrence wins, as in protobuf */
+            out->len[field] = (Py_ssize_t)value;
+            at += (Py_ssize_t)value;
+            break;
+        case 4: case 7: case 8: case 9: case 10:
+            if (wire != 0 || read_varint(p, n, &at, &value) < 0)
+                return -1;
+            if (field == 7 || field == 10) {
+                if (value > 0x7fffffffULL)
+                    return -1;
+                if (field == 7)
+                    out->ack_policy = value;
+                else
+                    out->ack_error = value;
+            }
+            break;
+        default:
+            return -1;
+        }
+    }
+    static const int strings[5] = {1, 2, 3, 5, 6};
+    for (int k = 0; k < 5; k++)
+        if (!utf8_valid(p + out->at[strings[k]], out->len[strings[k]]))
+            return -1;
+    return 0;
+}
+
+static inline PyObject *
+ack_string(const unsigned char *p, const struct ack_scan *scan, int field)
+{
+    return PyUnicode_DecodeUTF8((const char *)p + scan->at[field], scan->len[field], NULL);
+}
+
 /* scan_ack(data) -> (correlation_id, stream, msg_subject, ack_error, ack_policy) | None
  *
- * data: an enveloped Ack. None unless the header is the one the server sends (no CRC)
- * and the payload holds only api.Ack's fields 1-10, each with its own wire type, its
- * strings valid UTF-8, its varints under 9 bytes and its enums within int32: on those
- * bytes protobuf's decode cannot fail and reads these values.
+ * data: an enveloped Ack; None unless its header is the one the server sends (no CRC)
+ * and its payload is an api.Ack of the plain shape (scan_plain_ack).
  */
 static PyObject *
 scan_ack(PyObject *self, PyObject *data)
@@ -384,59 +571,66 @@ scan_ack(PyObject *self, PyObject *data)
     }
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
     Py_ssize_t n = PyBytes_GET_SIZE(data);
-    if (n < 8 || memcmp(p, ACK_HEADER, 8) != 0)
+    struct ack_scan scan;
+    if (n < 8 || memcmp(p, ACK_HEADER, 8) != 0 || scan_plain_ack(p + 8, n - 8, &scan) < 0)
         Py_RETURN_NONE;
-    Py_ssize_t at = 8;
-    Py_ssize_t str_at[7] = {0}, str_len[7] = {0}; /* fields 1, 2, 3, 5, 6 by number */
-    unsigned long long ack_error = 0, ack_policy = 0;
+    p += 8;
+    PyObject *cid = ack_string(p, &scan, 6);
+    PyObject *stream = cid == NULL ? NULL : ack_string(p, &scan, 1);
+    PyObject *subject = stream == NULL ? NULL : ack_string(p, &scan, 3);
+    PyObject *result = subject == NULL ? NULL
+                                       : Py_BuildValue("(OOOKK)", cid, stream, subject,
+                                                       scan.ack_error, scan.ack_policy);
+    Py_XDECREF(cid);
+    Py_XDECREF(stream);
+    Py_XDECREF(subject);
+    return result;
+}
+
+/* plain_response(response) -> (correlation_id, encoded ack) | None
+ *
+ * The twin of _publish.wire.plain_ack, exact where that one is quick: a PublishResponse
+ * (without its gRPC head) holding exactly field 1, an api.Ack of the plain shape
+ * (scan_plain_ack) without error and with an ack policy this client knows (0-2), and
+ * field 3, a correlation id the ack names too (its field 6). None for anything else
+ * (an asyncError, an error ack, other shapes): the caller decodes it fully.
+ */
+static PyObject *
+plain_response(PyObject *self, PyObject *data)
+{
+    if (!PyBytes_CheckExact(data)) {
+        PyErr_SetString(PyExc_TypeError, "plain_response takes bytes");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data), at = 0;
+    Py_ssize_t ack_at = -1, ack_len = 0, cid_at = -1, cid_len = 0;
     while (at < n) {
         unsigned long long tag, value;
-        if (read_varint(p, n, &at, &tag) < 0 || tag > 0xff)
+        if (read_varint(p, n, &at, &tag) < 0 || (tag != 0x0a && tag != 0x1a) ||
+            read_varint(p, n, &at, &value) < 0 || value > (unsigned long long)(n - at))
             Py_RETURN_NONE;
-        unsigned field = (unsigned)(tag >> 3), wire = (unsigned)(tag & 7);
-        switch (field) {
-        case 1: case 2: case 3: case 5: case 6:
-            if (wire != 2 || read_varint(p, n, &at, &value) < 0 || value > (unsigned long long)(n - at))
+        if (tag == 0x0a) {
+            if (ack_at >= 0) /* a repeated message field merges: leave it to protobuf */
                 Py_RETURN_NONE;
-            str_at[field] = at; /* the last occurrence wins, as in protobuf */
-            str_len[field] = (Py_ssize_t)value;
-            at += (Py_ssize_t)value;
-            break;
-        case 4: case 7: case 8: case 9: case 10:
-            if (wire != 0 || read_varint(p, n, &at, &value) < 0)
+            ack_at = at, ack_len = (Py_ssize_t)value;
+        }
+        else {
+            if (cid_at >= 0)
                 Py_RETURN_NONE;
-            if (field == 7 || field == 10) {
-                if (value > 0x7fffffffULL)
-                    Py_RETURN_NONE;
-                if (field == 7)
-                    ack_policy = value;
-                else
-                    ack_error = value;
-            }
-            break;
-        default:
-            Py_RETURN_NONE;
+            cid_at = at, cid_len = (Py_ssize_t)value;
         }
+        at += (Py_ssize_t)value;
     }
-    PyObject *strs[7] = {NULL};
-    PyObject *result = NULL;
-    static const int fields[5] = {1, 2, 3, 5, 6};
-    for (int k = 0; k < 5; k++) {
-        int f = fields[k];
-        strs[f] = PyUnicode_DecodeUTF8((const char *)p + str_at[f], str_len[f], NULL);
-        if (strs[f] == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-                goto done;
-            PyErr_Clear(); /* not UTF-8: protobuf refuses it, and says so */
-            Py_INCREF(Py_None);
-            result = Py_None;
-            goto done;
-        }
-    }
-    result = Py_BuildValue("(OOOKK)", strs[6], strs[1], strs[3], ack_error, ack_policy);
-done:
-    for (int f = 0; f < 7; f++)
-        Py_XDECREF(strs[f]);
+    struct ack_scan scan;
+    if (ack_at < 0 || cid_len == 0 || scan_plain_ack(p + ack_at, ack_len, &scan) < 0 ||
+        scan.ack_error != 0 || scan.ack_policy > 2 || scan.len[6] != cid_len ||
+        memcmp(p + ack_at + scan.at[6], p + cid_at, (size_t)cid_len) != 0)
+        Py_RETURN_NONE;
+    PyObject *cid = PyUnicode_DecodeUTF8((const char *)p + cid_at, cid_len, NULL);
+    if (cid == NULL)
+        return NULL; /* valid UTF-8 already (the ack's field 6): only memory fails here */
+    PyObject *result = Py_BuildValue("(Ny#)", cid, (const char *)p + ack_at, ack_len);
     return result;
 }
 
@@ -446,12 +640,16 @@ static PyMethodDef methods[] = {
     {"scan_ack", scan_ack, METH_O, "The hot fields of a plain enveloped api.Ack, or None."},
     {"publish_command", (PyCFunction)(void (*)(void))publish_command, METH_FASTCALL,
      "The PUB command of a plain enveloped Message, in one piece, or None."},
+    {"publish_request", (PyCFunction)(void (*)(void))publish_request, METH_FASTCALL,
+     "The gRPC message of a plain PublishRequest, in one piece, or None."},
+    {"plain_response", plain_response, METH_O,
+     "The correlation id and encoded ack of a plain PublishResponse, or None."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "liftbridge_client._speedups",
-    "The NATS ack path in C (optional; the package has a pure-Python twin of each function).",
+    "The publish hot path in C (optional; the package has a pure-Python twin of each function).",
     -1, methods, NULL, NULL, NULL, NULL,
 };
 

@@ -20,3 +20,14 @@ def publish_command(
     limit: int,
     /,
 ) -> bytes | None: ...
+def plain_response(response: bytes, /) -> tuple[str, bytes] | None: ...
+def publish_request(
+    value: bytes,
+    stream: str,
+    partition: int,
+    correlation_id: str,
+    ack_policy: int,
+    key: bytes,
+    header_entries: bytes,
+    /,
+) -> bytes | None: ...

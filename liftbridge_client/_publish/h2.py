@@ -25,7 +25,7 @@ from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import AckFuture, Correlator
 from liftbridge_client._publish.grpc import PublishStream, Spawn, Unwritten
 from liftbridge_client._publish.outages import OutageLog
-from liftbridge_client._publish.wire import plain_ack
+from liftbridge_client._publish.wire import answer_ack
 from liftbridge_client._transport.grpc import BrokerPool, map_rpc_error
 from liftbridge_client._transport.h2 import BidiStreamCall, H2RpcError
 from liftbridge_client._transport.h2.framing import encode_message
@@ -68,7 +68,7 @@ class H2PublishStream(PublishStream):
         """Settle the publishes the responses of one received chunk answer (the call's sink).
 
         The common response, an ack without error, is settled from its bytes with an
-        Ack decoded only if read (`plain_ack`); anything else is decoded and
+        Ack decoded only if read (`wire.answer_ack`); anything else is decoded and
         dispatched as over grpc.aio.
         """
         if not self._answered:
@@ -76,7 +76,7 @@ class H2PublishStream(PublishStream):
             self._outages.answered(self.address)
         resolve = self._correlator.resolve
         for raw in responses:
-            plain = plain_ack(raw)
+            plain = answer_ack(raw)
             if plain is not None:
                 resolve(plain[0], ack_from_wire(plain[1]))
                 continue

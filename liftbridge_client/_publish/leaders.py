@@ -26,7 +26,7 @@ from liftbridge_client._publish.grpc import (
 from liftbridge_client._publish.h2 import H2PublishStream
 from liftbridge_client._publish.outages import OutageLog
 from liftbridge_client._publish.route import Item, Slots
-from liftbridge_client._publish.wire import plain_publish_request
+from liftbridge_client._publish.wire import publish_request
 from liftbridge_client._transport.grpc import BrokerPool
 from liftbridge_client.envelope import REQUEST_HEADERS_TAG, plain_header_entries
 from liftbridge_client.models import AckPolicy, Metadata, StreamInfo
@@ -126,9 +126,7 @@ class LeaderRoute:
             return None
         slots = self._slots
         cid = f"{slots.cid_prefix}{next(slots.cid_counter)}"
-        message = plain_publish_request(
-            value, stream, partition, cid, ack_policy, key or b"", entries
-        )
+        message = publish_request(value, stream, partition, cid, ack_policy, key or b"", entries)
         if message is None:
             return None
         correlator = self._correlator

@@ -1,10 +1,11 @@
 """The C accelerator (liftbridge_client/_speedups.c) against its pure-Python twins.
 
 Generated inputs go to both: the MSG walk must hand the same payloads to the same handlers
-and return the same position, and report the same handler failures; the ack scan must
-vouch only for bytes protobuf decodes to the same fields, and for every ack of the plain
-shape the server sends. When CI is set the module must be there (a build that lost its
-compiler would otherwise test the twins twice and ship without it).
+and return the same position, and report the same handler failures; the ack scans (an
+enveloped Ack on NATS, a PublishResponse over h2) must vouch only for bytes protobuf decodes
+to the same fields, and for every answer of the plain shape the server sends; the PUB
+command must carry encode_message_plain's bytes. When CI is set the module must be there
+(a build that lost its compiler would otherwise test the twins twice and ship without it).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import Any, cast
 
 import pytest
 from budget import examples
+from google.protobuf.message import DecodeError
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from liftbridge_client import _native, envelope
 from liftbridge_client._proto import api_pb2
+from liftbridge_client._publish.wire import plain_ack, plain_publish_request
 from liftbridge_client._transport import nats as transport
 from liftbridge_client.errors import ProtocolError
 from liftbridge_client.models import AckPolicy, ack_from_proto, ack_from_wire
@@ -290,3 +293,125 @@ def test_the_command_is_the_envelope_in_a_pub(
     # What the server reads back: the same message (headers as field 9 entries).
     decoded = envelope.decode_message(payload)
     assert (decoded.value, decoded.key, decoded.correlationId) == (value, key, cid)
+
+
+# ---- the PublishAsync answer ---------------------------------------------------------
+
+
+@st.composite
+def responses(draw: st.DrawFn) -> api_pb2.PublishResponse:
+    ack = draw(plain_acks())
+    cid = draw(st.sampled_from([ack.correlationId, ack.correlationId, "", "other"]))
+    return api_pb2.PublishResponse(ack=ack, correlationId=cid)
+
+
+@needs_c
+@settings(max_examples=examples(800), deadline=None)
+@given(resp=responses())
+def test_the_answer_scan_takes_every_plain_answer(resp: api_pb2.PublishResponse) -> None:
+    assert speedups is not None
+    got = speedups.plain_response(resp.SerializeToString())
+    ack = resp.ack
+    plain = (
+        ack.ackError == 0 and resp.correlationId != "" and resp.correlationId == ack.correlationId
+    )
+    if not plain:
+        assert got is None
+        return
+    assert got == (resp.correlationId, ack.SerializeToString())
+    # Where the quick twin vouches too, both say the same.
+    quick = plain_ack(resp.SerializeToString())
+    assert quick is None or quick == got
+
+
+@st.composite
+def mangled_responses(draw: st.DrawFn) -> bytes:
+    data = bytearray(draw(responses()).SerializeToString())
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, len(data)))
+        how = draw(st.sampled_from(["flip", "cut", "insert"]))
+        if how == "flip" and at < len(data):
+            data[at] = draw(st.integers(0, 255))
+        elif how == "cut":
+            del data[at:]
+        else:
+            data[at:at] = draw(st.binary(min_size=1, max_size=6))
+    return bytes(data)
+
+
+@needs_c
+@settings(max_examples=examples(3000), deadline=None)
+@given(data=st.one_of(mangled_responses(), st.binary(max_size=40)))
+@example(data=b"\x0a\x02\x32\x00\x1a\x00")  # no correlation id: the full path's
+@example(data=b"\x1a\x01c\x0a\x03\x32\x01c")  # the id first: any field order is protobuf's
+@example(data=b"\x0a\x05\x32\x01c\x38\x07\x1a\x01c")  # ack policy 7: unknown to this client
+def test_the_answer_scan_vouches_only_for_what_protobuf_decodes_alike(data: bytes) -> None:
+    assert speedups is not None
+    got = speedups.plain_response(data)
+    if got is None:
+        return
+    try:
+        resp = api_pb2.PublishResponse.FromString(data)
+    except DecodeError as exc:
+        raise AssertionError(f"the scan vouched for bytes protobuf refuses: {exc}") from None
+    assert not resp.HasField("asyncError")
+    # The ack's own bytes (not re-encoded: a field may be spelt out at its default).
+    assert got[0] == resp.correlationId
+    assert api_pb2.Ack.FromString(got[1]) == resp.ack
+    assert resp.ack.correlationId == resp.correlationId != ""
+    assert resp.ack.ackError == 0
+    assert ack_from_wire(got[1]) == ack_from_proto(resp.ack)
+
+
+@needs_c
+@settings(max_examples=examples(800), deadline=None)
+@given(
+    value=st.binary(max_size=300),
+    stream=st.text(max_size=140),
+    partition=st.sampled_from([0, 1, 127, 128, 300, 2**31 - 1, 2**31, -1]),
+    cid=st.text(max_size=140),
+    policy=st.sampled_from([0, 1, 2, 3, -1]),
+    key=st.binary(max_size=140),
+    headers=st.dictionaries(st.text(min_size=1, max_size=5), st.binary(max_size=5), max_size=2),
+)
+def test_the_request_is_protobufs(
+    value: bytes,
+    stream: str,
+    partition: int,
+    cid: str,
+    policy: int,
+    key: bytes,
+    headers: dict[str, bytes],
+) -> None:
+    assert speedups is not None
+    entries = envelope.plain_header_entries(headers, envelope.REQUEST_HEADERS_TAG)
+    assert entries is not None
+    try:
+        got = speedups.publish_request(value, stream, partition, cid, policy, key, entries)
+    except UnicodeEncodeError:  # a lone surrogate: the twin's str.encode() raises the same
+        with pytest.raises(UnicodeEncodeError):
+            plain_publish_request(value, stream, partition, cid, policy, key, entries)
+        return
+    twin = plain_publish_request(value, stream, partition, cid, policy, key, entries)
+    if twin is not None:
+        assert got == twin
+    plain = bool(value and stream and cid) and 0 <= policy <= 2 and 0 <= partition < 2**31
+    if not plain:
+        assert got is None
+        return
+    assert got is not None
+    request = api_pb2.PublishRequest(
+        key=key,
+        value=value,
+        stream=stream,
+        partition=partition,
+        headers=headers,
+        correlationId=cid,
+        ackPolicy=cast(Any, policy),
+        expectedOffset=-1,
+    )
+    # The map's entries go in the dict's order (plain_header_entries): decoded, it is equal.
+    assert got[:5] == b"\0" + (len(got) - 5).to_bytes(4, "big")
+    assert api_pb2.PublishRequest.FromString(got[5:]) == request
+    if len(headers) <= 1:
+        assert got[5:] == request.SerializeToString()
