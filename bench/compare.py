@@ -21,6 +21,7 @@ import dataclasses
 import io
 import shutil
 import subprocess
+import sysconfig
 import tarfile
 import tempfile
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 from bench import ratio_report
 from bench.external import ROOT
 from bench.ratios import RatioPlan, measure_run, parse_groups, write_raw
+from hatch_build import compile_speedups
 
 __all__ = ["export_library", "main", "resolve"]
 
@@ -62,6 +64,10 @@ def export_library(sha: str, into: Path, root: Path = ROOT) -> Path:
         tar.extractall(into, filter="data")
     if not (into / "liftbridge_client" / "__init__.py").exists():
         raise SystemExit(f"{sha} has no liftbridge_client package")
+    source = into / "liftbridge_client" / "_speedups.c"
+    if source.exists():  # the C accelerator, compiled as an install would (hatch_build.py)
+        out = source.with_name("_speedups" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+        compile_speedups(source, out)
     return into
 
 
