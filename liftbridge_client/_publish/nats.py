@@ -89,6 +89,8 @@ class NatsPublisher:
         # True: acks come straight from nats-py's parser (`_transport.nats.route_sid`).
         self.raw_acks = False
         self._buffer = PubBuffer(nc)
+        # envelope.plain_parts of a keyless publish, by ack policy (command_plain).
+        self._plain_parts: dict[int, tuple[bytes, bytes, bytes]] = {}
 
     def __repr__(self) -> str:
         return f"<NatsPublisher inbox={self.inbox!r} subscribed={self._sub is not None}>"
@@ -201,11 +203,14 @@ class NatsPublisher:
         pub_head = self._buffer.head(subject)
         if pub_head is None:
             return None
-        parts = envelope.plain_parts(
-            "" if ack_policy == api_pb2.NONE else self.inbox, ack_policy, key or b""
-        )
+        parts = None if key else self._plain_parts.get(ack_policy)
         if parts is None:
-            return None
+            inbox = "" if ack_policy == api_pb2.NONE else self.inbox
+            parts = envelope.plain_parts(inbox, ack_policy, key or b"")
+            if parts is None:
+                return None
+            if not key:
+                self._plain_parts[ack_policy] = parts  # the same for every keyless publish
         return _publish_command(
             pub_head,
             parts[0],
