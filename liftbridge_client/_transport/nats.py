@@ -693,23 +693,26 @@ class PubBuffer:
         return head
 
     def append(self, subject: str, payload: bytes) -> bool:
-        head = self.head(subject)
-        if head is None:
+        head = self._heads.get(subject)
+        if head is None or self._nc._status != self._connected:
             return False
-        return self.append_command(b"%s%d\r\n%s\r\n" % (head, len(payload), payload))
+        return self._queue(b"%s%d\r\n%s\r\n" % (head, len(payload), payload), len(payload))
 
     def append_command(self, cmd: bytes) -> bool:
         """`append` of a PUB command built already, from `head`; False when nats-py must
         take it (its buffer is full: its publish force-flushes first)."""
+        return self._queue(cmd, len(cmd) - cmd.index(b"\r\n") - 4)
+
+    def _queue(self, cmd: bytes, size: int) -> bool:
         nc = self._nc
         total = nc._pending_data_size + len(cmd)
         if nc._max_pending_size > 0 and total > nc._max_pending_size:
-            return False
+            return False  # nats-py's publish force-flushes first
         nc._pending.append(cmd)
         nc._pending_data_size = total
         stats = nc.stats
         stats["out_msgs"] += 1
-        stats["out_bytes"] += len(cmd) - cmd.index(b"\r\n") - 4  # the payload's size
+        stats["out_bytes"] += size
         self.unflushed = True
         self.appended += 1
         return True
