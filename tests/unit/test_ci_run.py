@@ -14,7 +14,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CI_RUN = ROOT / ".ci" / "run"
-STEPS = re.findall(r"^step (make .+)$", CI_RUN.read_text(), re.MULTILINE)
+# In the order they run: `step make X`, and `together "make X" "make Y"` (side by side).
+STEPS = [
+    step
+    for line in re.findall(r"^(?:step|together) (.+)$", CI_RUN.read_text(), re.MULTILINE)
+    for step in (re.findall(r'"(make [^"]+)"', line) or [line])
+]
 
 
 def _run(tmp_path: Path, fail_at: str = "") -> subprocess.CompletedProcess[str]:
@@ -67,3 +72,21 @@ def test_a_failing_step_ends_the_run_and_the_table_still_prints(tmp_path: Path) 
     table = _table(done.stdout)
     assert [row[0] for row in table] == [*STEPS[:3], "total"]
     assert [row[2] for row in table] == ["ok", "ok", "FAILED (exit 3)", "FAILED (exit 3)"]
+
+
+def test_steps_side_by_side_both_finish_and_the_first_failure_is_the_runs(
+    tmp_path: Path,
+) -> None:
+    text = CI_RUN.read_text()
+    pair = re.search(r'^together "make ([^"]+)" "make ([^"]+)"$', text, re.MULTILINE)
+    assert pair is not None, "no steps side by side in .ci/run"
+    first, second = pair.groups()
+    done = _run(tmp_path, fail_at=first)
+    assert done.returncode == 3
+    # The partner ran to its end and its output is there, after the failing one's.
+    ran = [line for line in done.stdout.splitlines() if line.startswith("make ran")]
+    assert ran[-2:] == [f"make ran {first}", f"make ran {second}"]
+    table = {row[0]: row[2] for row in _table(done.stdout)}
+    assert table[f"make {first}"] == "FAILED (exit 3)"
+    assert table[f"make {second}"] == "ok"
+    assert table["total"] == "FAILED (exit 3)"
