@@ -218,6 +218,38 @@ def copy_query_failing_while(
 
 
 @contextlib.contextmanager
+def once_written(
+    addresses: Sequence[str],
+    stream: str,
+    partition: int,
+    high_watermark: int,
+    action: Callable[[], object],
+) -> Iterator[threading.Event]:
+    """Within the block, call ``action`` (from a thread) once the high watermark of
+    ``stream``/``partition`` reaches ``high_watermark`` (mid-write); the event says whether
+    it happened."""
+    acted, done = threading.Event(), threading.Event()
+
+    async def act_once_written() -> None:
+        async with Client(addresses, options=OPTIONS) as client:
+            while not done.is_set():
+                info = await client.fetch_partition_metadata(stream, partition)
+                if info.high_watermark >= high_watermark:
+                    await asyncio.to_thread(action)
+                    acted.set()
+                    return
+                await asyncio.sleep(0.02)
+
+    watcher = threading.Thread(target=lambda: asyncio.run(act_once_written()))
+    watcher.start()
+    try:
+        yield acted
+    finally:
+        done.set()
+        watcher.join()
+
+
+@contextlib.contextmanager
 def leader_killed_at(
     cluster: Cluster, stream: str, partition: int, high_watermark: int
 ) -> Iterator[threading.Event]:
@@ -230,22 +262,5 @@ def leader_killed_at(
             return (await wait_for_full_isr(client, stream, partition, timeout=60)).leader
 
     node = cluster.node(asyncio.run(leader()))
-    killed, done = threading.Event(), threading.Event()
-
-    async def kill_once_written() -> None:
-        async with Client(addresses, options=OPTIONS) as client:
-            while not done.is_set():
-                info = await client.fetch_partition_metadata(stream, partition)
-                if info.high_watermark >= high_watermark:
-                    await asyncio.to_thread(node.kill)
-                    killed.set()
-                    return
-                await asyncio.sleep(0.02)
-
-    watcher = threading.Thread(target=lambda: asyncio.run(kill_once_written()))
-    watcher.start()
-    try:
+    with once_written(addresses, stream, partition, high_watermark, node.kill) as killed:
         yield killed
-    finally:
-        done.set()
-        watcher.join()

@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from spark_support import create_stream, publish, start_spark
+from spark_support import create_stream, once_written, publish, start_spark
 
 from liftbridge_client.testing import Deployment, SingleNode, StreamNames
 
@@ -150,17 +149,19 @@ def test_a_write_fails_within_the_delivery_timeout_when_the_server_stops_answeri
             os.kill(pid, signal.SIGSTOP)
 
         # The write runs here (pyspark resolves data sources through the calling thread's
-        # session); the pause comes from a timer thread.
-        timer = threading.Timer(8.0, pause)
-        timer.start()
-        try:
-            with pytest.raises(Exception, match=r"deliveryTimeoutMs|Timeout|UNAVAILABLE|connect"):
-                df.write.format("liftbridge").options(**options).mode("append").save()
-            failed_after = time.monotonic() - paused[0]
-        finally:
-            timer.cancel()
-            os.kill(pid, signal.SIGCONT)
+        # session); the pause comes from a watcher thread once the write is under way.
+        # The server resumes before the watcher is joined (its client closes then).
+        with once_written(node.addresses, "bounded", 0, 2000, pause):
+            try:
+                with pytest.raises(
+                    Exception, match=r"deliveryTimeoutMs|Timeout|UNAVAILABLE|connect"
+                ):
+                    df.write.format("liftbridge").options(**options).mode("append").save()
+                ended = time.monotonic()
+            finally:
+                os.kill(pid, signal.SIGCONT)
         assert paused, "the write ended before the server was paused: make it longer"
+        failed_after = ended - paused[0]
         # Two attempts per task, each bounded by a 5 s step (plus connecting: 3 s).
         assert failed_after < 60, failed_after
 
