@@ -89,6 +89,9 @@ class NatsPublisher:
         # True: acks come straight from nats-py's parser (`_transport.nats.route_sid`).
         self.raw_acks = False
         self._buffer = PubBuffer(nc)
+        self._buffer.write_every = WRITE_EVERY
+        # `send_nowait_batched` of a command from `command_plain`, in one call.
+        self.append_command = self._buffer.append_command
         # envelope.plain_parts of a keyless publish, by ack policy (command_plain).
         self._plain_parts: dict[int, tuple[bytes, bytes, bytes]] = {}
 
@@ -221,15 +224,6 @@ class NatsPublisher:
             parts[2],
             self._nc.max_payload,
         )
-
-    def append_command(self, cmd: bytes) -> bool:
-        """`send_nowait_batched` of a command from `command_plain`."""
-        buffer = self._buffer
-        if not buffer.append_command(cmd):
-            return False
-        if buffer.appended >= WRITE_EVERY:
-            buffer.write_now()
-        return True
 
     async def send(self, subject: str, payload: bytes) -> None:
         """Hand the bytes to nats-py (its buffer; its flusher writes them out)."""
@@ -436,7 +430,9 @@ class NatsRoute:
         fut.expect = (stream, subject)  # what its ack must name
         if ack_policy is _NONE:
             self._correlator.resolve(fut.correlation_id, None)  # written: nothing will come
-        self._slots.wake_sender()
+        waker = self._slots.waker  # Slots.wake_sender, without a call per publish
+        if waker is not None and not waker.done():
+            waker.set_result(None)
 
     async def send(self, item: Item, fut: AckFuture) -> None:
         assert item.payload is not None
