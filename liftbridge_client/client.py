@@ -751,18 +751,6 @@ class Client:
                     ack_wait,
                 ),
             )
-        if (
-            partitioner is None
-            and expected_offset is None
-            and correlation_id is None
-            and ack_wait is None
-        ):
-            # The common publish in one step, without Publisher.send's own coroutine.
-            fut = publisher.send_plain(
-                stream, value, partition, ack_policy, transport, False, key, headers
-            )
-            if fut is not None:
-                return fut
         return await publisher.send(
             stream,
             value,
