@@ -51,29 +51,28 @@ class SpeedupsHook(BuildHookInterface):  # type: ignore[misc,valid-type]
         if _flag("LIFTBRIDGE_CLIENT_PURE"):
             self.app.display_info("liftbridge-client: LIFTBRIDGE_CLIENT_PURE is set: pure Python")
             return
-        editable = version == "editable"
-        work = Path(tempfile.mkdtemp(prefix="lbc-speedups-"))
+        # Compiled outside the output directory; `finalize` removes it once the wheel holds it.
+        self._work = work = Path(tempfile.mkdtemp(prefix="lbc-speedups-"))
+        built = work / name
         try:
-            built = work / name
-            try:
-                compile_speedups(source, built)
-            except (OSError, subprocess.SubprocessError) as exc:
-                said = getattr(exc, "stderr", "") or exc
-                if _flag("LIFTBRIDGE_CLIENT_REQUIRE_SPEEDUPS"):
-                    raise RuntimeError(f"compiling {SOURCE} failed: {said}") from exc
-                self.app.display_warning(
-                    f"liftbridge-client: compiling {SOURCE} failed, building pure Python "
-                    f"(slower NATS acks): {said}"
-                )
-                return
-            if editable:
-                shutil.copy2(built, source.parent / name)
-                return
-            kept = Path(self.directory) / f".speedups-{os.getpid()}" / name
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(built, kept)
-            build_data["force_include"][str(kept)] = f"liftbridge_client/{name}"
-            build_data["pure_python"] = False
-            build_data["infer_tag"] = True
-        finally:
+            compile_speedups(source, built)
+        except (OSError, subprocess.SubprocessError) as exc:
+            said = getattr(exc, "stderr", "") or exc
+            if _flag("LIFTBRIDGE_CLIENT_REQUIRE_SPEEDUPS"):
+                raise RuntimeError(f"compiling {SOURCE} failed: {said}") from exc
+            self.app.display_warning(
+                f"liftbridge-client: compiling {SOURCE} failed, building pure Python "
+                f"(slower NATS acks): {said}"
+            )
+            return
+        if version == "editable":
+            shutil.copy2(built, source.parent / name)
+            return
+        build_data["force_include"][str(built)] = f"liftbridge_client/{name}"
+        build_data["pure_python"] = False
+        build_data["infer_tag"] = True
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        work = getattr(self, "_work", None)
+        if work is not None:
             shutil.rmtree(work, ignore_errors=True)

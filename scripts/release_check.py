@@ -213,6 +213,9 @@ def check_dists(dist: Path, version: str) -> tuple[Path, Path, str]:
     wheels = list(dist.glob("*.whl"))
     if len(sdists) != 1 or len(wheels) != 1:
         raise CheckFailed(f"expected one sdist and one wheel in {dist}, found {sdists + wheels}")
+    others = sorted(p.name for p in dist.iterdir() if p not in (*sdists, *wheels))
+    if others:  # e.g. a build hook's leftovers
+        raise CheckFailed(f"the build left more than the sdist and the wheel in {dist}: {others}")
     sdist, wheel = sdists[0], wheels[0]
     for built in (sdist, wheel):
         if f"-{version}" not in built.name:
