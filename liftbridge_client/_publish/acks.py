@@ -49,7 +49,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -294,12 +293,6 @@ class Correlator:
             raise InvalidInputError(f"capacity must be >= 1, got {capacity}")
         self._capacity = capacity
         self._loop = loop or asyncio.get_running_loop()
-        # loop.time() without its Python frame when it is asyncio's own (time.monotonic).
-        self._now: Callable[[], float] = (
-            time.monotonic
-            if type(self._loop).time is asyncio.BaseEventLoop.time
-            else self._loop.time
-        )
         self._entries: dict[str, AckFuture] = {}
         self._held = 0  # slots taken: registered entries + acquired, not yet registered
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -433,7 +426,7 @@ class Correlator:
         fut.owner = None
         fut.expect = None
         fut.stream = None
-        fut._deadline = deadline = self._now() + timeout
+        fut._deadline = deadline = loop.time() + timeout
         entries[correlation_id] = fut
         timer = self._timers.get(timeout)
         if timer is None:

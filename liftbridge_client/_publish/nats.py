@@ -89,9 +89,6 @@ class NatsPublisher:
         # True: acks come straight from nats-py's parser (`_transport.nats.route_sid`).
         self.raw_acks = False
         self._buffer = PubBuffer(nc)
-        self._buffer.write_every = WRITE_EVERY
-        # `send_nowait_batched` of a command from `command_plain`, in one call.
-        self.append_command = self._buffer.append_command
         # envelope.plain_parts of a keyless publish, by ack policy (command_plain).
         self._plain_parts: dict[int, tuple[bytes, bytes, bytes]] = {}
 
@@ -241,12 +238,16 @@ class NatsPublisher:
     def send_nowait_batched(self, subject: str, payload: bytes) -> bool:
         """`send_nowait`, writing every `WRITE_EVERY` appends (the wire gets the
         first of a long burst while the rest is being built)."""
-        buffer = self._buffer
-        if not buffer.append(subject, payload):
-            return False
-        if buffer.appended >= WRITE_EVERY:
-            buffer.write_now()
-        return True
+        return self._batched(self._buffer.append(subject, payload))
+
+    def append_command(self, cmd: bytes) -> bool:
+        """`send_nowait_batched` of a command from `command_plain`."""
+        return self._batched(self._buffer.append_command(cmd))
+
+    def _batched(self, appended: bool) -> bool:
+        if appended and self._buffer.appended >= WRITE_EVERY:
+            self._buffer.write_now()
+        return appended
 
     @property
     def unflushed(self) -> bool:
@@ -430,9 +431,7 @@ class NatsRoute:
         fut.expect = (stream, subject)  # what its ack must name
         if ack_policy is _NONE:
             self._correlator.resolve(fut.correlation_id, None)  # written: nothing will come
-        waker = self._slots.waker  # Slots.wake_sender, without a call per publish
-        if waker is not None and not waker.done():
-            waker.set_result(None)
+        self._slots.wake_sender()
 
     async def send(self, item: Item, fut: AckFuture) -> None:
         assert item.payload is not None

@@ -649,7 +649,7 @@ class PubBuffer:
     Otherwise it returns False and the caller publishes through nats-py.
     """
 
-    __slots__ = ("_connected", "_heads", "_nc", "_usable", "appended", "unflushed", "write_every")
+    __slots__ = ("_connected", "_heads", "_nc", "_usable", "appended", "unflushed")
 
     def __init__(self, nc: nats.aio.client.Client) -> None:
         self._nc: Any = nc
@@ -661,7 +661,6 @@ class PubBuffer:
         self._heads: dict[str, bytes] = {}  # subject -> b"PUB <subject> "
         self.unflushed = False  # appended since the flusher was last woken
         self.appended = 0  # how many of them
-        self.write_every = 0  # append_command writes once this many wait (0: never)
 
     def _unfit(self, nc: object) -> str | None:
         """Why nats-py's outgoing buffer is not what `append` writes to; None: it is."""
@@ -694,29 +693,15 @@ class PubBuffer:
         return head
 
     def append(self, subject: str, payload: bytes) -> bool:
-        head = self._heads.get(subject)
-        if head is None or self._nc._status != self._connected:
+        head = self.head(subject)
+        if head is None:
             return False
         return self._queue(b"%s%d\r\n%s\r\n" % (head, len(payload), payload), len(payload))
 
     def append_command(self, cmd: bytes) -> bool:
-        """`append` of a PUB command built already, from `head`, then `write_now` once
-        `write_every` commands wait; False when nats-py must take it (its buffer is full:
-        its publish force-flushes first). The hot path's one call: nothing else inside."""
-        nc = self._nc
-        total = nc._pending_data_size + len(cmd)
-        if nc._max_pending_size > 0 and total > nc._max_pending_size:
-            return False
-        nc._pending.append(cmd)
-        nc._pending_data_size = total
-        stats = nc.stats
-        stats["out_msgs"] += 1
-        stats["out_bytes"] += len(cmd) - cmd.index(b"\r\n") - 4  # the payload's size
-        self.unflushed = True
-        self.appended = appended = self.appended + 1
-        if appended >= self.write_every > 0:
-            self.write_now()
-        return True
+        """`append` of a PUB command built already, from `head`; False when nats-py must
+        take it (its buffer is full: its publish force-flushes first)."""
+        return self._queue(cmd, len(cmd) - cmd.index(b"\r\n") - 4)
 
     def _queue(self, cmd: bytes, size: int) -> bool:
         nc = self._nc

@@ -1,11 +1,14 @@
-"""plain_publish_request gives protobuf's own bytes for the plain PublishRequest, framed;
+"""plain_publish_request and its C twin give protobuf's own bytes for the plain
+PublishRequest, framed;
 the one-step paths' header encoding (`envelope.plain_header_entries`) gives protobuf's map
 bytes, and takes exactly the headers whose general-path check cannot fail."""
 
 from __future__ import annotations
 
+import os
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -27,6 +30,28 @@ from liftbridge_client.envelope import _varint as varint
 _text = st.text(alphabet=st.characters(codec="utf-8"), max_size=300)
 
 
+try:  # the C twin as built (liftbridge_client/_speedups.c)
+    from liftbridge_client import _speedups as compiled
+except ImportError:
+    compiled = None  # type: ignore[assignment]
+
+
+def _c_publish_request(*args: Any) -> bytes | None:
+    if compiled is None:
+        assert not os.environ.get("CI"), "the C accelerator is not built (test_speedups.py)"
+        pytest.skip("the C accelerator is not built")
+    return compiled.publish_request(*args)
+
+
+# Each builder, and the partitions it encodes itself (the Python one leaves those from 128
+# to protobuf's general path).
+BUILDERS = [
+    pytest.param(plain_publish_request, 0x80, id="python"),
+    pytest.param(_c_publish_request, 2**31, id="c"),
+]
+
+
+@pytest.mark.parametrize(("build", "partitions"), BUILDERS)
 @given(
     value=st.binary(max_size=20_000),
     stream=_text,
@@ -37,6 +62,8 @@ _text = st.text(alphabet=st.characters(codec="utf-8"), max_size=300)
     headers=st.dictionaries(_text, st.binary(max_size=300), max_size=MAX_PLAIN_HEADERS),
 )
 def test_the_bytes_are_protobufs(
+    build: Callable[..., bytes | None],
+    partitions: int,
     value: bytes,
     stream: str,
     partition: int,
@@ -47,9 +74,10 @@ def test_the_bytes_are_protobufs(
 ) -> None:
     entries = plain_header_entries(headers, REQUEST_HEADERS_TAG)
     assert entries is not None  # exact str names and bytes values, few: plain
-    got = plain_publish_request(value, stream, partition, cid, policy, key, entries)
-    if got is None:  # outside the plain case: the caller builds the message
-        assert not (value and stream and cid) or partition >= 0x80 or policy not in (0, 1, 2)
+    got = build(value, stream, partition, cid, policy, key, entries)
+    plain = bool(value and stream and cid) and partition < partitions and policy in (0, 1, 2)
+    assert (got is not None) == plain  # else the caller builds the message
+    if got is None:
         return
     req = api_pb2.PublishRequest(
         key=key,

@@ -4,7 +4,8 @@ Generated inputs go to both: the MSG walk must hand the same payloads to the sam
 and return the same position, and report the same handler failures; the ack scans (an
 enveloped Ack on NATS, a PublishResponse over h2) must vouch only for bytes protobuf decodes
 to the same fields, and for every answer of the plain shape the server sends; the PUB
-command must carry encode_message_plain's bytes. When CI is set the module must be there
+command must carry encode_message_plain's bytes. (The PublishRequest builder is tested
+beside its twin in test_publish_wire.py.) When CI is set the module must be there
 (a build that lost its compiler would otherwise test the twins twice and ship without it).
 """
 
@@ -369,54 +370,19 @@ def test_the_answer_scan_vouches_only_for_what_protobuf_decodes_alike(data: byte
 
 
 @needs_c
-@settings(max_examples=examples(800), deadline=None)
-@given(
-    value=st.binary(max_size=300),
-    stream=st.text(max_size=140),
-    partition=st.sampled_from([0, 1, 127, 128, 300, 2**31 - 1, 2**31, -1]),
-    cid=st.text(max_size=140),
-    policy=st.sampled_from([0, 1, 2, 3, -1]),
-    key=st.binary(max_size=140),
-    headers=st.dictionaries(st.text(min_size=1, max_size=5), st.binary(max_size=5), max_size=2),
-)
-def test_the_request_is_protobufs(
-    value: bytes,
-    stream: str,
+@pytest.mark.parametrize("partition", [-1, 2**31, 2**64])
+def test_the_request_leaves_partitions_protobuf_cannot_hold_to_the_general_path(
     partition: int,
-    cid: str,
-    policy: int,
-    key: bytes,
-    headers: dict[str, bytes],
 ) -> None:
     assert speedups is not None
-    entries = envelope.plain_header_entries(headers, envelope.REQUEST_HEADERS_TAG)
-    assert entries is not None
-    try:
-        got = speedups.publish_request(value, stream, partition, cid, policy, key, entries)
-    except UnicodeEncodeError:  # a lone surrogate: the twin's str.encode() raises the same
+    assert speedups.publish_request(b"v", "s", partition, "c", 0, b"", b"") is None
+
+
+@needs_c
+def test_the_request_refuses_what_is_not_utf8_as_its_twin_does() -> None:
+    assert speedups is not None
+    for args in ((b"v", "s\ud800", 0, "c"), (b"v", "s", 0, "c\ud800")):
         with pytest.raises(UnicodeEncodeError):
-            plain_publish_request(value, stream, partition, cid, policy, key, entries)
-        return
-    twin = plain_publish_request(value, stream, partition, cid, policy, key, entries)
-    if twin is not None:
-        assert got == twin
-    plain = bool(value and stream and cid) and 0 <= policy <= 2 and 0 <= partition < 2**31
-    if not plain:
-        assert got is None
-        return
-    assert got is not None
-    request = api_pb2.PublishRequest(
-        key=key,
-        value=value,
-        stream=stream,
-        partition=partition,
-        headers=headers,
-        correlationId=cid,
-        ackPolicy=cast(Any, policy),
-        expectedOffset=-1,
-    )
-    # The map's entries go in the dict's order (plain_header_entries): decoded, it is equal.
-    assert got[:5] == b"\0" + (len(got) - 5).to_bytes(4, "big")
-    assert api_pb2.PublishRequest.FromString(got[5:]) == request
-    if len(headers) <= 1:
-        assert got[5:] == request.SerializeToString()
+            plain_publish_request(*args, 0, b"", b"")
+        with pytest.raises(UnicodeEncodeError):
+            speedups.publish_request(*args, 0, b"", b"")
