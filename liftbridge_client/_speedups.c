@@ -1,12 +1,13 @@
 /* The publish hot path in C: an optional accelerator, each function with a pure-Python twin.
  *
- * Five functions, each the equivalent of Python code the package keeps (and uses when
+ * Six functions, each the equivalent of Python code the package keeps (and uses when
  * this module is not built):
  *
  *   serve_routed     liftbridge_client._transport.nats.serve_routed (the MSG walk)
  *   scan_ack         the hot fields of an enveloped api.Ack, or None when the bytes are
  *                    anything but the plain shape the server sends; the caller then
  *                    decodes them with protobuf, which decides (and words the error)
+ *   header_entries   envelope._header_entries (the headers of a plain publish)
  *   publish_command  envelope.encode_message_plain and the PUB command around it
  *                    (_transport.nats.PubBuffer.append), in one piece
  *   publish_request  _publish.wire.plain_publish_request (PublishAsync's request)
@@ -284,6 +285,79 @@ put_bytes(char *out, PyObject *b)
     return out + n;
 }
 
+/* The limits of a plain publish's headers (envelope.MAX_PLAIN_HEADERS and
+ * MAX_HEADER_KEY_BYTES; the module exports them and a test holds them equal). */
+#define MAX_PLAIN_HEADERS 8
+#define MAX_HEADER_KEY_BYTES 32767
+
+/* header_entries(headers, tag) -> bytes | None
+ *
+ * The twin of envelope.plain_header_entries: the wire bytes of a map<string, bytes> field
+ * (tag byte ``tag``) holding ``headers`` in the dict's order, or None outside the plain
+ * case (not exactly a dict, more than MAX_PLAIN_HEADERS entries, a name that is not an
+ * exact str encoding to at most MAX_HEADER_KEY_BYTES of UTF-8, a value that is not exact
+ * bytes). Each entry writes both of its fields, as upb does.
+ */
+static PyObject *
+header_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "header_entries takes 2 arguments");
+        return NULL;
+    }
+    PyObject *headers = args[0];
+    long tag = PyLong_AsLong(args[1]);
+    if (tag == -1 && PyErr_Occurred())
+        return NULL;
+    if (tag < 0 || tag > 0x7f) {
+        PyErr_SetString(PyExc_ValueError, "header_entries: the tag must fit in one byte");
+        return NULL;
+    }
+    if (!PyDict_CheckExact(headers) || PyDict_GET_SIZE(headers) > MAX_PLAIN_HEADERS)
+        Py_RETURN_NONE;
+    Py_ssize_t total = 0, pos = 0;
+    PyObject *name, *value;
+    while (PyDict_Next(headers, &pos, &name, &value)) {
+        if (!PyUnicode_CheckExact(name) || !PyBytes_CheckExact(value))
+            Py_RETURN_NONE;
+        Py_ssize_t name_len;
+        if (PyUnicode_AsUTF8AndSize(name, &name_len) == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+                return NULL;
+            PyErr_Clear(); /* a lone surrogate: the general path says what is wrong */
+            Py_RETURN_NONE;
+        }
+        if (name_len > MAX_HEADER_KEY_BYTES)
+            Py_RETURN_NONE;
+        Py_ssize_t value_len = PyBytes_GET_SIZE(value);
+        Py_ssize_t entry = 1 + varint_len((size_t)name_len) + name_len + 1 +
+                           varint_len((size_t)value_len) + value_len;
+        total += 1 + varint_len((size_t)entry) + entry;
+    }
+    PyObject *result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL)
+        return NULL;
+    char *out = PyBytes_AS_STRING(result);
+    pos = 0;
+    while (PyDict_Next(headers, &pos, &name, &value)) {
+        Py_ssize_t name_len;
+        const char *raw = PyUnicode_AsUTF8AndSize(name, &name_len); /* cached: cannot fail */
+        Py_ssize_t value_len = PyBytes_GET_SIZE(value);
+        Py_ssize_t entry = 1 + varint_len((size_t)name_len) + name_len + 1 +
+                           varint_len((size_t)value_len) + value_len;
+        *out++ = (char)tag;
+        out = put_varint(out, (size_t)entry);
+        *out++ = 0x0a;
+        out = put_varint(out, (size_t)name_len);
+        memcpy(out, raw, (size_t)name_len);
+        out += name_len;
+        *out++ = 0x12;
+        out = put_varint(out, (size_t)value_len);
+        out = put_bytes(out, value);
+    }
+    return result;
+}
+
 /* publish_command(pub_head, msg_head, value, entries, inbox_field, cid, policy_field, limit)
  *     -> bytes | None
  *
@@ -502,7 +576,7 @@ utf8_valid(const unsigned char *p, Py_ssize_t n)
 /* What scan_plain_ack finds in an api.Ack: where its three hot strings are, and its enums. */
 struct ack_scan {
     Py_ssize_t at[7], len[7]; /* string fields 1, 2, 3, 5, 6 by number */
-    unsigned long long ack_error, ack_policy;
+    unsigned long long offset, ack_error, ack_policy;
 };
 
 /* 0 when p[0:n] is an api.Ack of the plain shape: only fields 1-10, each with its own
@@ -531,7 +605,9 @@ scan_plain_ack(const unsigned char *p, Py_ssize_t n, struct ack_scan *out)
         case 4: case 7: case 8: case 9: case 10:
             if (wire != 0 || read_varint(p, n, &at, &value) < 0)
                 return -1;
-            if (field == 7 || field == 10) {
+            if (field == 4) /* under 9 bytes: non-negative, as protobuf reads it */
+                out->offset = value;
+            else if (field == 7 || field == 10) {
                 if (value > 0x7fffffffULL)
                     return -1;
                 if (field == 7)
@@ -557,7 +633,8 @@ ack_string(const unsigned char *p, const struct ack_scan *scan, int field)
     return PyUnicode_DecodeUTF8((const char *)p + scan->at[field], scan->len[field], NULL);
 }
 
-/* scan_ack(data) -> (correlation_id, stream, msg_subject, ack_error, ack_policy) | None
+/* scan_ack(data) -> (correlation_id, stream, msg_subject, ack_error, ack_policy, offset)
+ *     | None
  *
  * data: an enveloped Ack; None unless its header is the one the server sends (no CRC)
  * and its payload is an api.Ack of the plain shape (scan_plain_ack).
@@ -579,8 +656,9 @@ scan_ack(PyObject *self, PyObject *data)
     PyObject *stream = cid == NULL ? NULL : ack_string(p, &scan, 1);
     PyObject *subject = stream == NULL ? NULL : ack_string(p, &scan, 3);
     PyObject *result = subject == NULL ? NULL
-                                       : Py_BuildValue("(OOOKK)", cid, stream, subject,
-                                                       scan.ack_error, scan.ack_policy);
+                                       : Py_BuildValue("(OOOKKK)", cid, stream, subject,
+                                                       scan.ack_error, scan.ack_policy,
+                                                       scan.offset);
     Py_XDECREF(cid);
     Py_XDECREF(stream);
     Py_XDECREF(subject);
@@ -638,6 +716,8 @@ static PyMethodDef methods[] = {
     {"serve_routed", (PyCFunction)(void (*)(void))serve_routed, METH_FASTCALL,
      "The C twin of _transport.nats.serve_routed."},
     {"scan_ack", scan_ack, METH_O, "The hot fields of a plain enveloped api.Ack, or None."},
+    {"header_entries", (PyCFunction)(void (*)(void))header_entries, METH_FASTCALL,
+     "The wire bytes of a plain map<string, bytes> field, or None."},
     {"publish_command", (PyCFunction)(void (*)(void))publish_command, METH_FASTCALL,
      "The PUB command of a plain enveloped Message, in one piece, or None."},
     {"publish_request", (PyCFunction)(void (*)(void))publish_request, METH_FASTCALL,
@@ -656,5 +736,13 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "MAX_PLAIN_HEADERS", MAX_PLAIN_HEADERS) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_HEADER_KEY_BYTES", MAX_HEADER_KEY_BYTES) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

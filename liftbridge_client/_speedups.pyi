@@ -8,7 +8,12 @@ def serve_routed(
     report: Callable[[int, Exception], object],
     /,
 ) -> tuple[int, bool]: ...
-def scan_ack(data: bytes, /) -> tuple[str, str, str, int, int] | None: ...
+
+MAX_PLAIN_HEADERS: int
+MAX_HEADER_KEY_BYTES: int
+
+def scan_ack(data: bytes, /) -> tuple[str, str, str, int, int, int] | None: ...
+def header_entries(headers: object, tag: int, /) -> bytes | None: ...
 def publish_command(
     pub_head: bytes,
     msg_head: bytes,

@@ -22,12 +22,13 @@ what the server itself may send.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
 from crc32c import crc32c
 
+from liftbridge_client._native import speedups
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.errors import (
     BadHeaderLengthError,
@@ -284,15 +285,15 @@ def encode_message_plain(
 # anything else takes the general path, which validates and says what is wrong.
 MAX_PLAIN_HEADERS = 8
 # Map field tags: Message.headers (9) and PublishRequest.headers (5), length-delimited.
-MESSAGE_HEADERS_TAG = b"\x4a"
-REQUEST_HEADERS_TAG = b"\x2a"
+MESSAGE_HEADERS_TAG = 0x4A
+REQUEST_HEADERS_TAG = 0x2A
 # A header name's entry bytes up to its value's length: field 1 (the name), field 2's tag.
 # Writers send the same few names with every message (the Spark sink: lbspark-id).
 _HEADER_NAMES: dict[str, bytes] = {}
 _HEADER_NAMES_MAX = 256  # the cache starts over beyond this many names
 
 
-def plain_header_entries(headers: object, tag: bytes) -> bytes | None:
+def plain_header_entries_twin(headers: object, tag: int) -> bytes | None:
     """The wire bytes of a ``map<string, bytes>`` field (tag byte ``tag``) holding
     ``headers``, or None outside the plain case (not exactly a dict, too many entries, a
     name that is not an exact str encoding to at most MAX_HEADER_KEY_BYTES, a value that is
@@ -305,12 +306,13 @@ def plain_header_entries(headers: object, tag: bytes) -> bytes | None:
     """
     if type(headers) is not dict or len(headers) > MAX_PLAIN_HEADERS:
         return None
+    head = bytes((tag,))
     if len(headers) == 1:  # the common case (the Spark sink's one header): no list
         for name, value in headers.items():
-            return _header_entry(tag, name, value)
+            return _header_entry(head, name, value)
     entries = []
     for name, value in headers.items():
-        entry = _header_entry(tag, name, value)
+        entry = _header_entry(head, name, value)
         if entry is None:
             return None
         entries.append(entry)
@@ -336,6 +338,12 @@ def _header_entry(tag: bytes, name: object, value: object) -> bytes | None:
     size = len(value)
     value_size = _SMALL_VARINTS[size] if size < 0x80 else _varint(size)
     return b"".join((tag, _varint(len(head) + len(value_size) + size), head, value_size, value))
+
+
+# What the publish paths call: the C twin (liftbridge_client/_speedups.c) when it is built.
+plain_header_entries: Callable[[object, int], bytes | None] = (
+    plain_header_entries_twin if speedups is None else speedups.header_entries
+)
 
 
 def plain_parts(

@@ -82,7 +82,7 @@ class Ack:
     raises `PayloadDecodeError`.
     """
 
-    __slots__ = ("_decoded", "_raw")
+    __slots__ = ("_decoded", "_offset", "_raw")
     __match_args__ = (
         "stream",
         "partition_subject",
@@ -95,6 +95,7 @@ class Ack:
         "commit_timestamp_ns",
     )
     _decoded: api_pb2.Ack | None  # None until the wire bytes are decoded
+    _offset: int  # the offset when the scan of the wire bytes read it, else -1
     _raw: bytes  # the encoded api.Ack, while not decoded
 
     def __init__(
@@ -121,6 +122,7 @@ class Ack:
             commitTimestamp=commit_timestamp_ns,
         )
         object.__setattr__(self, "_decoded", pb)
+        object.__setattr__(self, "_offset", -1)
         object.__setattr__(self, "_raw", b"")
 
     @property
@@ -148,7 +150,10 @@ class Ack:
 
     @property
     def offset(self) -> int:
-        return self._pb.offset
+        # The one field writers read from every ack (the exactly-once sink checks the
+        # order): known without decoding when the C scan of the ack read it.
+        offset = self._offset
+        return offset if offset >= 0 else self._pb.offset
 
     @property
     def ack_inbox(self) -> str:
@@ -386,14 +391,17 @@ def ack_from_proto(pb: api_pb2.Ack) -> Ack:
         raise ValueError(f"{pb.ackPolicy} is not a valid AckPolicy")
     ack = _new(Ack)
     _set_decoded(ack, pb)
+    _set_ack_offset(ack, -1)
     _set_raw(ack, b"")
     return ack
 
 
-def ack_from_wire(raw: bytes) -> Ack:
-    """The Ack of an encoded api.Ack, decoded when a field is first read."""
+def ack_from_wire(raw: bytes, offset: int = -1) -> Ack:
+    """The Ack of an encoded api.Ack, decoded when a field is first read; ``offset``: its
+    offset field when the caller read it already (a scan that checked every byte)."""
     ack = _new(Ack)
     _set_decoded(ack, None)
+    _set_ack_offset(ack, offset)
     _set_raw(ack, raw)
     return ack
 
@@ -410,6 +418,7 @@ def _decode_ack(raw: bytes) -> api_pb2.Ack:
 
 # The slots' own setters, past Ack.__setattr__ (which refuses every assignment).
 _set_decoded = vars(Ack)["_decoded"].__set__
+_set_ack_offset = vars(Ack)["_offset"].__set__
 _set_raw = vars(Ack)["_raw"].__set__
 _ACK_POLICIES: dict[int, AckPolicy] = {p.value: p for p in AckPolicy}
 

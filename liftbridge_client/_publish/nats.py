@@ -279,7 +279,7 @@ class NatsPublisher:
         ):
             self._mismatched(cid, stream, subject, fut)
             return
-        correlator.resolve(cid, ack_from_wire(data[HEADER_LEN:]))
+        correlator.resolve(cid, ack_from_wire(data[HEADER_LEN:], fields[5]))
 
     def _dispatch_decoded(self, data: bytes) -> None:
         """`dispatch` through protobuf's decode: every ack without the accelerator, and

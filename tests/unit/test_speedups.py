@@ -197,14 +197,19 @@ def enveloped(payload: bytes) -> bytes:
 def test_the_scan_vouches_for_every_plain_ack(pb: api_pb2.Ack) -> None:
     assert speedups is not None
     data = enveloped(pb.SerializeToString())
-    assert speedups.scan_ack(data) == (
+    fields = speedups.scan_ack(data)
+    assert fields == (
         pb.correlationId,
         pb.stream,
         pb.msgSubject,
         pb.ackError,
         pb.ackPolicy,
+        pb.offset,
     )
     assert ack_from_wire(data[envelope.HEADER_LEN :]) == ack_from_proto(pb)
+    scanned = ack_from_wire(data[envelope.HEADER_LEN :], fields[5])
+    assert scanned.offset == pb.offset
+    assert scanned == ack_from_proto(pb)
 
 
 @st.composite
@@ -244,9 +249,17 @@ def test_the_scan_vouches_only_for_what_protobuf_decodes_alike(data: bytes) -> N
         pb = envelope.decode_ack(data)
     except ProtocolError as exc:
         raise AssertionError(f"the scan vouched for bytes protobuf refuses: {exc}") from None
-    assert fields == (pb.correlationId, pb.stream, pb.msgSubject, pb.ackError, pb.ackPolicy)
+    assert fields == (
+        pb.correlationId,
+        pb.stream,
+        pb.msgSubject,
+        pb.ackError,
+        pb.ackPolicy,
+        pb.offset,
+    )
     if pb.ackPolicy in {p.value for p in AckPolicy}:
         assert ack_from_wire(data[envelope.HEADER_LEN :]) == ack_from_proto(pb)
+        assert ack_from_wire(data[envelope.HEADER_LEN :], fields[5]) == ack_from_proto(pb)
 
 
 @needs_c
@@ -263,6 +276,73 @@ def test_the_scan_vouches_only_for_what_protobuf_decodes_alike(data: bytes) -> N
 def test_the_scan_leaves_other_shapes_to_protobuf(data: bytes) -> None:
     assert speedups is not None
     assert speedups.scan_ack(data) is None
+
+
+# ---- the headers of a plain publish ---------------------------------------------------
+
+
+@needs_c
+def test_the_header_limits_are_the_envelopes() -> None:
+    assert speedups is not None
+    assert speedups.MAX_PLAIN_HEADERS == envelope.MAX_PLAIN_HEADERS
+    assert speedups.MAX_HEADER_KEY_BYTES == envelope.MAX_HEADER_KEY_BYTES
+
+
+class _Str(str):
+    pass
+
+
+class _Bytes(bytes):
+    pass
+
+
+names = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["lbspark-id", "eo-uuid", "\ud800", "é" * 40, "x" * 32767, "x" * 32768]),
+    st.builds(_Str, st.text(max_size=3)),
+    st.integers(),
+)
+values = st.one_of(
+    st.binary(max_size=200),
+    st.binary(min_size=127, max_size=129),
+    st.builds(_Bytes, st.binary(max_size=3)),
+    st.builds(bytearray, st.binary(max_size=3)),
+    st.text(max_size=3),
+    st.none(),
+)
+
+
+@needs_c
+@settings(max_examples=examples(1500), deadline=None)
+@given(
+    headers=st.one_of(
+        st.dictionaries(names, values, max_size=10),
+        st.dictionaries(st.text(max_size=8), st.binary(max_size=20), max_size=9),
+        st.lists(st.tuples(st.text(max_size=3), st.binary(max_size=3)), max_size=2),
+        st.none(),
+    ),
+    tag=st.sampled_from([envelope.MESSAGE_HEADERS_TAG, envelope.REQUEST_HEADERS_TAG]),
+)
+@example(headers={"\ud800": b""}, tag=envelope.MESSAGE_HEADERS_TAG)  # a lone surrogate
+@example(headers={"x" * 32767: b"v"}, tag=envelope.MESSAGE_HEADERS_TAG)  # the longest name
+@example(headers={"x" * 32768: b"v"}, tag=envelope.MESSAGE_HEADERS_TAG)  # one byte over
+@example(headers={str(i): b"" for i in range(9)}, tag=envelope.MESSAGE_HEADERS_TAG)
+def test_the_header_entries_are_the_twins(headers: Any, tag: int) -> None:
+    assert speedups is not None
+    got = speedups.header_entries(headers, tag)
+    assert got == envelope.plain_header_entries_twin(headers, tag)
+    if got:
+        # And they are protobuf's map: what the server decodes is the dict.
+        request = api_pb2.PublishRequest.FromString(got if tag == 0x2A else b"")
+        message = api_pb2.Message.FromString(got if tag == 0x4A else b"")
+        assert dict((request if tag == 0x2A else message).headers) == headers
+
+
+@needs_c
+def test_header_entries_refuse_a_tag_beyond_one_byte() -> None:
+    assert speedups is not None
+    with pytest.raises(ValueError, match="one byte"):
+        speedups.header_entries({}, 0x80)
 
 
 # ---- the PUB command -----------------------------------------------------------------
