@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["PublishedRow"]
 
 
-@dataclass(frozen=True, slots=True)
-class PublishedRow:
-    """One row as a publish: the sink's columns, decoded and checked."""
+class PublishedRow(NamedTuple):
+    """One row as a publish: the sink's columns, decoded and checked.
+
+    A named tuple, not a dataclass: the row-by-row modes make one per row, and a frozen
+    dataclass's ``__init__`` cost several times as much."""
 
     stream: str
     value: bytes

@@ -95,6 +95,8 @@ _Target = tuple[str, int, int]
 # One publish: a row as it is, or a pack of rows.
 _Publish = PublishedRow | list[PackedRow]
 
+_CONTINUE_TXN = int(Flags.CONTINUE_TXN)  # an int: build_uuid_bytes checks it the quick way
+
 
 @dataclass(slots=True)
 class TaskIntents:
@@ -170,8 +172,22 @@ class _Lane:
         return [AckIntent(self.stream, self.partition, uuid)]
 
     async def publish(self, item: _Publish) -> None:
-        self._todo.append(item)
-        await self._pump(final=False)
+        if self._todo:  # rows of an ended generation go again first
+            self._todo.append(item)
+            await self._pump(final=False)
+            return
+        try:
+            await self._send(item)
+        except errors.LiftbridgeError as exc:
+            self._todo.append(item)
+            await self._send_failed(exc)
+            await self._pump(final=False)
+            return
+        # The common case: one send, then the acks that came meanwhile (no waiting).
+        problem = self._settle_done()
+        if problem is not None:
+            await self._new_generation(problem)
+            await self._pump(final=False)
 
     async def finish(self) -> None:
         """Returns once every row is acked in a gapless generation prefix."""
@@ -185,49 +201,64 @@ class _Lane:
                     await self._send(item)
                 except errors.LiftbridgeError as exc:
                     self._todo.appendleft(item)
-                    if not retry_worthy(exc):
-                        raise
-                    # What is in flight comes first: its gapless prefix stays in this
-                    # generation, the rest goes again, before this row.
-                    await self._new_generation(await self._settle(wait=True) or exc)
-            problem = await self._settle(wait=final)
+                    await self._send_failed(exc)
+            problem = await self._settle() if final else self._settle_done()
             if problem is not None:
                 await self._new_generation(problem)
             elif not final or not self._todo:
                 return
 
-    async def _settle(self, wait: bool) -> BaseException | None:
-        """Take acked heads into the gapless prefix, in order (waiting for each when
-        ``wait``); at the first that cannot be, put it and everything after it back in
-        front of the rows to send and return why."""
-        while self._inflight:
-            head = self._inflight[0]
-            if not head.future.done():
-                if not wait:
-                    return None
-                await asyncio.wait((head.future,))
-            self._inflight.popleft()
+    async def _send_failed(self, exc: errors.LiftbridgeError) -> None:
+        """A send raised ``exc``; its row is back in front of the rows to send."""
+        if not retry_worthy(exc):
+            raise exc
+        # What is in flight comes first: its gapless prefix stays in this generation, the
+        # rest goes again, before this row.
+        await self._new_generation(await self._settle() or exc)
+
+    async def _settle(self) -> BaseException | None:
+        """`_settle_done` for every message in flight, waiting for each ack in turn."""
+        inflight = self._inflight
+        while inflight:
+            head = inflight[0].future
+            if not head.done():
+                await asyncio.wait((head,))
+            problem = self._settle_done()
+            if problem is not None:
+                return problem
+        return None
+
+    def _settle_done(self) -> BaseException | None:
+        """Take the acked heads into the gapless prefix, in order, up to the first still
+        in flight; at the first that cannot be taken, put it and everything after it back
+        in front of the rows to send and return why."""
+        inflight = self._inflight
+        while inflight and inflight[0].future.done():
+            head = inflight.popleft()
             problem, back = self._take(head)
             if problem is not None:
-                again = [*back, head, *self._inflight]
+                again = [*back, head, *inflight]
                 self._todo.extendleft(reversed([s.item for s in again]))
-                for sent in self._inflight:
+                for sent in inflight:
                     sent.future.add_done_callback(_consume)
-                self._inflight.clear()
+                inflight.clear()
                 return problem
         return None
 
     async def _send(self, item: _Publish) -> None:
-        if isinstance(item, PublishedRow):
+        if type(item) is PublishedRow:
             rows, value, key = 1, item.value, item.key
-            headers = dict(item.headers) if item.headers else {}
+            clock = self._clock + 1
+            uuid = build_uuid_bytes(self._producer, clock, _CONTINUE_TXN)
+            # The row's own headers, if any, and the layer's (which wins over a namesake).
+            headers = {**item.headers, UUID_HEADER: uuid} if item.headers else {UUID_HEADER: uuid}
         else:
             # A pack takes a clock per row (its UUID carries the last): the layer's format.
             rows, value, key = len(item), pack(item), None
+            clock = self._clock + rows
             headers = packed_headers(rows)
             headers[CLOCKS_HEADER] = str(rows).encode()
-        clock = self._clock + rows
-        headers[UUID_HEADER] = build_uuid_bytes(self._producer, clock, Flags.CONTINUE_TXN)
+            headers[UUID_HEADER] = build_uuid_bytes(self._producer, clock, _CONTINUE_TXN)
         future = await self._client.send(
             self.stream,
             value,
@@ -347,8 +378,12 @@ class _Producers:
             self._keyless[(stream, partition)] = n + 1
         return lane_for(key, n, self._lanes)
 
-    async def partition_of(self, row: PublishedRow) -> int:
-        partitions = await self._metadata.partitions(row.stream)
+    async def partitions(self, stream: str) -> tuple[int, ...]:
+        """The stream's partitions (metadata, cached and re-read when stale)."""
+        return await self._metadata.partitions(stream)
+
+    def partition_of(self, row: PublishedRow, partitions: tuple[int, ...]) -> int:
+        """The row's partition among its stream's ``partitions``."""
         if row.partition is not None:
             # Checked here, not when the publish fails: a packed row waits for its pack,
             # and the task must fail at the bad row, before it publishes anything after it.
@@ -375,11 +410,18 @@ async def _publish_chunk(producers: _Producers, chunk: Sequence[PublishedRow]) -
     """A chunk's rows, pipelined, and their acks: the chunk ends with nothing in flight,
     as the event loop stands still while Spark makes the next one (sent messages would
     wait in buffers, and a task failing there would leave its earlier chunks unsent)."""
+    known: dict[str, tuple[int, ...]] = {}  # partition lists, looked up once a chunk
+    packing = producers.pack_rows > 1
+    lanes = producers.lanes
     for row in chunk:
-        partition = await producers.partition_of(row)
-        target = (row.stream, partition, producers.lane_of(row.stream, partition, row.key))
-        lane = producers.lane(target)
-        if producers.pack_rows > 1:
+        stream = row.stream
+        partitions = known.get(stream)
+        if partitions is None:
+            partitions = known[stream] = await producers.partitions(stream)
+        partition = producers.partition_of(row, partitions)
+        target = (stream, partition, producers.lane_of(stream, partition, row.key))
+        lane = lanes.get(target) or producers.lane(target)
+        if packing:
             packed = PackedRow(row.value, row.key, row.headers)
             for full in producers.packer(target).add(packed):
                 await lane.publish(full)
