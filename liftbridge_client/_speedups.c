@@ -1,13 +1,14 @@
 /* The publish hot path in C: an optional accelerator, each function with a pure-Python twin.
  *
- * Six functions, each the equivalent of Python code the package keeps (and uses when
+ * Seven functions, each the equivalent of Python code the package keeps (and uses when
  * this module is not built):
  *
  *   serve_routed     liftbridge_client._transport.nats.serve_routed (the MSG walk)
  *   scan_ack         the hot fields of an enveloped api.Ack, or None when the bytes are
  *                    anything but the plain shape the server sends; the caller then
  *                    decodes them with protobuf, which decides (and words the error)
- *   header_entries   envelope._header_entries (the headers of a plain publish)
+ *   header_entries   envelope.plain_header_entries (the headers of a plain publish)
+ *   fnv1a_32         exactly_once.mapping.fnv1a_32 (the exactly-once key mapping)
  *   publish_command  envelope.encode_message_plain and the PUB command around it
  *                    (_transport.nats.PubBuffer.append), in one piece
  *   publish_request  _publish.wire.plain_publish_request (PublishAsync's request)
@@ -21,6 +22,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 #define MAX_CONTROL_LINE 4096
@@ -251,6 +253,27 @@ serve_routed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (failed)
         return NULL;
     return Py_BuildValue("(nO)", pos, partial ? Py_True : Py_False);
+}
+
+/* ---- fnv1a_32 ------------------------------------------------------------------------ */
+
+/* fnv1a_32(data) -> int: the twin of exactly_once.mapping.fnv1a_32 (the exactly-once
+ * layer's key mapping hashes every keyed row's key). */
+static PyObject *
+fnv1a_32(PyObject *self, PyObject *data)
+{
+    if (!PyBytes_CheckExact(data)) {
+        PyErr_SetString(PyExc_TypeError, "fnv1a_32 takes bytes");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    uint32_t h = 0x811c9dc5u;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x01000193u;
+    }
+    return PyLong_FromUnsignedLong(h);
 }
 
 /* ---- publish_command ----------------------------------------------------------------- */
@@ -716,6 +739,7 @@ static PyMethodDef methods[] = {
     {"serve_routed", (PyCFunction)(void (*)(void))serve_routed, METH_FASTCALL,
      "The C twin of _transport.nats.serve_routed."},
     {"scan_ack", scan_ack, METH_O, "The hot fields of a plain enveloped api.Ack, or None."},
+    {"fnv1a_32", fnv1a_32, METH_O, "The 32-bit FNV-1a hash of bytes."},
     {"header_entries", (PyCFunction)(void (*)(void))header_entries, METH_FASTCALL,
      "The wire bytes of a plain map<string, bytes> field, or None."},
     {"publish_command", (PyCFunction)(void (*)(void))publish_command, METH_FASTCALL,

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from liftbridge_client import errors
+from liftbridge_client._native import speedups
 
 __all__ = [
     "Mapping",
@@ -45,6 +46,14 @@ def fnv1a_32(data: bytes) -> int:
     return h
 
 
+# The C twin (liftbridge_client/_speedups.c) when it is built; it takes exact bytes only.
+_fnv1a_32_of_bytes = fnv1a_32 if speedups is None else speedups.fnv1a_32
+
+
+def _key_hash(key: bytes) -> int:
+    return _fnv1a_32_of_bytes(key) if type(key) is bytes else fnv1a_32(key)
+
+
 def partition_name(stream: str, partition: int) -> str:
     """The name a partition is hashed under by `RendezvousMapping`."""
     return f"{stream}/{partition}"
@@ -54,7 +63,7 @@ def modulo_index(key: bytes, count: int) -> int:
     """The index among ``count`` candidates that `ModuloMapping` picks for ``key``."""
     if count <= 0:
         raise errors.InvalidInputError("partitions must not be empty")
-    return fnv1a_32(key) % count
+    return _key_hash(key) % count
 
 
 def rendezvous_index(key: bytes, name_hashes: Sequence[int]) -> int:
@@ -62,7 +71,7 @@ def rendezvous_index(key: bytes, name_hashes: Sequence[int]) -> int:
     every weight is 0)."""
     if not name_hashes:
         raise errors.InvalidInputError("partitions must not be empty")
-    key_hash = fnv1a_32(key)
+    key_hash = _key_hash(key)
     best, index = 0, 0
     for i, name_hash in enumerate(name_hashes):
         weight = key_hash ^ name_hash

@@ -7,10 +7,10 @@ casts and one ``to_pylist``), and the publishing loops over the lists.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
-from typing import Any, TypeVar
+from itertools import islice, repeat
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +21,8 @@ from liftbridge_client.spark._rows import PublishedRow
 __all__ = ["Columns", "batch_columns", "rows_as_batches"]
 
 _T = TypeVar("_T")
+
+_new_row = cast(Callable[[type[PublishedRow], tuple[Any, ...]], PublishedRow], tuple.__new__)
 
 
 @dataclass(slots=True)
@@ -61,8 +63,10 @@ class Columns:
         headers = self.headers or [None] * n
         streams = self.streams
         each = [streams] * n if isinstance(streams, str) else streams
-        for row in zip(each, self.values, keys, partitions, headers, strict=True):
-            yield PublishedRow(*row)
+        fields = zip(each, self.values, keys, partitions, headers, repeat(1, n), strict=True)
+        # tuple.__new__ makes each row in C: the named tuple's own __new__ is Python code,
+        # a good part of a row's cost in the exactly-once sink.
+        return map(_new_row, repeat(PublishedRow), fields)
 
 
 def _as_binary(name: str, column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:

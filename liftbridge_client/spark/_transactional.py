@@ -54,7 +54,12 @@ from liftbridge_client.exactly_once.publisher import (
     intents_to_json,
     retry_worthy,
 )
-from liftbridge_client.exactly_once.uuids import Flags, build_uuid_bytes, new_producer_id
+from liftbridge_client.exactly_once.uuids import (
+    Flags,
+    build_uuid_bytes,
+    new_producer_id,
+    uuid_bytes_of,
+)
 from liftbridge_client.models import Ack
 from liftbridge_client.options import RetryPolicy
 from liftbridge_client.packing import PackedRow, Packer, pack, packed_headers
@@ -95,7 +100,7 @@ _Target = tuple[str, int, int]
 # One publish: a row as it is, or a pack of rows.
 _Publish = PublishedRow | list[PackedRow]
 
-_CONTINUE_TXN = int(Flags.CONTINUE_TXN)  # an int: build_uuid_bytes checks it the quick way
+_CONTINUE_TXN = int(Flags.CONTINUE_TXN)
 
 
 @dataclass(slots=True)
@@ -249,7 +254,7 @@ class _Lane:
         if type(item) is PublishedRow:
             rows, value, key = 1, item.value, item.key
             clock = self._clock + 1
-            uuid = build_uuid_bytes(self._producer, clock, _CONTINUE_TXN)
+            uuid = uuid_bytes_of(self._producer, clock, _CONTINUE_TXN)
             # The row's own headers, if any, and the layer's (which wins over a namesake).
             headers = {**item.headers, UUID_HEADER: uuid} if item.headers else {UUID_HEADER: uuid}
         else:
@@ -258,7 +263,7 @@ class _Lane:
             clock = self._clock + rows
             headers = packed_headers(rows)
             headers[CLOCKS_HEADER] = str(rows).encode()
-            headers[UUID_HEADER] = build_uuid_bytes(self._producer, clock, _CONTINUE_TXN)
+            headers[UUID_HEADER] = uuid_bytes_of(self._producer, clock, _CONTINUE_TXN)
         future = await self._client.send(
             self.stream,
             value,

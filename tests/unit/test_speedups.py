@@ -25,6 +25,7 @@ from liftbridge_client import _native, envelope
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.wire import plain_ack, plain_publish_request
 from liftbridge_client._transport import nats as transport
+from liftbridge_client.exactly_once import mapping
 from liftbridge_client.errors import ProtocolError
 from liftbridge_client.models import AckPolicy, ack_from_proto, ack_from_wire
 
@@ -343,6 +344,28 @@ def test_header_entries_refuse_a_tag_beyond_one_byte() -> None:
     assert speedups is not None
     with pytest.raises(ValueError, match="one byte"):
         speedups.header_entries({}, 0x80)
+
+
+# ---- the exactly-once key mapping's hash -----------------------------------------------
+
+
+@needs_c
+@settings(max_examples=examples(500), deadline=None)
+@given(data=st.binary(max_size=300))
+@example(data=b"")
+@example(data=b"\xff" * 64)
+def test_fnv1a_32_is_the_twins(data: bytes) -> None:
+    assert speedups is not None
+    assert speedups.fnv1a_32(data) == mapping.fnv1a_32(data)
+
+
+@needs_c
+def test_fnv1a_32_takes_only_exact_bytes() -> None:
+    assert speedups is not None
+    with pytest.raises(TypeError):
+        speedups.fnv1a_32(bytearray(b"k"))  # type: ignore[arg-type]
+    # The mapping hashes other bytes-likes with the twin.
+    assert mapping.modulo_index(bytearray(b"key-7"), 5) == mapping.modulo_index(b"key-7", 5)  # type: ignore[arg-type]
 
 
 # ---- the PUB command -----------------------------------------------------------------
