@@ -25,8 +25,8 @@ from liftbridge_client import _native, envelope
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.wire import plain_ack, plain_publish_request
 from liftbridge_client._transport import nats as transport
-from liftbridge_client.exactly_once import mapping
 from liftbridge_client.errors import ProtocolError
+from liftbridge_client.exactly_once import mapping
 from liftbridge_client.models import AckPolicy, ack_from_proto, ack_from_wire
 
 # The module as built, imported directly: its functions are tested against their twins
