@@ -251,7 +251,7 @@ class _Lane:
         return None
 
     async def _send(self, item: _Publish) -> None:
-        if type(item) is PublishedRow:
+        if isinstance(item, PublishedRow):
             rows, value, key = 1, item.value, item.key
             clock = self._clock + 1
             uuid = uuid_bytes_of(self._producer, clock, _CONTINUE_TXN)
