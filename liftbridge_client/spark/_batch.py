@@ -26,7 +26,7 @@ from liftbridge_client.spark._columns import batch_columns
 from liftbridge_client.spark._offsets import OffsetMap, PartitionRange, plan_ranges
 from liftbridge_client.spark._options import SinkOptions, SourceOptions
 from liftbridge_client.spark._read import RangePartition, read_range
-from liftbridge_client.spark._runtime import TaskRuntime
+from liftbridge_client.spark._runtime import TaskRuntime, frozen_heap
 from liftbridge_client.spark._write import (
     SinkGuard,
     WriteStats,
@@ -170,6 +170,13 @@ def write_task(
     batches: Iterator[pa.RecordBatch], columns: Mapping[str, int], options: SinkOptions
 ) -> WriteCommit:
     """One task of a write: its Arrow batches, column by column (see `_columns`)."""
+    with frozen_heap():
+        return _write_task(batches, columns, options)
+
+
+def _write_task(
+    batches: Iterator[pa.RecordBatch], columns: Mapping[str, int], options: SinkOptions
+) -> WriteCommit:
     publishes = (batch_columns(batch, columns, options.stream) for batch in batches)
     identity = task_identity(options)
     if options.exactly_once:

@@ -120,6 +120,10 @@ class _Sent:
     future: asyncio.Future[Any]
 
 
+# A message of a gapless prefix: its clock, offset, rows, and what was sent.
+_Acked = tuple[int, int, int, _Publish]
+
+
 def _consume(future: asyncio.Future[Any]) -> None:
     # A publish the lane no longer waits for: its outcome is read, never logged as lost.
     if not future.cancelled():
@@ -153,10 +157,12 @@ class _Lane:
         self._offset = -1  # the offset of that prefix's last message
         self._sent = False
         self._rows = 0  # in the gapless prefixes of every generation
-        # The prefix's last messages and offsets, to end it earlier when an ack shows a
-        # later message stored before them; ``_forgot``: older ones were let go. No more
-        # than a window of messages can have been sent before an ack came back.
-        self._recent: deque[tuple[_Sent, int]] = deque(maxlen=options.max_inflight + 1)
+        # The prefix's last messages (clock, offset, rows, what was sent), to end it
+        # earlier when an ack shows a later message stored before them; ``_forgot``:
+        # older ones were let go. No more than a window of messages can have been sent
+        # before an ack came back. Neither futures nor acks are kept: thousands of objects
+        # alive a while each are what CPython's cyclic GC traverses over and over.
+        self._recent: deque[_Acked] = deque(maxlen=options.max_inflight + 1)
         self._forgot = False
 
     def intents(self) -> list[AckIntent]:
@@ -242,8 +248,8 @@ class _Lane:
             head = inflight.popleft()
             problem, back = self._take(head)
             if problem is not None:
-                again = [*back, head, *inflight]
-                self._todo.extendleft(reversed([s.item for s in again]))
+                again = [*back, head.item, *(sent.item for sent in inflight)]
+                self._todo.extendleft(reversed(again))
                 for sent in inflight:
                     sent.future.add_done_callback(_consume)
                 inflight.clear()
@@ -276,7 +282,7 @@ class _Lane:
         self._sent = True
         self._inflight.append(_Sent(item, rows, clock, self._acked, future))
 
-    def _take(self, sent: _Sent) -> tuple[BaseException | None, list[_Sent]]:
+    def _take(self, sent: _Sent) -> tuple[BaseException | None, list[_Publish]]:
         """Take an acked head into the gapless prefix; else the reason it cannot be, and
         the prefix's messages that must go again with it."""
         future = sent.future
@@ -303,22 +309,23 @@ class _Lane:
         self._acked = sent.clock
         self._rows += sent.rows
         self._forgot |= len(self._recent) == self._recent.maxlen
-        self._recent.append((sent, offset))
+        self._recent.append((sent.clock, offset, sent.rows, sent.item))
         return None, []
 
-    def _rewind(self, drop: Callable[[int, int], bool]) -> list[_Sent]:
+    def _rewind(self, drop: Callable[[int, int], bool]) -> list[_Publish]:
         """End the prefix before its last messages for which ``drop(clock, offset)``
         holds; returns them, to go again."""
-        back: list[_Sent] = []
-        while self._recent and drop(self._recent[-1][0].clock, self._recent[-1][1]):
-            earlier, _ = self._recent.pop()
-            back.append(earlier)
-            self._rows -= earlier.rows
+        back: list[_Publish] = []
+        recent = self._recent
+        while recent and drop(recent[-1][0], recent[-1][1]):
+            _, _, rows, item = recent.pop()
+            back.append(item)
+            self._rows -= rows
         if not back:
             return back
         back.reverse()
-        if self._recent:
-            self._acked, self._offset = self._recent[-1][0].clock, self._recent[-1][1]
+        if recent:
+            self._acked, self._offset = recent[-1][0], recent[-1][1]
         elif self._forgot:
             raise errors.OutOfOrderAckError(
                 f"{self.stream}/{self.partition}: the gapless prefix would end before acked "

@@ -80,3 +80,47 @@ def test_a_write_connects_within_the_delivery_timeout_and_says_which_bound() -> 
         assert client_options(longer).connect_timeout == pytest.approx(3.0)
     finally:
         frozen.close()
+
+
+def test_a_write_task_freezes_the_heap_it_found_and_gives_it_back() -> None:
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    before = object.__new__(type("Before", (), {}))  # a tracked object made before the task
+    with _runtime.frozen_heap():
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        assert not any(o is before for o in gc.get_objects())  # out of every collection
+        during = [object.__new__(type("During", (), {}))]
+        assert any(o is during for o in gc.get_objects())  # what the task makes is not
+    assert gc.get_freeze_count() == 0
+    assert any(o is before for o in gc.get_objects())
+
+
+def test_a_heap_frozen_by_someone_else_stays_as_it_was() -> None:
+    import gc
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with _runtime.frozen_heap():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
+def test_the_heap_is_given_back_when_the_task_fails() -> None:
+    import gc
+
+    seen: list[int] = []
+
+    def task() -> None:
+        with _runtime.frozen_heap():
+            seen.append(gc.get_freeze_count())
+            raise RuntimeError("the task failed")
+
+    with pytest.raises(RuntimeError):
+        task()
+    assert seen[0] > 0
+    assert gc.get_freeze_count() == 0
