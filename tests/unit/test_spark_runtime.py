@@ -86,12 +86,12 @@ def test_a_write_task_freezes_the_heap_it_found_and_gives_it_back() -> None:
     import gc
 
     assert gc.get_freeze_count() == 0
-    before = object.__new__(type("Before", (), {}))  # a tracked object made before the task
+    before: object = type("Before", (), {})()  # a tracked object made before the task
     with _runtime.frozen_heap():
         frozen = gc.get_freeze_count()
         assert frozen > 0
         assert not any(o is before for o in gc.get_objects())  # out of every collection
-        during = [object.__new__(type("During", (), {}))]
+        during: list[object] = [type("During", (), {})()]
         assert any(o is during for o in gc.get_objects())  # what the task makes is not
     assert gc.get_freeze_count() == 0
     assert any(o is before for o in gc.get_objects())
