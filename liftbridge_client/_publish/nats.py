@@ -323,7 +323,6 @@ class NatsPublisher:
 
 
 _NONE = AckPolicy.NONE
-_EXPECTS_MAX = 4096  # partition subjects remembered; the cache starts over beyond
 
 
 def _left(deadline: float) -> float:
@@ -339,21 +338,9 @@ class NatsRoute:
         self._slots = slots
         self.used = False  # something was written: flush() asks NATS for a round trip
         self.lost = False  # nats-py gave up on the connection
-        # The (stream, subject) an ack must name, one tuple per partition subject: a new
-        # one per publish was one more object alive per message in flight, and thousands
-        # in flight are what makes CPython's cyclic GC run.
-        self._expects: dict[str, tuple[str, str]] = {}
 
     def __repr__(self) -> str:
         return f"<NatsRoute {self.pub!r}{' lost' if self.lost else ''}>"
-
-    def _expect(self, stream: str, subject: str) -> tuple[str, str]:
-        expect = self._expects.get(subject)
-        if expect is None or expect[0] != stream:
-            if len(self._expects) >= _EXPECTS_MAX:
-                self._expects.clear()
-            expect = self._expects[subject] = (stream, subject)
-        return expect
 
     @property
     def usable(self) -> bool:
@@ -441,7 +428,7 @@ class NatsRoute:
         """What follows a registered publish's append to nats-py's buffer."""
         self.used = True
         fut.owner = self.pub  # lost with the NATS connection
-        fut.expect = self._expect(stream, subject)  # what its ack must name
+        fut.expect = (stream, subject)  # what its ack must name
         if ack_policy is _NONE:
             self._correlator.resolve(fut.correlation_id, None)  # written: nothing will come
         self._slots.wake_sender()
@@ -450,7 +437,7 @@ class NatsRoute:
         assert item.payload is not None
         self.used = True
         fut.owner = self.pub
-        fut.expect = self._expect(item.stream, item.subject)
+        fut.expect = (item.stream, item.subject)
         # nats-py swallows a CancelledError in a forced flush and returns normally: the
         # sender's loop condition re-checks that the publisher is open after this await.
         if not self.pub.send_nowait(item.subject, item.payload):
