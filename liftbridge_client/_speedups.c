@@ -22,6 +22,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -656,53 +657,120 @@ ack_string(const unsigned char *p, const struct ack_scan *scan, int field)
     return PyUnicode_DecodeUTF8((const char *)p + scan->at[field], scan->len[field], NULL);
 }
 
-/* scan_ack(data) -> (correlation_id, stream, msg_subject, ack_error, ack_policy, offset)
- *     | None
- *
- * data: an enveloped Ack; None unless its header is the one the server sends (no CRC)
- * and its payload is an api.Ack of the plain shape (scan_plain_ack).
- */
-static PyObject *
-scan_ack(PyObject *self, PyObject *data)
+/* The Ack an ack scan returns: an instance of the class the caller names
+ * (liftbridge_client.models.Ack), made as models.ack_from_wire makes it - the encoded
+ * api.Ack kept to be decoded when a field other than the offset is first read - but
+ * without a Python call per slot (three descriptor calls cost more than the scan). The
+ * class's slots are found by name once and set through their member descriptors. */
+static PyTypeObject *ack_class = NULL;
+static PyMemberDef *ack_decoded = NULL, *ack_offset = NULL, *ack_raw = NULL;
+
+static PyMemberDef *
+slot_of(PyTypeObject *cls, const char *name)
 {
-    if (!PyBytes_CheckExact(data)) {
-        PyErr_SetString(PyExc_TypeError, "scan_ack takes bytes");
+    PyObject *descr = PyDict_GetItemString(cls->tp_dict, name); /* borrowed */
+    if (descr == NULL || !PyObject_TypeCheck(descr, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "%s has no slot %s", cls->tp_name, name);
         return NULL;
     }
+    return ((PyMemberDescrObject *)descr)->d_member;
+}
+
+static int
+use_ack_class(PyObject *cls)
+{
+    if ((PyTypeObject *)cls == ack_class)
+        return 0;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "the ack class must be a class");
+        return -1;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    PyMemberDef *decoded = slot_of(type, "_decoded"), *offset = NULL, *raw = NULL;
+    if (decoded == NULL || (offset = slot_of(type, "_offset")) == NULL ||
+        (raw = slot_of(type, "_raw")) == NULL)
+        return -1;
+    Py_INCREF(cls);
+    Py_XSETREF(ack_class, type);
+    ack_decoded = decoded, ack_offset = offset, ack_raw = raw;
+    return 0;
+}
+
+static PyObject *
+new_ack(PyObject *cls, const unsigned char *raw, Py_ssize_t n, unsigned long long offset)
+{
+    if (use_ack_class(cls) < 0)
+        return NULL;
+    PyObject *ack = ack_class->tp_alloc(ack_class, 0);
+    if (ack == NULL)
+        return NULL;
+    PyObject *payload = PyBytes_FromStringAndSize((const char *)raw, n);
+    PyObject *at = payload == NULL ? NULL : PyLong_FromUnsignedLongLong(offset);
+    if (at == NULL || PyMember_SetOne((char *)ack, ack_decoded, Py_None) < 0 ||
+        PyMember_SetOne((char *)ack, ack_offset, at) < 0 ||
+        PyMember_SetOne((char *)ack, ack_raw, payload) < 0) {
+        Py_XDECREF(payload);
+        Py_XDECREF(at);
+        Py_DECREF(ack);
+        return NULL;
+    }
+    Py_DECREF(payload);
+    Py_DECREF(at);
+    return ack;
+}
+
+/* scan_ack(data, ack_class) -> (correlation_id, stream, msg_subject, ack_error, ack_policy,
+ *                                ack) | None
+ *
+ * data: an enveloped Ack; None unless its header is the one the server sends (no CRC)
+ * and its payload is an api.Ack of the plain shape (scan_plain_ack). ack: an instance of
+ * ack_class over the payload, its offset read (new_ack).
+ */
+static PyObject *
+scan_ack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "scan_ack takes bytes and the ack class");
+        return NULL;
+    }
+    PyObject *data = args[0];
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
     Py_ssize_t n = PyBytes_GET_SIZE(data);
     struct ack_scan scan;
     if (n < 8 || memcmp(p, ACK_HEADER, 8) != 0 || scan_plain_ack(p + 8, n - 8, &scan) < 0)
         Py_RETURN_NONE;
     p += 8;
-    PyObject *cid = ack_string(p, &scan, 6);
+    PyObject *ack = new_ack(args[1], p, n - 8, scan.offset);
+    PyObject *cid = ack == NULL ? NULL : ack_string(p, &scan, 6);
     PyObject *stream = cid == NULL ? NULL : ack_string(p, &scan, 1);
     PyObject *subject = stream == NULL ? NULL : ack_string(p, &scan, 3);
     PyObject *result = subject == NULL ? NULL
-                                       : Py_BuildValue("(OOOKKK)", cid, stream, subject,
-                                                       scan.ack_error, scan.ack_policy,
-                                                       scan.offset);
+                                       : Py_BuildValue("(OOOKKO)", cid, stream, subject,
+                                                       scan.ack_error, scan.ack_policy, ack);
+    Py_XDECREF(ack);
     Py_XDECREF(cid);
     Py_XDECREF(stream);
     Py_XDECREF(subject);
     return result;
 }
 
-/* plain_response(response) -> (correlation_id, encoded ack) | None
+/* plain_response(response, ack_class) -> (correlation_id, ack) | None
  *
  * The twin of _publish.wire.plain_ack, exact where that one is quick: a PublishResponse
  * (without its gRPC head) holding exactly field 1, an api.Ack of the plain shape
  * (scan_plain_ack) without error and with an ack policy this client knows (0-2), and
  * field 3, a correlation id the ack names too (its field 6). None for anything else
- * (an asyncError, an error ack, other shapes): the caller decodes it fully.
+ * (an asyncError, an error ack, other shapes): the caller decodes it fully. ack: an
+ * instance of ack_class over the encoded ack, its offset read (new_ack).
  */
 static PyObject *
-plain_response(PyObject *self, PyObject *data)
+plain_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!PyBytes_CheckExact(data)) {
-        PyErr_SetString(PyExc_TypeError, "plain_response takes bytes");
+    if (nargs != 2 || !PyBytes_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "plain_response takes bytes and the ack class");
         return NULL;
     }
+    PyObject *data = args[0];
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
     Py_ssize_t n = PyBytes_GET_SIZE(data), at = 0;
     Py_ssize_t ack_at = -1, ack_len = 0, cid_at = -1, cid_len = 0;
@@ -728,17 +796,23 @@ plain_response(PyObject *self, PyObject *data)
         scan.ack_error != 0 || scan.ack_policy > 2 || scan.len[6] != cid_len ||
         memcmp(p + ack_at + scan.at[6], p + cid_at, (size_t)cid_len) != 0)
         Py_RETURN_NONE;
+    PyObject *ack = new_ack(args[1], p + ack_at, ack_len, scan.offset);
+    if (ack == NULL)
+        return NULL;
+    /* valid UTF-8 already (the ack's field 6): only memory fails here */
     PyObject *cid = PyUnicode_DecodeUTF8((const char *)p + cid_at, cid_len, NULL);
-    if (cid == NULL)
-        return NULL; /* valid UTF-8 already (the ack's field 6): only memory fails here */
-    PyObject *result = Py_BuildValue("(Ny#)", cid, (const char *)p + ack_at, ack_len);
-    return result;
+    if (cid == NULL) {
+        Py_DECREF(ack);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", cid, ack);
 }
 
 static PyMethodDef methods[] = {
     {"serve_routed", (PyCFunction)(void (*)(void))serve_routed, METH_FASTCALL,
      "The C twin of _transport.nats.serve_routed."},
-    {"scan_ack", scan_ack, METH_O, "The hot fields of a plain enveloped api.Ack, or None."},
+    {"scan_ack", (PyCFunction)(void (*)(void))scan_ack, METH_FASTCALL,
+     "The hot fields of a plain enveloped api.Ack and its Ack, or None."},
     {"fnv1a_32", fnv1a_32, METH_O, "The 32-bit FNV-1a hash of bytes."},
     {"header_entries", (PyCFunction)(void (*)(void))header_entries, METH_FASTCALL,
      "The wire bytes of a plain map<string, bytes> field, or None."},
@@ -746,8 +820,8 @@ static PyMethodDef methods[] = {
      "The PUB command of a plain enveloped Message, in one piece, or None."},
     {"publish_request", (PyCFunction)(void (*)(void))publish_request, METH_FASTCALL,
      "The gRPC message of a plain PublishRequest, in one piece, or None."},
-    {"plain_response", plain_response, METH_O,
-     "The correlation id and encoded ack of a plain PublishResponse, or None."},
+    {"plain_response", (PyCFunction)(void (*)(void))plain_response, METH_FASTCALL,
+     "The correlation id and Ack of a plain PublishResponse, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,6 +1,8 @@
 # The C accelerator's functions (_speedups.c); each mirrors a pure-Python twin.
 from collections.abc import Callable
 
+from liftbridge_client.models import Ack
+
 def serve_routed(
     data: bytes,
     table: dict[int, Callable[[bytes], None]],
@@ -12,7 +14,9 @@ def serve_routed(
 MAX_PLAIN_HEADERS: int
 MAX_HEADER_KEY_BYTES: int
 
-def scan_ack(data: bytes, /) -> tuple[str, str, str, int, int, int] | None: ...
+def scan_ack(
+    data: bytes, ack_class: type[Ack], /
+) -> tuple[str, str, str, int, int, Ack] | None: ...
 def fnv1a_32(data: bytes, /) -> int: ...
 def header_entries(headers: object, tag: int, /) -> bytes | None: ...
 def publish_command(
@@ -26,7 +30,7 @@ def publish_command(
     limit: int,
     /,
 ) -> bytes | None: ...
-def plain_response(response: bytes, /) -> tuple[str, bytes] | None: ...
+def plain_response(response: bytes, ack_class: type[Ack], /) -> tuple[str, Ack] | None: ...
 def publish_request(
     value: bytes,
     stream: str,

@@ -29,7 +29,7 @@ from liftbridge_client._publish.wire import answer_ack
 from liftbridge_client._transport.grpc import BrokerPool, map_rpc_error
 from liftbridge_client._transport.h2 import BidiStreamCall, H2RpcError
 from liftbridge_client._transport.h2.framing import encode_message
-from liftbridge_client.models import ack_from_wire
+from liftbridge_client.models import Ack
 
 __all__ = ["H2PublishStream"]
 
@@ -76,9 +76,9 @@ class H2PublishStream(PublishStream):
             self._outages.answered(self.address)
         resolve = self._correlator.resolve
         for raw in responses:
-            plain = answer_ack(raw)
+            plain = answer_ack(raw, Ack)
             if plain is not None:
-                resolve(plain[0], ack_from_wire(plain[1]))
+                resolve(plain[0], plain[1])
                 continue
             try:
                 resp = api_pb2.PublishResponse.FromString(raw)

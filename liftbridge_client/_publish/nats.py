@@ -44,8 +44,8 @@ from liftbridge_client._publish.acks import AckFuture, Correlator
 from liftbridge_client._publish.route import Item, Slots
 from liftbridge_client._transport.grpc import ack_error
 from liftbridge_client._transport.nats import PubBuffer, route_sid, unroute_sid
-from liftbridge_client.envelope import HEADER_LEN, MESSAGE_HEADERS_TAG, plain_header_entries
-from liftbridge_client.models import AckPolicy, StreamInfo, ack_from_proto, ack_from_wire
+from liftbridge_client.envelope import MESSAGE_HEADERS_TAG, plain_header_entries
+from liftbridge_client.models import Ack, AckPolicy, StreamInfo, ack_from_proto
 
 __all__ = ["WRITE_EVERY", "NatsPublisher", "NatsRoute", "map_nats_error"]
 
@@ -265,12 +265,13 @@ class NatsPublisher:
 
     def dispatch(self, data: bytes) -> None:
         """Decode one ack-inbox message and settle its publish."""
-        fields = _scan_ack(data) if _scan_ack is not None else None
+        fields = _scan_ack(data, Ack) if _scan_ack is not None else None
         if fields is None or fields[3] != _ACK_OK or fields[4] not in _ACK_POLICIES:
             # Not the plain shape of a success ack (or no accelerator): protobuf decides.
             self._dispatch_decoded(data)
             return
-        # The C scan checked every byte protobuf would: the Ack decodes when first read.
+        # The C scan checked every byte protobuf would: the Ack it made decodes when a
+        # field other than its offset is first read.
         cid, stream, subject = fields[0], fields[1], fields[2]
         correlator = self._correlator
         fut = correlator.get(cid)
@@ -279,7 +280,7 @@ class NatsPublisher:
         ):
             self._mismatched(cid, stream, subject, fut)
             return
-        correlator.resolve(cid, ack_from_wire(data[HEADER_LEN:], fields[5]))
+        correlator.resolve(cid, fields[5])
 
     def _dispatch_decoded(self, data: bytes) -> None:
         """`dispatch` through protobuf's decode: every ack without the accelerator, and

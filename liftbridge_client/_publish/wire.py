@@ -26,8 +26,9 @@ import struct
 
 from liftbridge_client._native import speedups
 from liftbridge_client.envelope import _varint as varint
+from liftbridge_client.models import Ack, ack_from_wire
 
-__all__ = ["answer_ack", "plain_ack", "plain_publish_request", "publish_request"]
+__all__ = ["answer_ack", "plain_ack", "plain_answer", "plain_publish_request", "publish_request"]
 
 # Fields 8 (ackPolicy; 0, LEADER, is omitted) and 9 (expectedOffset = -1: the publisher
 # always sends it without a check), the request's last bytes, by ack policy.
@@ -126,8 +127,17 @@ def plain_ack(response: bytes) -> tuple[str, bytes] | None:
     return text, response[start:end]
 
 
+def plain_answer(response: bytes, ack_class: type[Ack]) -> tuple[str, Ack] | None:
+    """``(correlationId, Ack)`` of the common PublishResponse (`plain_ack`), else None;
+    the Ack is decoded when a field is first read. ``ack_class`` is `Ack` (the C twin
+    makes its instances directly and takes it as an argument)."""
+    plain = plain_ack(response)
+    return None if plain is None else (plain[0], ack_from_wire(plain[1]))
+
+
 # What the publisher calls: the C twins (liftbridge_client/_speedups.c) when they are built.
-# The same bytes; the answer's twin checks every byte where plain_ack looks at the telling
-# ones, and the request's also encodes partitions from 128 up.
+# The same results; the answer's twin checks every byte where plain_ack looks at the
+# telling ones (and reads the ack's offset), and the request's also encodes partitions
+# from 128 up.
 publish_request = plain_publish_request if speedups is None else speedups.publish_request
-answer_ack = plain_ack if speedups is None else speedups.plain_response
+answer_ack = plain_answer if speedups is None else speedups.plain_response

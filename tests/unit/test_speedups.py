@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 
 from liftbridge_client import _native, envelope
 from liftbridge_client._proto import api_pb2
-from liftbridge_client._publish.wire import plain_ack, plain_publish_request
+from liftbridge_client._publish.wire import plain_answer, plain_publish_request
 from liftbridge_client._transport import nats as transport
 from liftbridge_client.errors import ProtocolError
 from liftbridge_client.exactly_once import mapping
-from liftbridge_client.models import AckPolicy, ack_from_proto, ack_from_wire
+from liftbridge_client.models import Ack, AckPolicy, ack_from_proto, ack_from_wire
 
 # The module as built, imported directly: its functions are tested against their twins
 # also in a process that runs the client without it (LIFTBRIDGE_CLIENT_PURE).
@@ -198,19 +198,59 @@ def enveloped(payload: bytes) -> bytes:
 def test_the_scan_vouches_for_every_plain_ack(pb: api_pb2.Ack) -> None:
     assert speedups is not None
     data = enveloped(pb.SerializeToString())
-    fields = speedups.scan_ack(data)
-    assert fields == (
-        pb.correlationId,
-        pb.stream,
-        pb.msgSubject,
-        pb.ackError,
-        pb.ackPolicy,
-        pb.offset,
-    )
-    assert ack_from_wire(data[envelope.HEADER_LEN :]) == ack_from_proto(pb)
-    scanned = ack_from_wire(data[envelope.HEADER_LEN :], fields[5])
-    assert scanned.offset == pb.offset
-    assert scanned == ack_from_proto(pb)
+    fields = speedups.scan_ack(data, Ack)
+    assert fields is not None
+    assert fields[:5] == (pb.correlationId, pb.stream, pb.msgSubject, pb.ackError, pb.ackPolicy)
+    made = fields[5]
+    assert type(made) is Ack
+    assert made.offset == pb.offset  # read by the scan, before any decode
+    # The Ack the twin makes of the same bytes, and protobuf's, field for field.
+    assert made == ack_from_wire(data[envelope.HEADER_LEN :]) == ack_from_proto(pb)
+    assert made.offset == pb.offset  # and after the decode
+
+
+@needs_c
+def test_the_scans_acks_are_acks_and_are_freed() -> None:
+    import gc
+    import pickle
+    import sys
+    from dataclasses import FrozenInstanceError
+
+    assert speedups is not None
+    pb = api_pb2.Ack(stream="s", msgSubject="s", offset=41, correlationId="c", ackPolicy=1)
+    data = enveloped(pb.SerializeToString())
+    fields = speedups.scan_ack(data, Ack)
+    assert fields is not None
+    made = fields[5]
+    with pytest.raises(FrozenInstanceError):
+        made.offset = 1  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(made)) == made == ack_from_proto(pb)
+    assert hash(made) == hash(ack_from_proto(pb))
+    assert "offset=41" in repr(made)
+    answer = api_pb2.PublishResponse(ack=pb, correlationId="c").SerializeToString()
+    del fields, made
+    gc.collect()
+    refs = sys.getrefcount(Ack), sys.getrefcount(data), sys.getrefcount(answer)
+    for _ in range(2000):
+        speedups.scan_ack(data, Ack)
+        speedups.plain_response(answer, Ack)
+    gc.collect()
+    assert (sys.getrefcount(Ack), sys.getrefcount(data), sys.getrefcount(answer)) == refs
+
+
+@needs_c
+def test_the_scans_take_only_a_class_with_the_acks_slots() -> None:
+    assert speedups is not None
+    data = enveloped(api_pb2.Ack(correlationId="c").SerializeToString())
+
+    class Other:
+        __slots__ = ("_decoded", "_raw")
+
+    with pytest.raises(TypeError, match="_offset"):
+        speedups.scan_ack(data, Other)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        speedups.scan_ack(data, "Ack")  # type: ignore[arg-type]
+    assert speedups.scan_ack(data, Ack) is not None  # and the right class still serves
 
 
 @st.composite
@@ -243,24 +283,17 @@ def mangled(draw: st.DrawFn) -> bytes:
 @example(data=enveloped(b"\x32\x01a\x32\x01b"))  # the last occurrence wins
 def test_the_scan_vouches_only_for_what_protobuf_decodes_alike(data: bytes) -> None:
     assert speedups is not None
-    fields = speedups.scan_ack(data)
+    fields = speedups.scan_ack(data, Ack)
     if fields is None:
         return  # protobuf decides (the pure path, tested on its own)
     try:
         pb = envelope.decode_ack(data)
     except ProtocolError as exc:
         raise AssertionError(f"the scan vouched for bytes protobuf refuses: {exc}") from None
-    assert fields == (
-        pb.correlationId,
-        pb.stream,
-        pb.msgSubject,
-        pb.ackError,
-        pb.ackPolicy,
-        pb.offset,
-    )
+    assert fields[:5] == (pb.correlationId, pb.stream, pb.msgSubject, pb.ackError, pb.ackPolicy)
+    assert fields[5].offset == pb.offset
     if pb.ackPolicy in {p.value for p in AckPolicy}:
-        assert ack_from_wire(data[envelope.HEADER_LEN :]) == ack_from_proto(pb)
-        assert ack_from_wire(data[envelope.HEADER_LEN :], fields[5]) == ack_from_proto(pb)
+        assert fields[5] == ack_from_wire(data[envelope.HEADER_LEN :]) == ack_from_proto(pb)
 
 
 @needs_c
@@ -276,7 +309,7 @@ def test_the_scan_vouches_only_for_what_protobuf_decodes_alike(data: bytes) -> N
 )
 def test_the_scan_leaves_other_shapes_to_protobuf(data: bytes) -> None:
     assert speedups is not None
-    assert speedups.scan_ack(data) is None
+    assert speedups.scan_ack(data, Ack) is None
 
 
 # ---- the headers of a plain publish ---------------------------------------------------
@@ -419,7 +452,7 @@ def responses(draw: st.DrawFn) -> api_pb2.PublishResponse:
 @given(resp=responses())
 def test_the_answer_scan_takes_every_plain_answer(resp: api_pb2.PublishResponse) -> None:
     assert speedups is not None
-    got = speedups.plain_response(resp.SerializeToString())
+    got = speedups.plain_response(resp.SerializeToString(), Ack)
     ack = resp.ack
     plain = (
         ack.ackError == 0 and resp.correlationId != "" and resp.correlationId == ack.correlationId
@@ -427,9 +460,10 @@ def test_the_answer_scan_takes_every_plain_answer(resp: api_pb2.PublishResponse)
     if not plain:
         assert got is None
         return
-    assert got == (resp.correlationId, ack.SerializeToString())
+    assert got == (resp.correlationId, ack_from_proto(ack))
+    assert got[1].offset == ack.offset
     # Where the quick twin vouches too, both say the same.
-    quick = plain_ack(resp.SerializeToString())
+    quick = plain_answer(resp.SerializeToString(), Ack)
     assert quick is None or quick == got
 
 
@@ -456,7 +490,7 @@ def mangled_responses(draw: st.DrawFn) -> bytes:
 @example(data=b"\x0a\x05\x32\x01c\x38\x07\x1a\x01c")  # ack policy 7: unknown to this client
 def test_the_answer_scan_vouches_only_for_what_protobuf_decodes_alike(data: bytes) -> None:
     assert speedups is not None
-    got = speedups.plain_response(data)
+    got = speedups.plain_response(data, Ack)
     if got is None:
         return
     try:
@@ -466,10 +500,10 @@ def test_the_answer_scan_vouches_only_for_what_protobuf_decodes_alike(data: byte
     assert not resp.HasField("asyncError")
     # The ack's own bytes (not re-encoded: a field may be spelt out at its default).
     assert got[0] == resp.correlationId
-    assert api_pb2.Ack.FromString(got[1]) == resp.ack
+    assert got[1].offset == resp.ack.offset
     assert resp.ack.correlationId == resp.correlationId != ""
     assert resp.ack.ackError == 0
-    assert ack_from_wire(got[1]) == ack_from_proto(resp.ack)
+    assert got[1] == ack_from_proto(resp.ack)
 
 
 @needs_c
