@@ -217,7 +217,9 @@ def test_the_scans_acks_are_acks_and_are_freed() -> None:
     from dataclasses import FrozenInstanceError
 
     assert speedups is not None
-    pb = api_pb2.Ack(stream="s", msgSubject="s", offset=41, correlationId="c", ackPolicy=api_pb2.ALL)
+    pb = api_pb2.Ack(
+        stream="s", msgSubject="s", offset=41, correlationId="c", ackPolicy=api_pb2.ALL
+    )
     data = enveloped(pb.SerializeToString())
     fields = speedups.scan_ack(data, Ack)
     assert fields is not None
