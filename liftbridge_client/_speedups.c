@@ -669,7 +669,10 @@ static PyMemberDef *
 slot_of(PyTypeObject *cls, const char *name)
 {
     PyObject *descr = PyDict_GetItemString(cls->tp_dict, name); /* borrowed */
-    if (descr == NULL || !PyObject_TypeCheck(descr, &PyMemberDescr_Type)) {
+    /* The class's own slot: a descriptor of another class's layout, copied into this
+     * one's namespace, would have us write past the end of its instances. */
+    if (descr == NULL || !PyObject_TypeCheck(descr, &PyMemberDescr_Type) ||
+        PyDescr_TYPE(descr) != cls) {
         PyErr_Format(PyExc_TypeError, "%s has no slot %s", cls->tp_name, name);
         return NULL;
     }

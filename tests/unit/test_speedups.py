@@ -250,6 +250,13 @@ def test_the_scans_take_only_a_class_with_the_acks_slots() -> None:
 
     with pytest.raises(TypeError, match="_offset"):
         speedups.scan_ack(data, Other)  # type: ignore[arg-type]
+    class Borrowed:  # another class's slot descriptors in its namespace: not its slots
+        _decoded = vars(Ack)["_decoded"]
+        _offset = vars(Ack)["_offset"]
+        _raw = vars(Ack)["_raw"]
+
+    with pytest.raises(TypeError, match="_decoded"):
+        speedups.scan_ack(data, Borrowed)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         speedups.scan_ack(data, "Ack")  # type: ignore[arg-type]
     assert speedups.scan_ack(data, Ack) is not None  # and the right class still serves
