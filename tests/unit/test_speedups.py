@@ -250,6 +250,7 @@ def test_the_scans_take_only_a_class_with_the_acks_slots() -> None:
 
     with pytest.raises(TypeError, match="_offset"):
         speedups.scan_ack(data, Other)  # type: ignore[arg-type]
+
     class Borrowed:  # another class's slot descriptors in its namespace: not its slots
         _decoded = vars(Ack)["_decoded"]
         _offset = vars(Ack)["_offset"]
