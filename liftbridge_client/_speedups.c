@@ -1,6 +1,6 @@
-/* The publish hot path in C: an optional accelerator, each function with a pure-Python twin.
+/* The hot paths in C: an optional accelerator, each function with a pure-Python twin.
  *
- * Seven functions, each the equivalent of Python code the package keeps (and uses when
+ * Nine functions, each the equivalent of Python code the package keeps (and uses when
  * this module is not built):
  *
  *   serve_routed     liftbridge_client._transport.nats.serve_routed (the MSG walk)
@@ -9,6 +9,10 @@
  *                    decodes them with protobuf, which decides (and words the error)
  *   header_entries   envelope.plain_header_entries (the headers of a plain publish)
  *   fnv1a_32         exactly_once.mapping.fnv1a_32 (the exactly-once key mapping)
+ *   uuid_fields      exactly_once.uuids.fields_of (each message a read_committed read
+ *                    sequences)
+ *   new_slotted      cls(*values) for a slotted class whose __init__ only stores them
+ *                    (exactly_once.sequencer.Envelope, one per message read committed)
  *   publish_command  envelope.encode_message_plain and the PUB command around it
  *                    (_transport.nats.PubBuffer.append), in one piece
  *   publish_request  _publish.wire.plain_publish_request (PublishAsync's request)
@@ -811,12 +815,130 @@ plain_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(NN)", cid, ack);
 }
 
+/* ---- uuid_fields, new_slotted: the read_committed reader's hot path -------------------- */
+
+/* uuid_fields(raw) -> (producer, clock, flags) | None: the twin of
+ * exactly_once.uuids.fields_of for exact 16-byte bytes; None for anything else (the twin
+ * then says what is wrong). Every message a read_committed read sequences is split so. */
+static PyObject *
+uuid_fields(PyObject *self, PyObject *raw)
+{
+    if (!PyBytes_CheckExact(raw) || PyBytes_GET_SIZE(raw) != 16)
+        Py_RETURN_NONE;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(raw);
+    uint64_t head = 0;
+    for (int i = 0; i < 8; i++)
+        head = (head << 8) | p[i];
+    unsigned int seq = ((unsigned int)p[8] << 8) | p[9];
+    /* Unsigned arithmetic wraps at 64 bits, as the twin's "& _U64". */
+    uint64_t clock = ((head >> 32) << 4) | (((head >> 16) & 0xFFFF) << 36) | ((head & 0xFFFF) << 52);
+    clock |= (seq >> 10) & 0xF;
+    PyObject *producer = PyBytes_FromStringAndSize((const char *)p + 10, 6);
+    if (producer == NULL)
+        return NULL;
+    PyObject *c = PyLong_FromUnsignedLongLong(clock);
+    PyObject *f = c == NULL ? NULL : PyLong_FromLong((long)(seq & 0x3FF));
+    if (f == NULL) {
+        Py_DECREF(producer);
+        Py_XDECREF(c);
+        return NULL;
+    }
+    PyObject *out = PyTuple_New(3);
+    if (out == NULL) {
+        Py_DECREF(producer);
+        Py_DECREF(c);
+        Py_DECREF(f);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, producer);
+    PyTuple_SET_ITEM(out, 1, c);
+    PyTuple_SET_ITEM(out, 2, f);
+    return out;
+}
+
+/* new_slotted(cls, *values) -> an instance of cls with its __slots__ set to values, in
+ * order, without calling __init__: the twin of cls(*values) for a slotted class whose
+ * __init__ only stores its arguments (exactly_once.sequencer.Envelope, a frozen
+ * dataclass: its __init__ stores each field with object.__setattr__, 2 us a message
+ * here). Every slot must be given; the slots are the class's own, found once. */
+#define MAX_SLOTS 16
+static PyTypeObject *slotted_class = NULL;
+static PyMemberDef *slotted_members[MAX_SLOTS];
+static Py_ssize_t slotted_count = 0;
+
+static int
+use_slotted_class(PyObject *cls)
+{
+    if ((PyTypeObject *)cls == slotted_class)
+        return 0;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "new_slotted takes a class first");
+        return -1;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    PyObject *names = PyDict_GetItemString(type->tp_dict, "__slots__"); /* borrowed */
+    if (names == NULL || !PyTuple_CheckExact(names) || PyTuple_GET_SIZE(names) > MAX_SLOTS) {
+        PyErr_Format(PyExc_TypeError, "%s has no tuple of at most %d __slots__",
+                     type->tp_name, MAX_SLOTS);
+        return -1;
+    }
+    PyMemberDef *members[MAX_SLOTS];
+    Py_ssize_t count = PyTuple_GET_SIZE(names);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        const char *text = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+        if (text == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%s has a slot name that is not a str",
+                             type->tp_name);
+            return -1;
+        }
+        if ((members[i] = slot_of(type, text)) == NULL)
+            return -1;
+    }
+    Py_INCREF(cls);
+    Py_XSETREF(slotted_class, type);
+    memcpy(slotted_members, members, sizeof(members[0]) * (size_t)count);
+    slotted_count = count;
+    return 0;
+}
+
+static PyObject *
+new_slotted(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "new_slotted takes a class first");
+        return NULL;
+    }
+    if (use_slotted_class(args[0]) < 0)
+        return NULL;
+    if (nargs - 1 != slotted_count) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd slot values, got %zd",
+                     slotted_class->tp_name, slotted_count, nargs - 1);
+        return NULL;
+    }
+    PyObject *obj = slotted_class->tp_alloc(slotted_class, 0);
+    if (obj == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < slotted_count; i++) {
+        if (PyMember_SetOne((char *)obj, slotted_members[i], args[i + 1]) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+    }
+    return obj;
+}
+
 static PyMethodDef methods[] = {
     {"serve_routed", (PyCFunction)(void (*)(void))serve_routed, METH_FASTCALL,
      "The C twin of _transport.nats.serve_routed."},
     {"scan_ack", (PyCFunction)(void (*)(void))scan_ack, METH_FASTCALL,
      "The hot fields of a plain enveloped api.Ack and its Ack, or None."},
     {"fnv1a_32", fnv1a_32, METH_O, "The 32-bit FNV-1a hash of bytes."},
+    {"uuid_fields", uuid_fields, METH_O,
+     "(producer, clock, flags) of an exactly-once UUID's 16 bytes, or None."},
+    {"new_slotted", (PyCFunction)(void (*)(void))new_slotted, METH_FASTCALL,
+     "An instance of a slotted class with its slots set, without __init__."},
     {"header_entries", (PyCFunction)(void (*)(void))header_entries, METH_FASTCALL,
      "The wire bytes of a plain map<string, bytes> field, or None."},
     {"publish_command", (PyCFunction)(void (*)(void))publish_command, METH_FASTCALL,
@@ -830,7 +952,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "liftbridge_client._speedups",
-    "The publish hot path in C (optional; the package has a pure-Python twin of each function).",
+    "The hot paths in C (optional; the package has a pure-Python twin of each function).",
     -1, methods, NULL, NULL, NULL, NULL,
 };
 

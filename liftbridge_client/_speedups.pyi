@@ -1,7 +1,10 @@
 # The C accelerator's functions (_speedups.c); each mirrors a pure-Python twin.
 from collections.abc import Callable
+from typing import TypeVar
 
 from liftbridge_client.models import Ack
+
+_T = TypeVar("_T")
 
 def serve_routed(
     data: bytes,
@@ -18,6 +21,8 @@ def scan_ack(
     data: bytes, ack_class: type[Ack], /
 ) -> tuple[str, str, str, int, int, Ack] | None: ...
 def fnv1a_32(data: bytes, /) -> int: ...
+def uuid_fields(raw: object, /) -> tuple[bytes, int, int] | None: ...
+def new_slotted(cls: type[_T], /, *values: object) -> _T: ...
 def header_entries(headers: object, tag: int, /) -> bytes | None: ...
 def publish_command(
     pub_head: bytes,

@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self, TypeVar
 
 from liftbridge_client import errors
+from liftbridge_client._native import new_slotted
 from liftbridge_client._subscribe import SubscribeArgs
 from liftbridge_client._tasks import TaskHandle, TaskSupervisor
 from liftbridge_client.exactly_once.framing import Framing
@@ -125,7 +126,9 @@ def envelope_of(message: Message, uuid_of: UuidOf = header_uuid) -> Envelope:
         uuid = None
     if uuid is None:
         return Envelope(ref, message.offset, message.offset + 1, _ZERO, message)
-    return Envelope(ref, message.offset, message.offset + 1, uuid, message, _clocks(message))
+    offset = message.offset
+    # Envelope(...) without the frozen dataclass's __init__ (see _native.new_slotted).
+    return new_slotted(Envelope, ref, offset, offset + 1, uuid, message, _clocks(message), 0)  # type: ignore[no-any-return]
 
 
 def _clocks(message: Message) -> int:

@@ -94,7 +94,22 @@ class QueueOutcome(enum.Enum):
     ACK_COMMIT_REPLAY = "ackCommitReplay"
 
 
-_COMMITS = frozenset(
+_BEGIN = QueueOutcome.CONTINUE_BEGIN_SPAN
+_EXTEND = QueueOutcome.CONTINUE_EXTEND_SPAN
+# Outcomes that drop the message (a duplicate): only the offsets move.
+_SKIPPED = frozenset(
+    {
+        QueueOutcome.OUTSIDE_ALREADY_ACKED,
+        QueueOutcome.CONTINUE_ALREADY_ACKED,
+        QueueOutcome.CONTINUE_TXN_CLOCK_LARGER,
+    }
+)
+_CONTINUE = int(Flags.CONTINUE_TXN)
+_ACK = int(Flags.ACK_TXN)
+_OUTSIDE = int(Flags.OUTSIDE_TXN)
+
+# The outcomes after which `step` returns committed envelopes (after any other, None).
+COMMIT_OUTCOMES = frozenset(
     {
         QueueOutcome.OUTSIDE_COMMIT,
         QueueOutcome.ACK_EMPTY,
@@ -228,7 +243,8 @@ class Sequencer:
         """Apply the next read-uncommitted envelope. Drain `step` before the next call."""
         if self._emit is not None:
             raise errors.InvalidInputError("committed messages remain: step() until None first")
-        self._evict_at_head()
+        if self._ring[self._head] is not None:
+            self._evict_at_head()
         producer, clock, flags = fields_of(env.uuid or _ZERO_UUID)
         uuid_clock = clock
         key = (env.partition, producer)
@@ -237,26 +253,32 @@ class Sequencer:
         if clock == 0:
             # No clock: committed on its own, and never indexed.
             partial = _Partial(key, 0, -1)
-            flags, clock = Flags.OUTSIDE_TXN, 1
+            flags, clock = _OUTSIDE, 1
         elif partial is None:
             # Nothing of this producer seen: every clock value of this message is new.
             partial = _Partial(key, max(clock - env.ticks, 0), -1)
             self._partials[key] = partial
 
-        outcome = self._decide(env, partial, clock, flags)
-
-        if outcome in (
-            QueueOutcome.OUTSIDE_ALREADY_ACKED,
-            QueueOutcome.CONTINUE_ALREADY_ACKED,
-            QueueOutcome.CONTINUE_TXN_CLOCK_LARGER,
+        if (
+            flags == _CONTINUE
+            and clock > partial.max_clock
+            and clock > partial.min_clock
+            and partial.begin != -1
         ):
-            self._offsets[env.partition] = env.end
-        elif outcome in (QueueOutcome.CONTINUE_BEGIN_SPAN, QueueOutcome.CONTINUE_EXTEND_SPAN):
-            if outcome is QueueOutcome.CONTINUE_BEGIN_SPAN:
+            outcome = _EXTEND  # what _decide says, without the call (most messages)
+        else:
+            outcome = self._decide(env, partial, clock, flags)
+
+        # Identity tests on module constants, the most frequent first: a transaction's
+        # messages are most of what a read_committed reader queues.
+        if outcome is _EXTEND or outcome is _BEGIN:
+            if outcome is _BEGIN:
                 partial.begin = env.begin
                 self._pending.add(key)
             self._add_at_head(env, partial, uuid_clock)
             partial.max_clock = clock
+            self._offsets[env.partition] = env.end
+        elif outcome in _SKIPPED:
             self._offsets[env.partition] = env.end
         elif outcome is QueueOutcome.ACK_ROLLBACK:
             partial.reset(clock)
@@ -278,7 +300,7 @@ class Sequencer:
         return outcome
 
     def _decide(self, env: Envelope, partial: _Partial, clock: int, flags: int) -> QueueOutcome:
-        if flags == Flags.CONTINUE_TXN:
+        if flags == _CONTINUE:
             if clock <= partial.min_clock:
                 return QueueOutcome.CONTINUE_ALREADY_ACKED
             if clock <= partial.max_clock:
@@ -286,7 +308,7 @@ class Sequencer:
             if partial.begin == -1:
                 return QueueOutcome.CONTINUE_BEGIN_SPAN
             return QueueOutcome.CONTINUE_EXTEND_SPAN
-        if flags == Flags.ACK_TXN:
+        if flags == _ACK:
             if clock < partial.min_clock:
                 if partial.committed:
                     self._log(env, partial, "ACK_TXN below the last ACK: exactly-once is lost")
@@ -306,7 +328,7 @@ class Sequencer:
             if first is None or partial.begin != first.begin:
                 return QueueOutcome.ACK_COMMIT_REPLAY
             return QueueOutcome.ACK_COMMIT_RING
-        if flags != Flags.OUTSIDE_TXN:
+        if flags != _OUTSIDE:
             self._log(env, partial, f"unexpected UUID flags {flags:#x}: taken as OUTSIDE_TXN")
         if clock <= partial.min_clock:
             return QueueOutcome.OUTSIDE_ALREADY_ACKED

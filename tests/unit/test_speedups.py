@@ -25,8 +25,9 @@ from liftbridge_client import _native, envelope
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.wire import plain_answer, plain_publish_request
 from liftbridge_client._transport import nats as transport
-from liftbridge_client.errors import ProtocolError
-from liftbridge_client.exactly_once import mapping
+from liftbridge_client.errors import InvalidInputError, ProtocolError
+from liftbridge_client.exactly_once import mapping, uuids
+from liftbridge_client.exactly_once.sequencer import Envelope, PartitionRef
 from liftbridge_client.models import Ack, AckPolicy, ack_from_proto, ack_from_wire
 
 # The module as built, imported directly: its functions are tested against their twins
@@ -409,6 +410,110 @@ def test_fnv1a_32_takes_only_exact_bytes() -> None:
         speedups.fnv1a_32(bytearray(b"k"))  # type: ignore[arg-type]
     # The mapping hashes other bytes-likes with the twin.
     assert mapping.modulo_index(bytearray(b"key-7"), 5) == mapping.modulo_index(b"key-7", 5)  # type: ignore[arg-type]
+
+
+# ---- the read_committed reader's UUID split and envelopes -----------------------------
+
+
+@needs_c
+@settings(max_examples=examples(1500), deadline=None)
+@given(raw=st.binary(min_size=16, max_size=16))
+@example(raw=b"\xff" * 16)  # every clock bit: the twin masks to 64 bits, C wraps
+@example(raw=bytes(16))
+def test_uuid_fields_is_the_twins(raw: bytes) -> None:
+    assert speedups is not None
+    assert speedups.uuid_fields(raw) == uuids.fields_of_twin(raw) == uuids.fields_of(raw)
+
+
+@needs_c
+@pytest.mark.parametrize(
+    "raw", [b"", bytes(15), bytes(17), bytearray(16), memoryview(bytes(16)), "x" * 16, None]
+)
+def test_uuid_fields_leaves_everything_but_16_exact_bytes_to_the_twin(raw: object) -> None:
+    assert speedups is not None
+    assert speedups.uuid_fields(raw) is None
+    if isinstance(raw, bytes | bytearray | memoryview) and len(raw) == 16:
+        assert uuids.fields_of(raw) == uuids.fields_of_twin(bytes(raw))  # type: ignore[arg-type]
+    else:
+        with pytest.raises((InvalidInputError, TypeError)):
+            uuids.fields_of(raw)  # type: ignore[arg-type]
+
+
+@needs_c
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    begin=st.integers(-(2**63), 2**63 - 1),
+    uuid=st.binary(max_size=20),
+    message=st.one_of(st.none(), st.binary(max_size=8), st.integers()),
+    ticks=st.integers(0, 2**40),
+    skip=st.integers(0, 2**20),
+)
+def test_new_slotted_makes_what_the_class_makes(
+    begin: int, uuid: bytes, message: object, ticks: int, skip: int
+) -> None:
+    import pickle
+    from dataclasses import FrozenInstanceError
+
+    assert speedups is not None
+    ref = PartitionRef("s", 3)
+    args = (ref, begin, begin + 1, uuid, message, ticks, skip)
+    made = speedups.new_slotted(Envelope, *args)
+    twin = _native.new_slotted_twin(Envelope, *args)
+    assert type(made) is Envelope
+    assert made == twin == Envelope(*args)
+    assert hash(made) == hash(twin)
+    assert repr(made) == repr(twin)
+    assert pickle.loads(pickle.dumps(made)) == made
+    with pytest.raises(FrozenInstanceError):
+        made.begin = 0  # type: ignore[misc]
+
+
+@needs_c
+def test_new_slotted_takes_every_slot_of_a_class_of_its_own_and_frees() -> None:
+    import gc
+    import sys
+
+    assert speedups is not None
+    ref = PartitionRef("s", 0)
+    with pytest.raises(TypeError, match="7 slot values, got 6"):
+        speedups.new_slotted(Envelope, ref, 0, 1, b"", None, 1)
+    with pytest.raises(TypeError, match="7 slot values, got 8"):
+        speedups.new_slotted(Envelope, ref, 0, 1, b"", None, 1, 0, 0)
+    untyped: Any = speedups.new_slotted
+    with pytest.raises(TypeError, match="class first"):
+        untyped("Envelope", ref)
+    with pytest.raises(TypeError, match="class first"):
+        untyped()
+
+    class Plain:  # no __slots__
+        pass
+
+    class Listed:
+        __slots__ = ["a"]  # a list, not the tuple the C reads
+
+    class Borrowed:  # another class's slot descriptor in its namespace: not its slot
+        __slots__ = ()
+        partition = vars(Envelope)["partition"]
+
+    class Named:
+        __slots__ = ("partition",)
+
+    setattr(Named, "__slots__", ("nope",))  # names a slot it lacks  # noqa: B010
+    for cls, what in ((Plain, "__slots__"), (Listed, "__slots__"), (Named, "no slot nope")):
+        with pytest.raises(TypeError, match=what):
+            speedups.new_slotted(cls, 1)
+    setattr(Borrowed, "__slots__", ("partition",))  # noqa: B010
+    with pytest.raises(TypeError, match="no slot partition"):
+        speedups.new_slotted(Borrowed, ref)
+    # The class it served before is still served (the failed lookups cached nothing).
+    assert speedups.new_slotted(Envelope, ref, 0, 1, b"u", None, 1, 0) == Envelope(ref, 0, 1, b"u")
+    value = b"v" * 100
+    gc.collect()
+    refs = sys.getrefcount(Envelope), sys.getrefcount(value)
+    for _ in range(2000):
+        speedups.new_slotted(Envelope, ref, 0, 1, value, value, 1, 0)
+    gc.collect()
+    assert (sys.getrefcount(Envelope), sys.getrefcount(value)) == refs
 
 
 # ---- the PUB command -----------------------------------------------------------------
