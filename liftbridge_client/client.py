@@ -751,6 +751,20 @@ class Client:
                     ack_wait,
                 ),
             )
+        plain = (
+            partitioner is None
+            and expected_offset is None
+            and correlation_id is None
+            and ack_wait is None
+        )
+        if plain:
+            # Publisher.send's first step, taken here: the common publish then costs one
+            # coroutine (this one), not two (3% of a pipelined publish's CPU).
+            fut = publisher.send_plain(
+                stream, value, partition, ack_policy, transport, False, key, headers
+            )
+            if fut is not None:
+                return fut
         return await publisher.send(
             stream,
             value,
@@ -763,6 +777,7 @@ class Client:
             correlation_id,
             transport,
             ack_wait,
+            plain_tried=plain,
         )
 
     @overload

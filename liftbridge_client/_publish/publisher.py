@@ -298,19 +298,25 @@ class Publisher:
         correlation_id: str | None = None,
         transport: Transport | None = None,
         ack_wait: Seconds | None = None,
+        *,
+        plain_tried: bool = False,
     ) -> AckFuture:
-        """Wait for room in the in-flight window, queue the message, return its future."""
+        """Wait for room in the in-flight window, queue the message, return its future.
+
+        ``plain_tried``: the caller tried `send_plain` just now, and it returned None.
+        """
         if (
             partitioner is None
             and expected_offset is None
             and correlation_id is None
             and ack_wait is None
         ):
-            fut = self.send_plain(
-                stream, value, partition, ack_policy, transport, False, key, headers
-            )
-            if fut is not None:
-                return fut  # the common case, in one step
+            if not plain_tried:
+                fut = self.send_plain(
+                    stream, value, partition, ack_policy, transport, False, key, headers
+                )
+                if fut is not None:
+                    return fut  # the common case, in one step
             if self._window_was_full():
                 return await self._send_held(
                     stream, value, key, headers, partition, ack_policy, transport
