@@ -301,22 +301,17 @@ class Publisher:
         *,
         plain_tried: bool = False,
     ) -> AckFuture:
-        """Wait for room in the in-flight window, queue the message, return its future.
-
-        ``plain_tried``: the caller tried `send_plain` just now, and it returned None.
-        """
+        """Wait for room in the in-flight window, queue the message, return its future
+        (``plain_tried``: the caller's `send_plain` of it returned None just now)."""
         if (
             partitioner is None
             and expected_offset is None
             and correlation_id is None
             and ack_wait is None
         ):
-            if not plain_tried:
-                fut = self.send_plain(
-                    stream, value, partition, ack_policy, transport, False, key, headers
-                )
-                if fut is not None:
-                    return fut  # the common case, in one step
+            plain = (stream, value, partition, ack_policy, transport, False, key, headers)
+            if not plain_tried and (fut := self.send_plain(*plain)) is not None:
+                return fut  # the common case, in one step
             if self._window_was_full():
                 return await self._send_held(
                     stream, value, key, headers, partition, ack_policy, transport
