@@ -9,8 +9,7 @@ anything but ``0`` (read once, at import): results are the same, only the CPU di
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 __all__ = ["ACTIVE", "PURE_ENV", "new_slotted", "new_slotted_twin", "speedups"]
 
@@ -29,7 +28,7 @@ else:
 ACTIVE = speedups is not None
 
 
-def new_slotted_twin(cls: Callable[..., _T], /, *values: object) -> _T:
+def new_slotted_twin(cls: type[_T], /, *values: object) -> _T:
     """``cls(*values)``: the twin of the accelerator's ``new_slotted``, which sets every
     slot of a slotted class (``__slots__`` order) without calling ``__init__``. Only for
     classes whose ``__init__`` stores its arguments and nothing else (a frozen dataclass's
@@ -37,4 +36,4 @@ def new_slotted_twin(cls: Callable[..., _T], /, *values: object) -> _T:
     return cls(*values)
 
 
-new_slotted: Callable[..., Any] = new_slotted_twin if speedups is None else speedups.new_slotted
+new_slotted = new_slotted_twin if speedups is None else speedups.new_slotted

@@ -128,7 +128,7 @@ def envelope_of(message: Message, uuid_of: UuidOf = header_uuid) -> Envelope:
         return Envelope(ref, message.offset, message.offset + 1, _ZERO, message)
     offset = message.offset
     # Envelope(...) without the frozen dataclass's __init__ (see _native.new_slotted).
-    return new_slotted(Envelope, ref, offset, offset + 1, uuid, message, _clocks(message), 0)  # type: ignore[no-any-return]
+    return new_slotted(Envelope, ref, offset, offset + 1, uuid, message, _clocks(message), 0)
 
 
 def _clocks(message: Message) -> int:

@@ -81,7 +81,7 @@ def _envelope(pb: api_pb2.Message, ref: PartitionRef) -> Envelope:
     ticks = 1 if clocks is None else clocks_of(clocks, ref.stream, ref.partition, offset)
     # Envelope(ref, offset, offset + 1, uuid, pb, ticks), without the frozen dataclass's
     # __init__ (one object.__setattr__ per field: most of this function's cost).
-    return new_slotted(Envelope, ref, offset, offset + 1, uuid, pb, ticks, 0)  # type: ignore[no-any-return]
+    return new_slotted(Envelope, ref, offset, offset + 1, uuid, pb, ticks, 0)
 
 
 def _delivered(env: Envelope) -> Message | api_pb2.Message:
