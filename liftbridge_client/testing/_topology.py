@@ -116,6 +116,11 @@ class ClusterTopology(Generic[NodeT, NatsT]):
         """
         deadline = time.monotonic() + timeout
         for node in self._nodes:
+            if node.exited_unexpectedly:
+                raise ServerStartError(
+                    f"{node!r} exited on its own (status {node.returncode}); last lines of "
+                    f"{node.log_path}:\n{node.tail()}"
+                )
             if not node.running:
                 raise ServerStartError(f"{node!r} is not running; start it first")
             node.wait_ready(timeout=max(1.0, deadline - time.monotonic()))

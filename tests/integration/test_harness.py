@@ -24,6 +24,7 @@ from liftbridge_client.testing import (
     Deployment,
     NatsServer,
     SingleNode,
+    ServerStartError,
     StreamName,
 )
 from liftbridge_client.testing._probe import broker_ids, grpc_channel
@@ -162,6 +163,21 @@ def test_ensure_all_running_restores_a_crashed_node(liftbridge_cluster: Cluster)
     assert liftbridge_cluster.ensure_all_running() == ["n3"]
     assert liftbridge_cluster.unexpected_exits() == {}
     assert liftbridge_cluster.ensure_all_running() == []  # nothing to do: returns at once
+
+
+def test_wait_ready_names_a_node_that_crashed_with_its_log(liftbridge_cluster: Cluster) -> None:
+    n2 = liftbridge_cluster.node("n2")
+    assert n2.process.pid is not None
+    os.kill(n2.process.pid, signal.SIGKILL)  # a crash, not a harness stop
+    deadline = time.monotonic() + 5
+    while n2.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with pytest.raises(ServerStartError) as caught:
+        liftbridge_cluster.wait_ready(timeout=5)
+    message = str(caught.value)
+    assert f"exited on its own (status {-signal.SIGKILL})" in message
+    assert str(n2.log_path) in message and "===== liftbridge:n2: start #" in message
+    assert liftbridge_cluster.ensure_all_running() == ["n2"]
 
 
 async def test_nats_stops_and_restarts_on_the_same_port(tmp_path: Path) -> None:
