@@ -386,21 +386,23 @@ header_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
-/* publish_command(pub_head, msg_head, value, entries, inbox_field, cid, policy_field, limit)
- *     -> bytes | None
+/* publish_command(pub_head, msg_head, value, entries, inbox_field, cid, policy_field, limit
+ *                 [, key]) -> bytes | None
  *
  * The NATS PUB command (pub_head is b"PUB <subject> ") carrying the enveloped Message
  * that envelope.encode_message_plain builds from the same parts (msg_head: the envelope
  * header and the fields up to the value's tag; entries: its headers, field 9), in one
- * piece. None when that message would not be plain (an empty value or correlation id, a
- * correlation id that is not ASCII) or is over ``limit`` bytes: the caller then takes the
- * general path, which encodes it, or says what is wrong.
+ * piece. A non-empty ``key`` goes in as field 2 before the value: msg_head is then the
+ * keyless one (ending in the value's tag), so callers keep one head for every key. None
+ * when that message would not be plain (an empty value or correlation id, a correlation
+ * id that is not ASCII) or is over ``limit`` bytes: the caller then takes the general
+ * path, which encodes it, or says what is wrong.
  */
 static PyObject *
 publish_command(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "publish_command takes 8 arguments");
+    if (nargs != 8 && nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "publish_command takes 8 or 9 arguments");
         return NULL;
     }
     for (int k = 0; k < 7; k++) {
@@ -409,18 +411,30 @@ publish_command(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
+    if (nargs == 9 && !PyBytes_CheckExact(args[8])) {
+        PyErr_SetString(PyExc_TypeError, "publish_command takes the key as bytes");
+        return NULL;
+    }
     PyObject *pub_head = args[0], *msg_head = args[1], *value = args[2], *entries = args[3];
     PyObject *inbox = args[4], *cid = args[5], *policy = args[6];
+    PyObject *key = nargs == 9 ? args[8] : NULL;
     Py_ssize_t limit = PyLong_AsSsize_t(args[7]);
     if (limit == -1 && PyErr_Occurred())
         return NULL;
     Py_ssize_t value_len = PyBytes_GET_SIZE(value);
     if (value_len == 0 || !PyUnicode_IS_ASCII(cid) || PyUnicode_GET_LENGTH(cid) == 0)
         Py_RETURN_NONE;
+    Py_ssize_t head_len = PyBytes_GET_SIZE(msg_head);
+    Py_ssize_t key_len = key == NULL ? 0 : PyBytes_GET_SIZE(key);
+    /* A key replaces the head's last byte, the value's tag, with the key's field and then
+     * that tag again: a head ending otherwise is not one this knows. */
+    if (key_len && (head_len == 0 || PyBytes_AS_STRING(msg_head)[head_len - 1] != 0x1a))
+        Py_RETURN_NONE;
     Py_ssize_t cid_len = PyUnicode_GET_LENGTH(cid);
-    Py_ssize_t size = PyBytes_GET_SIZE(msg_head) + varint_len((size_t)value_len) + value_len +
-                      PyBytes_GET_SIZE(entries) + PyBytes_GET_SIZE(inbox) + 1 +
-                      varint_len((size_t)cid_len) + cid_len + PyBytes_GET_SIZE(policy);
+    Py_ssize_t size = head_len + (key_len ? varint_len((size_t)key_len) + key_len + 1 : 0) +
+                      varint_len((size_t)value_len) + value_len + PyBytes_GET_SIZE(entries) +
+                      PyBytes_GET_SIZE(inbox) + 1 + varint_len((size_t)cid_len) + cid_len +
+                      PyBytes_GET_SIZE(policy);
     if (size > limit)
         Py_RETURN_NONE;
     char digits[24];
@@ -435,7 +449,16 @@ publish_command(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     at += ndigits;
     *at++ = '\r';
     *at++ = '\n';
-    at = put_bytes(at, msg_head);
+    if (key_len) {
+        memcpy(at, PyBytes_AS_STRING(msg_head), (size_t)(head_len - 1));
+        at += head_len - 1;
+        *at++ = 0x12; /* Message field 2 (key), length-delimited */
+        at = put_varint(at, (size_t)key_len);
+        at = put_bytes(at, key);
+        *at++ = 0x1a; /* then the value's tag, as the head had it */
+    } else {
+        at = put_bytes(at, msg_head);
+    }
     at = put_varint(at, (size_t)value_len);
     at = put_bytes(at, value);
     at = put_bytes(at, entries);

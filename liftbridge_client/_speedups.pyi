@@ -33,6 +33,7 @@ def publish_command(
     cid: str,
     policy_field: bytes,
     limit: int,
+    key: bytes = ...,
     /,
 ) -> bytes | None: ...
 def plain_response(response: bytes, ack_class: type[Ack], /) -> tuple[str, Ack] | None: ...

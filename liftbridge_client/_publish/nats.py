@@ -203,14 +203,13 @@ class NatsPublisher:
         pub_head = self._buffer.head(subject)
         if pub_head is None:
             return None
-        parts = None if key else self._plain_parts.get(ack_policy)
+        parts = self._plain_parts.get(ack_policy)
         if parts is None:
             inbox = "" if ack_policy == api_pb2.NONE else self.inbox
-            parts = envelope.plain_parts(inbox, ack_policy, key or b"")
+            parts = envelope.plain_parts(inbox, ack_policy)
             if parts is None:
                 return None
-            if not key:
-                self._plain_parts[ack_policy] = parts  # the same for every keyless publish
+            self._plain_parts[ack_policy] = parts  # the same for every publish: C adds a key
         return _publish_command(
             pub_head,
             parts[0],
@@ -220,6 +219,7 @@ class NatsPublisher:
             correlation_id,
             parts[2],
             self._nc.max_payload,
+            key or b"",
         )
 
     async def send(self, subject: str, payload: bytes) -> None:

@@ -41,6 +41,14 @@ class _Node(_Server, Protocol):
 
     def wait_ready(self, *, timeout: float = ...) -> object: ...
 
+    @property
+    def exited_unexpectedly(self) -> bool: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def tail(self) -> str: ...
+
 
 class _Nats(_Server, Protocol):
     @property
@@ -118,8 +126,8 @@ class ClusterTopology(Generic[NodeT, NatsT]):
         for node in self._nodes:
             if node.exited_unexpectedly:
                 raise ServerStartError(
-                    f"{node!r} exited on its own (status {node.returncode}); last lines of "
-                    f"{node.log_path}:\n{node.tail()}"
+                    f"{node!r} exited on its own (status {node.returncode}); the last "
+                    f"lines of its log:\n{node.tail()}"
                 )
             if not node.running:
                 raise ServerStartError(f"{node!r} is not running; start it first")

@@ -23,8 +23,8 @@ from liftbridge_client.testing import (
     Cluster,
     Deployment,
     NatsServer,
-    SingleNode,
     ServerStartError,
+    SingleNode,
     StreamName,
 )
 from liftbridge_client.testing._probe import broker_ids, grpc_channel
@@ -176,7 +176,8 @@ def test_wait_ready_names_a_node_that_crashed_with_its_log(liftbridge_cluster: C
         liftbridge_cluster.wait_ready(timeout=5)
     message = str(caught.value)
     assert f"exited on its own (status {-signal.SIGKILL})" in message
-    assert str(n2.log_path) in message and "===== liftbridge:n2: start #" in message
+    assert n2.tail().strip()
+    assert n2.tail() in message
     assert liftbridge_cluster.ensure_all_running() == ["n2"]
 
 

@@ -539,6 +539,11 @@ def test_the_command_is_the_envelope_in_a_pub(
     got = speedups.publish_command(
         b"PUB s.1 ", parts[0], value, entries, parts[1], cid, parts[2], limit
     )
+    # The key as an argument, on the keyless head (what the publisher sends): the same.
+    keyless = envelope.plain_parts(inbox, policy)
+    assert keyless is not None
+    args = (b"PUB s.1 ", keyless[0], value, entries, keyless[1], cid, keyless[2], limit)
+    assert speedups.publish_command(*args, key) == got
     if not value or not cid or not cid.isascii():
         assert got is None  # encode_message_plain's general path: not plain
         return
@@ -550,6 +555,29 @@ def test_the_command_is_the_envelope_in_a_pub(
     # What the server reads back: the same message (headers as field 9 entries).
     decoded = envelope.decode_message(payload)
     assert (decoded.value, decoded.key, decoded.correlationId) == (value, key, cid)
+
+
+@needs_c
+def test_the_command_takes_a_key_only_on_a_head_it_knows() -> None:
+    assert speedups is not None
+    parts = envelope.plain_parts("_INBOX.abc", 0)
+    assert parts is not None
+    assert parts[0].endswith(b"\x1a")
+    rest = (b"v", b"", parts[1], "cid", parts[2], 10**6)
+    keyed = speedups.publish_command(b"PUB s ", parts[0], *rest, b"k")
+    assert keyed is not None
+    assert envelope.decode_message(keyed.split(b"\r\n")[1]).key == b"k"
+    # A head that does not end in the value's tag: no guess, the general path.
+    assert speedups.publish_command(b"PUB s ", parts[0][:-1], *rest, b"k") is None
+    assert speedups.publish_command(b"PUB s ", b"", *rest, b"k") is None
+    # An empty key is no key.
+    assert speedups.publish_command(b"PUB s ", parts[0], *rest, b"") == speedups.publish_command(
+        b"PUB s ", parts[0], *rest
+    )
+    with pytest.raises(TypeError, match="key as bytes"):
+        speedups.publish_command(b"PUB s ", parts[0], *rest, bytearray(b"k"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="8 or 9 arguments"):
+        speedups.publish_command(b"PUB s ", parts[0], *rest, b"k", b"")  # type: ignore[call-arg]
 
 
 # ---- the PublishAsync answer ---------------------------------------------------------
