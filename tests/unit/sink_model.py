@@ -307,6 +307,10 @@ def _later(future: asyncio.Future[Any], settle: Callable[[], None], turns: int) 
         settle()
 
 
+# Faults a one-step send leaves to `send`: they raise, or store the message later.
+_NOT_NOW = frozenset({"late", "swapped", "crash", "error"})
+
+
 class _MemoryClient:
     def __init__(self, cluster: MemoryCluster, actor: Actor) -> None:
         self._cluster = cluster
@@ -390,19 +394,52 @@ class _MemoryClient:
                 _later(future, self._flush_held, 1 + self._rng.randrange(3))
             await asyncio.sleep(0)
             return future
+        self._go(future, fault, stream, value, key, headers, partition)
+        await asyncio.sleep(0)
+        return future
+
+    def _send_now(
+        self,
+        stream: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Any,
+        partition: int,
+        ack_policy: Any,
+    ) -> Any:
+        """The client's one-step send: None half the time (a full window: the caller
+        awaits `send`) and whenever the publish's fault raises or stores late."""
+        actor = self._actor
+        fault = actor.faults.get(actor.publishes)
+        if self._rng.random() < 0.5 or (fault is not None and fault.kind in _NOT_NOW):
+            return None
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._go(future, self._fault(), stream, value, key, headers, partition)
+        return future
+
+    def _go(
+        self,
+        future: asyncio.Future[Any],
+        fault: Fault | None,
+        stream: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Any,
+        partition: int,
+    ) -> None:
+        """Store the message as ``fault`` says, and settle ``future`` (acks come later)."""
+        kind = None if fault is None else fault.kind
         stored = fault is None or kind == "acklost" or fault.stored
         offset = self._store(stream, partition, value, key, headers) if stored else -1
         if fault is not None:
             if kind == "crash":
                 raise Crashed
             if kind == "error":
-                raise errors.PermissionDeniedError(f"{actor.name}: injected publish error")
-            future.set_exception(errors.AckTimeoutError(f"{actor.name}: injected {kind}"))
+                raise errors.PermissionDeniedError(f"{self._actor.name}: injected publish error")
+            future.set_exception(errors.AckTimeoutError(f"{self._actor.name}: injected {kind}"))
         else:
             ack = SimpleNamespace(stream=stream, partition=partition, offset=offset)
             _later(future, lambda: future.set_result(ack), self._rng.randrange(4))
-        await asyncio.sleep(0)
-        return future
 
     def _flush_held(self) -> None:
         held, self._held = self._held, []
