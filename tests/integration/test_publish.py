@@ -176,6 +176,49 @@ async def test_plain_and_general_publishes_keep_call_order(
     assert [m.value for m in messages] == expected
 
 
+async def test_send_now_goes_at_once_or_leaves_it_to_send(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    """The Spark sinks' one-step send: a future when the message can go at once, None
+    when `send` must take it (a full window, a closed client); the messages keep the call
+    order either way."""
+    options = ClientOptions(ack_wait=5.0, max_inflight=3)
+    async with Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+    ) as c:
+        stream = await new_stream(c, stream_names)
+        name = stream.name
+        publisher = c._publisher
+        assert publisher is not None
+        futs: list[Any] = []
+        went_now = 0
+        for i in range(40):
+            key, headers = b"k%d" % (i % 3), {"i": b"%d" % i}
+            fut = c._send_now(name, b"v%d" % i, key, headers, 0, AckPolicy.LEADER)
+            if fut is None:
+                fut = await c.send(name, b"v%d" % i, key=key, headers=headers, partition=0)
+            else:
+                went_now += 1
+            futs.append(fut)
+        assert went_now >= 3
+        acks = await asyncio.gather(*futs)
+        assert [a.offset for a in acks] == list(range(40))
+        # Idle again: three go at once, the fourth finds the window full.
+        now = [c._send_now(name, b"w%d" % i, None, None, 0, AckPolicy.LEADER) for i in range(4)]
+        assert now[3] is None
+        assert publisher.pending == 3
+        went = [fut for fut in now if fut is not None]
+        assert len(went) == 3
+        last = await c.send(name, b"w3", partition=0)
+        acks = await asyncio.gather(*went, last)
+        assert [a.offset for a in acks] == [40, 41, 42, 43]
+        messages = await read_back(c, name, 44)
+        assert [(m.value, m.key, dict(m.headers).get("i")) for m in messages] == [
+            (b"v%d" % i, b"k%d" % (i % 3), b"%d" % i) for i in range(40)
+        ] + [(b"w%d" % i, b"", None) for i in range(4)]
+    assert c._send_now(name, b"v", None, None, None, AckPolicy.LEADER) is None  # closed
+
+
 @BOTH
 async def test_ack_fields(client: Client, stream_names: StreamNames, transport: Transport) -> None:
     stream = await new_stream(client, stream_names)
