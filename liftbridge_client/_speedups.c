@@ -11,6 +11,8 @@
  *   fnv1a_32         exactly_once.mapping.fnv1a_32 (the exactly-once key mapping)
  *   uuid_fields      exactly_once.uuids.fields_of (each message a read_committed read
  *                    sequences)
+ *   uuid_bytes       exactly_once.uuids.uuid_bytes_of (each row the exactly-once sink
+ *                    publishes)
  *   new_slotted      cls(*values) for a slotted class whose __init__ only stores them
  *                    (exactly_once.sequencer.Envelope, one per message read committed)
  *   publish_command  envelope.encode_message_plain and the PUB command around it
@@ -879,6 +881,50 @@ uuid_fields(PyObject *self, PyObject *raw)
     return out;
 }
 
+/* uuid_bytes(producer, clock, flags) -> bytes | None: the twin of
+ * exactly_once.uuids.uuid_bytes_of, the 16 bytes of the v1 UUID of a 6-byte producer at a
+ * clock in [0, 2**64) with flags in 0..0x3ff; None for anything else (the twin then
+ * decides). The exactly-once sink makes one per row. */
+static PyObject *
+uuid_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "uuid_bytes takes 3 arguments");
+        return NULL;
+    }
+    PyObject *producer = args[0];
+    if (!PyBytes_CheckExact(producer) || PyBytes_GET_SIZE(producer) != 6 ||
+        !PyLong_CheckExact(args[1]) || !PyLong_CheckExact(args[2]))
+        Py_RETURN_NONE;
+    unsigned long long clock = PyLong_AsUnsignedLongLong(args[1]);
+    if (clock == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear(); /* negative or over 64 bits */
+        Py_RETURN_NONE;
+    }
+    long flags = PyLong_AsLong(args[2]);
+    if (flags == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (flags < 0 || flags > 0x3FF)
+        Py_RETURN_NONE;
+    uint64_t time_low = (clock >> 4) & 0xFFFFFFFFu;
+    uint64_t time_mid = (clock >> 36) & 0xFFFFu;
+    uint64_t time_hi = ((clock >> 52) & 0xFFFFu) | 0x1000u; /* version 1 */
+    uint64_t head = (time_low << 32) | (time_mid << 16) | time_hi;
+    unsigned int seq = (unsigned int)(((clock << 10) & 0x3C00u) | (unsigned long)flags | 0x8000u);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 16);
+    if (out == NULL)
+        return NULL;
+    unsigned char *at = (unsigned char *)PyBytes_AS_STRING(out);
+    for (int i = 0; i < 8; i++)
+        at[i] = (unsigned char)(head >> (56 - 8 * i));
+    at[8] = (unsigned char)(seq >> 8);
+    at[9] = (unsigned char)seq;
+    memcpy(at + 10, PyBytes_AS_STRING(producer), 6);
+    return out;
+}
+
 /* new_slotted(cls, *values) -> an instance of cls with its __slots__ set to values, in
  * order, without calling __init__: the twin of cls(*values) for a slotted class whose
  * __init__ only stores its arguments (exactly_once.sequencer.Envelope, a frozen
@@ -958,6 +1004,8 @@ static PyMethodDef methods[] = {
     {"scan_ack", (PyCFunction)(void (*)(void))scan_ack, METH_FASTCALL,
      "The hot fields of a plain enveloped api.Ack and its Ack, or None."},
     {"fnv1a_32", fnv1a_32, METH_O, "The 32-bit FNV-1a hash of bytes."},
+    {"uuid_bytes", (PyCFunction)(void (*)(void))uuid_bytes, METH_FASTCALL,
+     "the 16 bytes of a v1 UUID of (producer, clock, flags), or None"},
     {"uuid_fields", uuid_fields, METH_O,
      "(producer, clock, flags) of an exactly-once UUID's 16 bytes, or None."},
     {"new_slotted", (PyCFunction)(void (*)(void))new_slotted, METH_FASTCALL,

@@ -426,6 +426,47 @@ def test_uuid_fields_is_the_twins(raw: bytes) -> None:
 
 
 @needs_c
+@settings(max_examples=examples(1500), deadline=None)
+@given(
+    producer=st.binary(min_size=6, max_size=6),
+    clock=st.integers(0, 2**64 - 1),
+    flags=st.integers(0, 0x3FF),
+)
+@example(producer=b"\xff" * 6, clock=2**64 - 1, flags=0x3FF)
+@example(producer=bytes(6), clock=0, flags=0)
+def test_uuid_bytes_is_the_twins(producer: bytes, clock: int, flags: int) -> None:
+    assert speedups is not None
+    raw = speedups.uuid_bytes(producer, clock, flags)
+    assert raw == uuids.uuid_bytes_of_twin(producer, clock, flags)
+    assert raw == uuids.uuid_bytes_of(producer, clock, flags)
+    assert uuids.fields_of(raw) == (producer, clock, flags)  # and back
+
+
+@needs_c
+@pytest.mark.parametrize(
+    ("producer", "clock", "flags"),
+    [
+        (bytes(5), 1, 0),  # not 6 bytes
+        (bytearray(6), 1, 0),  # not exact bytes
+        (bytes(6), -1, 0),
+        (bytes(6), 2**64, 0),
+        (bytes(6), 1, -1),
+        (bytes(6), 1, 0x400),
+        (bytes(6), 1, True),  # bool is no flags value
+        (bytes(6), 1.0, 0),
+        (bytes(6), 1, 2**70),
+    ],
+)
+def test_uuid_bytes_leaves_the_rest_to_the_twin(
+    producer: object, clock: object, flags: object
+) -> None:
+    assert speedups is not None
+    assert speedups.uuid_bytes(producer, clock, flags) is None
+    with pytest.raises(TypeError, match="3 arguments"):
+        speedups.uuid_bytes(bytes(6), 1)  # type: ignore[call-arg]
+
+
+@needs_c
 @pytest.mark.parametrize(
     "raw", [b"", bytes(15), bytes(17), bytearray(16), memoryview(bytes(16)), "x" * 16, None]
 )
