@@ -38,7 +38,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 from typing import Any
 
 from liftbridge_client import errors
@@ -269,8 +269,9 @@ class _Lane:
         inflight = self._inflight
         while inflight and inflight[0].future.done():
             head = inflight.popleft()
-            problem, back = self._take(head)
-            if problem is not None:
+            refused = self._take(head)
+            if refused is not None:
+                problem, back = refused
                 again = [*back, head.item, *(sent.item for sent in inflight)]
                 self._todo.extendleft(reversed(again))
                 for sent in inflight:
@@ -313,9 +314,10 @@ class _Lane:
         self._sent = True
         self._inflight.append(_Sent(item, rows, clock, self._acked, future))
 
-    def _take(self, sent: _Sent) -> tuple[BaseException | None, list[_Publish]]:
-        """Take an acked head into the gapless prefix; else the reason it cannot be, and
-        the prefix's messages that must go again with it."""
+    def _take(self, sent: _Sent) -> tuple[BaseException, list[_Publish]] | None:
+        """Take an acked head into the gapless prefix (None, the common case: nothing
+        allocated); else the reason it cannot be, and the prefix's messages that must go
+        again with it."""
         future = sent.future
         exc = (
             errors.LiftbridgeTimeoutError("the publish was cancelled")
@@ -341,7 +343,7 @@ class _Lane:
         self._rows += sent.rows
         self._forgot |= len(self._recent) == self._recent.maxlen
         self._recent.append((sent.clock, offset, sent.rows, sent.item))
-        return None, []
+        return None
 
     def _rewind(self, drop: Callable[[int, int], bool]) -> list[_Publish]:
         """End the prefix before its last messages for which ``drop(clock, offset)``
@@ -502,7 +504,8 @@ def publish_transactional(
     runtime = sink_runtime(options)
     failed = True
     try:
-        rows = (row for columns in batches for row in columns.rows())
+        # chain, not a generator expression over rows: no Python frame resumed per row.
+        rows = chain.from_iterable(columns.rows() for columns in batches)
         result = publish_rows(runtime.run, runtime.client, rows, options, identity)
         failed = False
     finally:
