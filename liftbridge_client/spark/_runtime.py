@@ -50,14 +50,15 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 @contextlib.contextmanager
 def frozen_heap() -> Iterator[None]:
-    """A write task's CPU spent on CPython's cyclic GC, cut by a third or more.
+    """A task's CPU spent on CPython's cyclic GC, cut by a third or more for a write.
 
-    A task keeps thousands of publishes in flight, so collections keep coming, and each
-    full one walked the whole heap the worker had before the task (pyspark, pyarrow,
-    protobuf, this package: tens of thousands of objects that live as long as the
-    process). ``gc.freeze`` leaves those out of collections while the task runs; they
-    go back when it ends. Nothing is done when something else froze the heap already
-    (a forking server does, to keep pages shared): its freeze is not ours to undo.
+    A write task keeps thousands of publishes in flight, and a read makes objects for
+    every message, so collections keep coming, and each full one walked the whole heap
+    the worker had before the task (pyspark, pyarrow, protobuf, this package: tens of
+    thousands of objects that live as long as the process). ``gc.freeze`` leaves those
+    out of collections while the task runs; they go back when it ends. Nothing is done
+    when something else froze the heap already (a forking server does, to keep pages
+    shared): its freeze is not ours to undo.
     """
     if gc.get_freeze_count():
         yield

@@ -129,3 +129,35 @@ def test_the_heap_is_given_back_when_the_task_fails() -> None:
         task()
     assert seen[0] > 0
     assert gc.get_freeze_count() == 0
+
+
+def test_a_read_task_freezes_the_heap_while_it_makes_its_batches() -> None:
+    import gc
+    from collections.abc import Iterator
+
+    from liftbridge_client.spark import _batch
+
+    seen: list[int] = []
+
+    def batches(fail: bool = False) -> Iterator[int]:
+        for n in (1, 2):
+            seen.append(gc.get_freeze_count())
+            if fail and n == 2:
+                raise RuntimeError("the read failed")
+            yield n
+
+    assert gc.get_freeze_count() == 0
+    assert list(_batch._frozen(batches())) == [1, 2]
+    assert len(seen) == 2
+    assert min(seen) > 0
+    assert gc.get_freeze_count() == 0
+    # Abandoned after its first batch (a limit): given back when it is closed.
+    abandoned = _batch._frozen(batches())
+    assert next(abandoned) == 1
+    assert gc.get_freeze_count() > 0
+    abandoned.close()
+    assert gc.get_freeze_count() == 0
+    # A read that fails midway gives it back too.
+    with pytest.raises(RuntimeError, match="the read failed"):
+        list(_batch._frozen(batches(fail=True)))
+    assert gc.get_freeze_count() == 0
