@@ -1,12 +1,15 @@
 /* The hot paths in C: an optional accelerator, each function with a pure-Python twin.
  *
- * Nine functions, each the equivalent of Python code the package keeps (and uses when
+ * These functions, each the equivalent of Python code the package keeps (and uses when
  * this module is not built):
  *
  *   serve_routed     liftbridge_client._transport.nats.serve_routed (the MSG walk)
  *   scan_ack         the hot fields of an enveloped api.Ack, or None when the bytes are
  *                    anything but the plain shape the server sends; the caller then
  *                    decodes them with protobuf, which decides (and words the error)
+ *   pending_ack      scan_ack and the lookup of _publish.nats.NatsPublisher.dispatch: the
+ *                    pending publish a plain success ack settles (the twin: protobuf's
+ *                    decode and the same lookup, _dispatch_decoded)
  *   header_entries   envelope.plain_header_entries (the headers of a plain publish)
  *   fnv1a_32         exactly_once.mapping.fnv1a_32 (the exactly-once key mapping)
  *   uuid_fields      exactly_once.uuids.fields_of (each message a read_committed read
@@ -786,6 +789,81 @@ scan_ack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* Whether str `obj` is the UTF-8 text p[0:n] (valid UTF-8: the scan checked it). 0 for
+ * anything else, also for a str UTF-8 cannot encode (a lone surrogate): the caller then
+ * leaves the ack to the path that compares decoded strings. */
+static int
+str_is(PyObject *obj, const unsigned char *p, Py_ssize_t n)
+{
+    if (!PyUnicode_CheckExact(obj))
+        return 0;
+    Py_ssize_t size;
+    const char *text = PyUnicode_AsUTF8AndSize(obj, &size); /* no copy for ASCII */
+    if (text == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    return size == n && memcmp(text, p, (size_t)n) == 0;
+}
+
+static PyObject *expect_name = NULL;
+
+/* pending_ack(data, ack_class, entries) -> (entry, ack) | None
+ *
+ * scan_ack, then what the NATS dispatch does with its fields, in one step: a success
+ * ack (ackError OK) with an ack policy this client knows (0-2), whose correlation id
+ * names an entry of `entries` (a dict: the pending publishes by correlation id) whose
+ * `expect` is exactly (stream, msgSubject) of the ack. None for anything else: the caller
+ * decodes the bytes with protobuf and decides (an unknown id, a mismatched ack, an error
+ * ack, another shape). Nothing is changed: the caller settles the entry. The ack's
+ * strings are compared as bytes, never made into str objects.
+ */
+static PyObject *
+pending_ack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "pending_ack takes bytes, the ack class and a dict");
+        return NULL;
+    }
+    PyObject *data = args[0];
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    struct ack_scan scan;
+    if (n < 8 || memcmp(p, ACK_HEADER, 8) != 0 || scan_plain_ack(p + 8, n - 8, &scan) < 0 ||
+        scan.ack_error != 0 || scan.ack_policy > 2)
+        Py_RETURN_NONE;
+    p += 8;
+    if (expect_name == NULL && (expect_name = PyUnicode_InternFromString("expect")) == NULL)
+        return NULL;
+    PyObject *cid = ack_string(p, &scan, 6);
+    if (cid == NULL)
+        return NULL;
+    PyObject *entry = PyDict_GetItemWithError(args[2], cid); /* borrowed */
+    Py_DECREF(cid);
+    if (entry == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(entry); /* reading an attribute may run code that drops it from the dict */
+    PyObject *expect = PyObject_GetAttr(entry, expect_name);
+    if (expect == NULL) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    int match = PyTuple_CheckExact(expect) && PyTuple_GET_SIZE(expect) == 2 &&
+                str_is(PyTuple_GET_ITEM(expect, 0), p + scan.at[1], scan.len[1]) &&
+                str_is(PyTuple_GET_ITEM(expect, 1), p + scan.at[3], scan.len[3]);
+    Py_DECREF(expect);
+    PyObject *ack = match ? new_ack(args[1], p, n - 8, scan.offset) : NULL;
+    PyObject *result = ack == NULL ? NULL : PyTuple_Pack(2, entry, ack);
+    Py_DECREF(entry);
+    Py_XDECREF(ack);
+    if (!match)
+        Py_RETURN_NONE;
+    return result;
+}
+
 /* plain_response(response, ack_class) -> (correlation_id, ack) | None
  *
  * The twin of _publish.wire.plain_ack, exact where that one is quick: a PublishResponse
@@ -1003,6 +1081,8 @@ static PyMethodDef methods[] = {
      "The C twin of _transport.nats.serve_routed."},
     {"scan_ack", (PyCFunction)(void (*)(void))scan_ack, METH_FASTCALL,
      "The hot fields of a plain enveloped api.Ack and its Ack, or None."},
+    {"pending_ack", (PyCFunction)(void (*)(void))pending_ack, METH_FASTCALL,
+     "The pending entry a plain success ack settles and its Ack, or None."},
     {"fnv1a_32", fnv1a_32, METH_O, "The 32-bit FNV-1a hash of bytes."},
     {"uuid_bytes", (PyCFunction)(void (*)(void))uuid_bytes, METH_FASTCALL,
      "the 16 bytes of a v1 UUID of (producer, clock, flags), or None"},

@@ -1,10 +1,11 @@
 # The C accelerator's functions (_speedups.c); each mirrors a pure-Python twin.
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from liftbridge_client.models import Ack
 
 _T = TypeVar("_T")
+_E = TypeVar("_E")
 
 def serve_routed(
     data: bytes,
@@ -20,6 +21,9 @@ MAX_HEADER_KEY_BYTES: int
 def scan_ack(
     data: bytes, ack_class: type[Ack], /
 ) -> tuple[str, str, str, int, int, Ack] | None: ...
+def pending_ack(
+    data: bytes, ack_class: type[Ack], entries: Mapping[str, _E], /
+) -> tuple[_E, Ack] | None: ...
 def fnv1a_32(data: bytes, /) -> int: ...
 def uuid_fields(raw: object, /) -> tuple[bytes, int, int] | None: ...
 def uuid_bytes(producer: object, clock: object, flags: object, /) -> bytes | None: ...

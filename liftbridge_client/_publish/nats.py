@@ -52,8 +52,7 @@ __all__ = ["WRITE_EVERY", "NatsPublisher", "NatsRoute", "map_nats_error"]
 log = logging.getLogger(__name__)
 
 _ACK_OK = api_pb2.Ack.OK
-_ACK_POLICIES = frozenset(policy.value for policy in AckPolicy)
-_scan_ack = None if speedups is None else speedups.scan_ack
+_pending_ack = None if speedups is None else speedups.pending_ack
 _publish_command = None if speedups is None else speedups.publish_command
 WRITE_EVERY = 256  # appends between writes in a burst (about 70 KB of 256 B messages)
 
@@ -81,6 +80,7 @@ class NatsPublisher:
     def __init__(self, nc: nats.aio.client.Client, correlator: Correlator, *, crc: bool) -> None:
         self._nc = nc
         self._correlator = correlator
+        self._entries = correlator.entries  # looked up in by the C ack scan
         self._crc = crc
         self.inbox = nc.new_inbox()  # unique per client: _INBOX.<nuid> (or the custom prefix)
         self._sub: nats.aio.subscription.Subscription | None = None
@@ -265,22 +265,15 @@ class NatsPublisher:
 
     def dispatch(self, data: bytes) -> None:
         """Decode one ack-inbox message and settle its publish."""
-        fields = _scan_ack(data, Ack) if _scan_ack is not None else None
-        if fields is None or fields[3] != _ACK_OK or fields[4] not in _ACK_POLICIES:
-            # Not the plain shape of a success ack (or no accelerator): protobuf decides.
+        found = _pending_ack(data, Ack, self._entries) if _pending_ack is not None else None
+        if found is None:
+            # Not a success ack of the plain shape for a pending publish that expects it
+            # (or no accelerator): protobuf decodes it, and the lookup decides.
             self._dispatch_decoded(data)
             return
-        # The C scan checked every byte protobuf would: the Ack it made decodes when a
-        # field other than its offset is first read.
-        cid, stream, subject = fields[0], fields[1], fields[2]
-        correlator = self._correlator
-        fut = correlator.get(cid)
-        if fut is not None and (
-            (expect := fut.expect) is None or expect[0] != stream or expect[1] != subject
-        ):
-            self._mismatched(cid, stream, subject, fut)
-            return
-        correlator.resolve(cid, fields[5])
+        # The C scan checked every byte protobuf would and matched the ack to its publish
+        # as below: the Ack it made decodes when a field other than its offset is read.
+        self._correlator.settle(found[0], found[1])
 
     def _dispatch_decoded(self, data: bytes) -> None:
         """`dispatch` through protobuf's decode: every ack without the accelerator, and

@@ -36,11 +36,11 @@ def ack_scan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     serve in production: with and without the accelerator), whether or not this process
     runs with LIFTBRIDGE_CLIENT_PURE. Use it by importing it."""
     if request.param == "pure":
-        monkeypatch.setattr(nats_publish, "_scan_ack", None)
+        monkeypatch.setattr(nats_publish, "_pending_ack", None)
     elif compiled is None:
         pytest.skip("the C accelerator is not built (test_speedups.py fails in CI for that)")
     else:
-        monkeypatch.setattr(nats_publish, "_scan_ack", compiled.scan_ack)
+        monkeypatch.setattr(nats_publish, "_pending_ack", compiled.pending_ack)
     return str(request.param)
 
 

@@ -107,6 +107,20 @@ class CorrelatorMachine(RuleBasedStateMachine):
         else:
             self.unknown += 1
 
+    @rule(cid=ids)
+    def answer_found(self, cid: str) -> None:
+        """An ack the C scan matched: looked up in `entries`, then `settle`d."""
+        self._sync_model()
+        fut = self.correlator.entries.get(cid)
+        assert (fut is not None) == (cid in self.pending)
+        if fut is None:
+            return  # the scan finds nothing: protobuf's path answers (`answer`)
+        self.correlator.settle(fut, None)
+        assert cid not in self.correlator.entries
+        self.left[cid] = self.pending.pop(cid)
+        assert fut.done()
+        assert fut.exception() is None
+
     @rule(cid=consumes(ids))
     def cancel(self, cid: str) -> None:
         self._sync_model()

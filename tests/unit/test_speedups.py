@@ -323,6 +323,146 @@ def test_the_scan_leaves_other_shapes_to_protobuf(data: bytes) -> None:
     assert speedups.scan_ack(data, Ack) is None
 
 
+# ---- the ack scan with its lookup: pending_ack ---------------------------------------
+
+
+class Entry:
+    """A registry entry as the scan sees one: what its ack must name, in ``expect``."""
+
+    __slots__ = ("expect",)
+
+    def __init__(self, expect: object) -> None:
+        self.expect = expect
+
+
+_KNOWN_POLICIES = {p.value for p in AckPolicy}
+
+
+def _expected(pb: api_pb2.Ack) -> bool:
+    """Whether pending_ack must settle the publish that expects this ack."""
+    return pb.ackError == api_pb2.Ack.OK and pb.ackPolicy in _KNOWN_POLICIES
+
+
+@needs_c
+@settings(max_examples=examples(800), deadline=None)
+@given(pb=plain_acks(), other=text)
+def test_pending_ack_settles_exactly_the_publish_that_expects_it(
+    pb: api_pb2.Ack, other: str
+) -> None:
+    assert speedups is not None
+    data = enveloped(pb.SerializeToString())
+    entry = Entry((pb.stream, pb.msgSubject))
+    found = speedups.pending_ack(data, Ack, {pb.correlationId: entry})
+    if not _expected(pb):
+        assert found is None  # an error ack: protobuf's path words the error
+        return
+    assert found is not None
+    assert found[0] is entry
+    assert type(found[1]) is Ack
+    assert found[1].offset == pb.offset
+    assert found[1] == ack_from_proto(pb)
+    # Anything else is left to protobuf's path: another id, another stream or subject.
+    assert speedups.pending_ack(data, Ack, {}) is None
+    assert speedups.pending_ack(data, Ack, {pb.correlationId + "x": entry}) is None
+    for expect in (
+        (pb.stream + "x", pb.msgSubject),
+        (pb.stream, pb.msgSubject + "x"),
+        (pb.msgSubject, pb.stream) if pb.msgSubject != pb.stream else None,
+        (other, pb.msgSubject) if other != pb.stream else None,
+        [pb.stream, pb.msgSubject],
+        (pb.stream, pb.msgSubject, ""),
+        (pb.stream.encode(), pb.msgSubject),
+    ):
+        assert speedups.pending_ack(data, Ack, {pb.correlationId: Entry(expect)}) is None
+
+
+@needs_c
+@settings(max_examples=examples(3000), deadline=None)
+@given(data=st.one_of(mangled(), st.binary(max_size=40)))
+@example(data=enveloped(b"\x50\x01"))  # an error ack
+@example(data=enveloped(b"\x38\x03"))  # an ack policy this client does not know
+def test_pending_ack_finds_only_what_protobufs_path_would_settle(data: bytes) -> None:
+    assert speedups is not None
+    try:
+        pb: api_pb2.Ack | None = envelope.decode_ack(data)
+    except ProtocolError:
+        pb = None
+    if pb is None:
+        # Whatever id the bytes might seem to name: a registry holding it finds nothing.
+        scanned = speedups.scan_ack(data, Ack)
+        assert scanned is None
+        assert speedups.pending_ack(data, Ack, {"": Entry(("", ""))}) is None
+        return
+    entry = Entry((pb.stream, pb.msgSubject))
+    found = speedups.pending_ack(data, Ack, {pb.correlationId: entry})
+    if found is not None:
+        assert _expected(pb)
+        assert found[0] is entry
+        assert found[1] == ack_from_wire(data[envelope.HEADER_LEN :]) == ack_from_proto(pb)
+    elif _expected(pb):
+        # Only bytes the scan leaves to protobuf (a shape other than the server's).
+        assert speedups.scan_ack(data, Ack) is None
+
+
+@needs_c
+def test_pending_ack_compares_text_as_utf8() -> None:
+    assert speedups is not None
+    pb = api_pb2.Ack(stream="strom-\u00e9\U0001f600", msgSubject="sub.\u4e2d", correlationId="c")
+    data = enveloped(pb.SerializeToString())
+    found = speedups.pending_ack(data, Ack, {"c": Entry((pb.stream, pb.msgSubject))})
+    assert found is not None
+    assert found[1].stream == pb.stream
+    # A str UTF-8 cannot encode (a lone surrogate) matches nothing, and raises nothing.
+    assert speedups.pending_ack(data, Ack, {"c": Entry(("\ud800", pb.msgSubject))}) is None
+    decomposed = "strom-e\u0301\U0001f600"  # equal when normalized, not as text
+    assert speedups.pending_ack(data, Ack, {"c": Entry((decomposed, pb.msgSubject))}) is None
+
+
+@needs_c
+def test_pending_ack_refuses_other_types_and_passes_errors_on() -> None:
+    assert speedups is not None
+    data = enveloped(api_pb2.Ack(stream="s", msgSubject="s", correlationId="c").SerializeToString())
+    entry = Entry(("s", "s"))
+    with pytest.raises(TypeError):
+        speedups.pending_ack(bytearray(data), Ack, {"c": entry})  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        speedups.pending_ack(data, Ack, [("c", entry)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        speedups.pending_ack(data, Ack)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="_decoded"):
+        speedups.pending_ack(data, Entry, {"c": entry})  # type: ignore[arg-type]
+
+    class Raising:
+        @property
+        def expect(self) -> object:
+            raise LookupError("no expect")
+
+    with pytest.raises(LookupError, match="no expect"):
+        speedups.pending_ack(data, Ack, {"c": Raising()})
+    with pytest.raises(AttributeError):
+        speedups.pending_ack(data, Ack, {"c": object()})
+    assert speedups.pending_ack(data, Ack, {"c": entry}) is not None  # and it still serves
+
+
+@needs_c
+def test_pending_ack_keeps_no_reference() -> None:
+    import gc
+    import sys
+
+    assert speedups is not None
+    data = enveloped(api_pb2.Ack(stream="s", msgSubject="s", correlationId="c").SerializeToString())
+    entry, other = Entry(("s", "s")), Entry(("s", "t"))
+    entries = {"c": entry}
+    gc.collect()
+    refs = [sys.getrefcount(x) for x in (Ack, data, entry, other, entries)]
+    for _ in range(2000):
+        speedups.pending_ack(data, Ack, entries)
+        speedups.pending_ack(data, Ack, {"c": other})
+        speedups.pending_ack(data, Ack, {})
+    gc.collect()
+    assert [sys.getrefcount(x) for x in (Ack, data, entry, other, entries)] == refs
+
+
 # ---- the headers of a plain publish ---------------------------------------------------
 
 
