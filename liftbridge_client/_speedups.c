@@ -4,12 +4,13 @@
  * this module is not built):
  *
  *   serve_routed     liftbridge_client._transport.nats.serve_routed (the MSG walk)
- *   scan_ack         the hot fields of an enveloped api.Ack, or None when the bytes are
- *                    anything but the plain shape the server sends; the caller then
- *                    decodes them with protobuf, which decides (and words the error)
- *   pending_ack      scan_ack and the lookup of _publish.nats.NatsPublisher.dispatch: the
- *                    pending publish a plain success ack settles (the twin: protobuf's
- *                    decode and the same lookup, _dispatch_decoded)
+ *   pending_ack      the pending publish a plain success ack on the NATS inbox settles,
+ *                    and its Ack, or None when the bytes are anything but the plain shape
+ *                    the server sends or name no publish expecting them; the caller then
+ *                    decodes them with protobuf, which decides (and words the error): the
+ *                    twin is _publish.nats.NatsPublisher._dispatch_decoded
+ *   scan_ack         pending_ack's scan alone (its fields), which the tests hold to
+ *                    protobuf's decode field by field
  *   header_entries   envelope.plain_header_entries (the headers of a plain publish)
  *   fnv1a_32         exactly_once.mapping.fnv1a_32 (the exactly-once key mapping)
  *   uuid_fields      exactly_once.uuids.fields_of (each message a read_committed read
@@ -21,6 +22,8 @@
  *   publish_command  envelope.encode_message_plain and the PUB command around it
  *                    (_transport.nats.PubBuffer.append), in one piece
  *   publish_request  _publish.wire.plain_publish_request (PublishAsync's request)
+ *   split_messages   _transport.h2.framing.split_messages_twin (the gRPC messages of a
+ *                    call's DATA bytes: every answer and every message read over h2)
  *   plain_response   _publish.wire.plain_ack (the common PublishAsync answer over h2),
  *                    checked to the last byte where that one looks at the telling ones
  *
@@ -1076,6 +1079,58 @@ new_slotted(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return obj;
 }
 
+/* ---- split_messages: gRPC messages out of a call's DATA bytes ------------------------- */
+
+/* split_messages(data, max_length) -> (messages, end)
+ *
+ * The twin of _transport.h2.framing.split_messages_twin: the payloads of the complete,
+ * uncompressed gRPC messages of at most max_length bytes at the start of data, in order,
+ * and the offset where the walk stopped: at an incomplete message, at a head the caller
+ * must refuse (a flag set, too long), or at the end.
+ */
+static PyObject *
+split_messages(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "split_messages takes bytes and an int");
+        return NULL;
+    }
+    long long max_length = PyLong_AsLongLong(args[1]);
+    if (max_length == -1 && PyErr_Occurred())
+        return NULL;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]), i = 0;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    while (size - i >= 5) {
+        unsigned long long length = ((unsigned long long)p[i + 1] << 24) |
+                                    ((unsigned long long)p[i + 2] << 16) |
+                                    ((unsigned long long)p[i + 3] << 8) | p[i + 4];
+        if (p[i] != 0 || (long long)length > max_length ||
+            length > (unsigned long long)(size - i - 5))
+            break;
+        PyObject *message =
+            PyBytes_FromStringAndSize((const char *)p + i + 5, (Py_ssize_t)length);
+        if (message == NULL || PyList_Append(out, message) < 0) {
+            Py_XDECREF(message);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(message);
+        i += 5 + (Py_ssize_t)length;
+    }
+    PyObject *end = PyLong_FromSsize_t(i);
+    if (end == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyObject *result = PyTuple_Pack(2, out, end);
+    Py_DECREF(out);
+    Py_DECREF(end);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"serve_routed", (PyCFunction)(void (*)(void))serve_routed, METH_FASTCALL,
      "The C twin of _transport.nats.serve_routed."},
@@ -1083,6 +1138,8 @@ static PyMethodDef methods[] = {
      "The hot fields of a plain enveloped api.Ack and its Ack, or None."},
     {"pending_ack", (PyCFunction)(void (*)(void))pending_ack, METH_FASTCALL,
      "The pending entry a plain success ack settles and its Ack, or None."},
+    {"split_messages", (PyCFunction)(void (*)(void))split_messages, METH_FASTCALL,
+     "The payloads of the complete gRPC messages at the start of bytes, and where it stopped."},
     {"fnv1a_32", fnv1a_32, METH_O, "The 32-bit FNV-1a hash of bytes."},
     {"uuid_bytes", (PyCFunction)(void (*)(void))uuid_bytes, METH_FASTCALL,
      "the 16 bytes of a v1 UUID of (producer, clock, flags), or None"},

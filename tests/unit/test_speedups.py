@@ -11,6 +11,7 @@ beside its twin in test_publish_wire.py.) When CI is set the module must be ther
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from typing import Any, cast
@@ -25,6 +26,7 @@ from liftbridge_client import _native, envelope
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.wire import plain_answer, plain_publish_request
 from liftbridge_client._transport import nats as transport
+from liftbridge_client._transport.h2 import framing
 from liftbridge_client.errors import InvalidInputError, ProtocolError
 from liftbridge_client.exactly_once import mapping, uuids
 from liftbridge_client.exactly_once.sequencer import Envelope, PartitionRef
@@ -461,6 +463,79 @@ def test_pending_ack_keeps_no_reference() -> None:
         speedups.pending_ack(data, Ack, {})
     gc.collect()
     assert [sys.getrefcount(x) for x in (Ack, data, entry, other, entries)] == refs
+
+
+# ---- the gRPC messages of a call's DATA bytes: split_messages --------------------------
+
+
+@st.composite
+def grpc_streams(draw: st.DrawFn) -> bytes:
+    """gRPC messages back to back, now and then one flagged or cut, or bytes appended."""
+    out = b""
+    for _ in range(draw(st.integers(0, 6))):
+        flag = draw(st.sampled_from([0, 0, 0, 0, 1, 2, 0x80]))
+        payload = draw(st.binary(max_size=40))
+        out += bytes([flag]) + len(payload).to_bytes(4, "big") + payload
+    if draw(st.booleans()):
+        out = out[: draw(st.integers(0, len(out)))]
+    return out + draw(st.binary(max_size=6))
+
+
+def _outcome(splitter: framing.MessageSplitter, pieces: list[bytes]) -> list[object]:
+    seen: list[object] = []
+    for piece in pieces:
+        try:
+            seen.append(splitter.feed(piece))
+        except framing.H2RpcError as exc:
+            seen.append((exc.code(), exc.details()))
+            break
+    seen.append(splitter.buffered)
+    return seen
+
+
+@needs_c
+@settings(max_examples=examples(2000), deadline=None)
+@given(data=st.one_of(grpc_streams(), st.binary(max_size=60)), limit=st.integers(-1, 50))
+@example(data=b"\x00\xff\xff\xff\xff", limit=50)  # a head naming 4 GiB
+@example(data=b"\x00\x00\x00\x00\x00" * 3, limit=0)  # empty messages at the limit 0
+def test_split_messages_matches_its_twin(data: bytes, limit: int) -> None:
+    assert speedups is not None
+    assert speedups.split_messages(data, limit) == framing.split_messages_twin(data, limit)
+
+
+@needs_c
+@settings(max_examples=examples(500), deadline=None)
+@given(
+    data=grpc_streams(), cuts=st.lists(st.integers(0, 300), max_size=5), limit=st.integers(0, 50)
+)
+def test_the_splitter_reads_alike_with_either_walk(
+    data: bytes, cuts: list[int], limit: int
+) -> None:
+    assert speedups is not None
+    bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    pieces = [data[a:b] for a, b in itertools.pairwise(bounds)]
+    kept = framing.split_messages
+    try:
+        framing.split_messages = framing.split_messages_twin
+        pure = _outcome(framing.MessageSplitter(limit), pieces)
+        framing.split_messages = speedups.split_messages
+        compiled = _outcome(framing.MessageSplitter(limit), pieces)
+    finally:
+        framing.split_messages = kept
+    assert compiled == pure
+
+
+@needs_c
+def test_split_messages_refuses_other_types() -> None:
+    assert speedups is not None
+    with pytest.raises(TypeError):
+        speedups.split_messages(bytearray(5), 10)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        speedups.split_messages(b"", 1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        speedups.split_messages(b"")  # type: ignore[call-arg]
+    with pytest.raises(OverflowError):
+        speedups.split_messages(b"", 1 << 70)
 
 
 # ---- the headers of a plain publish ---------------------------------------------------

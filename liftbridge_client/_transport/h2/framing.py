@@ -32,6 +32,8 @@ import grpc
 from grpc import StatusCode
 from h2.errors import ErrorCodes
 
+from liftbridge_client._native import speedups
+
 __all__ = [
     "DEFAULT_MAX_MESSAGE",
     "H2RpcError",
@@ -40,6 +42,8 @@ __all__ = [
     "encode_timeout",
     "from_http_status",
     "from_reset",
+    "split_messages",
+    "split_messages_twin",
     "status_error",
 ]
 
@@ -158,6 +162,27 @@ def encode_message(payload: bytes) -> bytes:
     return _pack_head(0, len(payload)) + payload
 
 
+def split_messages_twin(data: bytes, max_length: int) -> tuple[list[bytes], int]:
+    """The payloads of the complete, uncompressed gRPC messages of at most ``max_length``
+    bytes at the start of ``data``, in order, and the offset where the walk stopped: at an
+    incomplete message, at a head the caller must refuse (a flag set, too long), or at
+    the end. (The C accelerator's ``split_messages`` is the same walk.)"""
+    out: list[bytes] = []
+    size = len(data)
+    i = 0
+    while size - i >= 5:
+        flag, length = _unpack_head(data, i)
+        end = i + 5 + length
+        if flag or length > max_length or end > size:
+            break
+        out.append(data[i + 5 : end])
+        i = end
+    return out, i
+
+
+split_messages = split_messages_twin if speedups is None else speedups.split_messages
+
+
 class MessageSplitter:
     """Cuts a call's DATA bytes into gRPC messages; keeps an incomplete tail.
 
@@ -195,24 +220,13 @@ class MessageSplitter:
             data = b"".join(self._parts)
             self._parts = []
             self._have = self._need = 0
-        out: list[bytes] = []
+        out, i = split_messages(data, self._max)
         size = len(data)
-        i = 0
-        need = 0
-        while size - i >= 5:
-            flag, length = _unpack_head(data, i)
-            if flag or length > self._max:
-                self._check(data, i)
-            end = i + 5 + length
-            if end > size:
-                need = end - i
-                break
-            out.append(data[i + 5 : end])
-            i = end
         if i < size:
+            # An incomplete message (kept), or a head to refuse (`_check` raises).
+            self._need = self._check(data, i) if size - i >= 5 else 0
             self._parts.append(data[i:] if i else data)
             self._have = size - i
-            self._need = need
         return out
 
     def _check(self, data: bytes, at: int) -> int:
