@@ -757,6 +757,18 @@ new_ack(PyObject *cls, const unsigned char *raw, Py_ssize_t n, unsigned long lon
     return ack;
 }
 
+/* The api.Ack inside an enveloped ack of the plain shape (the header the server sends, no
+ * CRC; scan_plain_ack), scanned into *scan; NULL for anything else. */
+static const unsigned char *
+enveloped_ack(PyObject *data, struct ack_scan *scan)
+{
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    if (n < 8 || memcmp(p, ACK_HEADER, 8) != 0 || scan_plain_ack(p + 8, n - 8, scan) < 0)
+        return NULL;
+    return p + 8;
+}
+
 /* scan_ack(data, ack_class) -> (correlation_id, stream, msg_subject, ack_error, ack_policy,
  *                                ack) | None
  *
@@ -771,13 +783,11 @@ scan_ack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "scan_ack takes bytes and the ack class");
         return NULL;
     }
-    PyObject *data = args[0];
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
     struct ack_scan scan;
-    if (n < 8 || memcmp(p, ACK_HEADER, 8) != 0 || scan_plain_ack(p + 8, n - 8, &scan) < 0)
+    const unsigned char *p = enveloped_ack(args[0], &scan);
+    if (p == NULL)
         Py_RETURN_NONE;
-    p += 8;
     PyObject *ack = new_ack(args[1], p, n - 8, scan.offset);
     PyObject *cid = ack == NULL ? NULL : ack_string(p, &scan, 6);
     PyObject *stream = cid == NULL ? NULL : ack_string(p, &scan, 1);
@@ -828,14 +838,11 @@ pending_ack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "pending_ack takes bytes, the ack class and a dict");
         return NULL;
     }
-    PyObject *data = args[0];
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
     struct ack_scan scan;
-    if (n < 8 || memcmp(p, ACK_HEADER, 8) != 0 || scan_plain_ack(p + 8, n - 8, &scan) < 0 ||
-        scan.ack_error != 0 || scan.ack_policy > 2)
+    const unsigned char *p = enveloped_ack(args[0], &scan);
+    if (p == NULL || scan.ack_error != 0 || scan.ack_policy > 2)
         Py_RETURN_NONE;
-    p += 8;
     if (expect_name == NULL && (expect_name = PyUnicode_InternFromString("expect")) == NULL)
         return NULL;
     PyObject *cid = ack_string(p, &scan, 6);
