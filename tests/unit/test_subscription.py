@@ -501,7 +501,10 @@ async def test_a_metadata_answer_without_the_stream_is_no_proof_of_deletion(
     cluster.script(A, rpc_error(grpc.StatusCode.NOT_FOUND, "No such partition"))
     cluster.script(A, rpc_error(grpc.StatusCode.NOT_FOUND, "No such partition"))
     cluster.script(A, EMPTY, msg(1))
-    sub, _ = subscribe(cluster)
+    # The stream is listed again after 0.3 s, well within the resubscribe wait: with the
+    # suite's 0.5 s a loaded machine (CI) ran out of it while metadata requests timed out.
+    options = dataclasses.replace(OPTIONS, resubscribe_wait=3.0)
+    sub, _ = subscribe(cluster, options)
     async with sub:
         assert (await anext(sub)).offset == 0
         cluster.stream_exists = False
