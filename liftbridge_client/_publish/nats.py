@@ -277,7 +277,9 @@ class NatsPublisher:
 
     def _dispatch_decoded(self, data: bytes) -> None:
         """`dispatch` through protobuf's decode: every ack without the accelerator, and
-        with it, error acks and whatever the scan did not vouch for."""
+        with it, error acks, acks for no pending publish (late, duplicated, foreign) or
+        naming another stream or subject than it expects, and whatever the scan did not
+        vouch for."""
         try:
             pb = envelope.decode_ack(data)
             ack = ack_from_proto(pb)
