@@ -29,6 +29,7 @@ __all__ = [
     "RandomMapping",
     "RendezvousMapping",
     "fnv1a_32",
+    "key_hash",
     "modulo_index",
     "partition_name",
     "rendezvous_index",
@@ -50,7 +51,8 @@ def fnv1a_32(data: bytes) -> int:
 _fnv1a_32_of_bytes = fnv1a_32 if speedups is None else speedups.fnv1a_32
 
 
-def _key_hash(key: bytes) -> int:
+def key_hash(key: bytes) -> int:
+    """The FNV-1a hash the mappings take of ``key`` (in C for exact bytes)."""
     return _fnv1a_32_of_bytes(key) if type(key) is bytes else fnv1a_32(key)
 
 
@@ -63,7 +65,7 @@ def modulo_index(key: bytes, count: int) -> int:
     """The index among ``count`` candidates that `ModuloMapping` picks for ``key``."""
     if count <= 0:
         raise errors.InvalidInputError("partitions must not be empty")
-    return _key_hash(key) % count
+    return key_hash(key) % count
 
 
 def rendezvous_index(key: bytes, name_hashes: Sequence[int]) -> int:
@@ -71,10 +73,10 @@ def rendezvous_index(key: bytes, name_hashes: Sequence[int]) -> int:
     every weight is 0)."""
     if not name_hashes:
         raise errors.InvalidInputError("partitions must not be empty")
-    key_hash = _key_hash(key)
+    hashed = key_hash(key)
     best, index = 0, 0
     for i, name_hash in enumerate(name_hashes):
-        weight = key_hash ^ name_hash
+        weight = hashed ^ name_hash
         if weight > best:
             best, index = weight, i
     return index

@@ -39,11 +39,11 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, islice
-from typing import Any
+from typing import Any, NamedTuple
 
 from liftbridge_client import errors
 from liftbridge_client.client import Client
-from liftbridge_client.exactly_once.mapping import ModuloMapping
+from liftbridge_client.exactly_once.mapping import ModuloMapping, key_hash
 from liftbridge_client.exactly_once.publisher import (
     CLOCKS_HEADER,
     DEFAULT_RETRY,
@@ -111,13 +111,18 @@ class TaskIntents:
     intents: str = "[]"
 
 
-@dataclass(slots=True)
-class _Sent:
+class _Sent(NamedTuple):
+    """A message in flight. Made with ``tuple.__new__`` (in C), one per row: a slotted
+    dataclass's ``__init__`` is a Python call."""
+
     item: _Publish
     rows: int
     clock: int
     floor: int  # the lane's gapless prefix (its last clock) when this one was sent
     future: asyncio.Future[Any]
+
+
+_new_sent = tuple.__new__
 
 
 # A message of a gapless prefix: its clock, offset, rows, and what was sent.
@@ -312,23 +317,18 @@ class _Lane:
         """``item`` went out at ``clock``: in flight until its ack."""
         self._clock = clock
         self._sent = True
-        self._inflight.append(_Sent(item, rows, clock, self._acked, future))
+        self._inflight.append(_new_sent(_Sent, (item, rows, clock, self._acked, future)))
 
     def _take(self, sent: _Sent) -> tuple[BaseException, list[_Publish]] | None:
         """Take an acked head into the gapless prefix (None, the common case: nothing
         allocated); else the reason it cannot be, and the prefix's messages that must go
         again with it."""
-        future = sent.future
-        exc = (
-            errors.LiftbridgeTimeoutError("the publish was cancelled")
-            if future.cancelled()
-            else future.exception()
-        )
-        if exc is not None:
-            # It may be stored, and (were the transport to reorder) before messages acked
-            # after it was sent: the prefix ends where it stood when this one went out.
-            return exc, self._rewind(lambda clock, _: clock > sent.floor)
-        ack: Ack | None = future.result()
+        try:
+            ack: Ack | None = sent.future.result()  # one call for the common case
+        except asyncio.CancelledError:
+            return self._failed(sent, errors.LiftbridgeTimeoutError("the publish was cancelled"))
+        except BaseException as exc:  # the publish's own error, whatever its class
+            return self._failed(sent, exc)
         offset = self._offset + 1 if ack is None else ack.offset
         if offset <= self._offset:
             # Messages of the prefix stored after this one are dropped by readers (their
@@ -344,6 +344,11 @@ class _Lane:
         self._forgot |= len(self._recent) == self._recent.maxlen
         self._recent.append((sent.clock, offset, sent.rows, sent.item))
         return None
+
+    def _failed(self, sent: _Sent, exc: BaseException) -> tuple[BaseException, list[_Publish]]:
+        # It may be stored, and (were the transport to reorder) before messages acked
+        # after it was sent: the prefix ends where it stood when this one went out.
+        return exc, self._rewind(lambda clock, _: clock > sent.floor)
 
     def _rewind(self, drop: Callable[[int, int], bool]) -> list[_Publish]:
         """End the prefix before its last messages for which ``drop(clock, offset)``
@@ -438,9 +443,12 @@ class _Producers:
                     f"partitions {partitions}"
                 )
             return row.partition
-        if row.key is None:  # keyless rows: spread by task
+        key = row.key
+        if key is None:  # keyless rows: spread by task
             return partitions[self._identity.task % len(partitions)]
-        return self._mapping.choose(row.stream, row.key, partitions)
+        if type(key) is bytes and partitions:  # `ModuloMapping.choose`, one call per row
+            return partitions[key_hash(key) % len(partitions)]
+        return self._mapping.choose(row.stream, key, partitions)
 
     def lane(self, target: _Target) -> _Lane:
         found = self.lanes.get(target)

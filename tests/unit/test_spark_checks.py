@@ -179,3 +179,74 @@ def test_lanes_keep_a_key_on_one_lane_and_spread_keyless_rows() -> None:
     assert lanes == [lane_for(k, 99, 8) for k in keys]  # the key decides, not the number
     assert set(lanes) == set(range(8))  # and the keys spread over every lane
     assert [lane_for(None, n, 3) for n in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_the_exactly_once_sink_picks_a_keyed_row_s_partition_as_the_modulo_mapping() -> None:
+    # The sink inlines ModuloMapping's choice for exact-bytes keys: it must agree with the
+    # mapping on every key and partition list, and leave anything else to the mapping.
+    import random
+
+    from liftbridge_client.exactly_once.mapping import ModuloMapping
+    from liftbridge_client.spark._idempotent import TaskIdentity
+    from liftbridge_client.spark._rows import PublishedRow
+    from liftbridge_client.spark._transactional import _Producers
+
+    options = SinkOptions.parse({**BASE, "exactlyOnce": "true", "writeId": "w"})
+    producers = _Producers(None, options, TaskIdentity("w", 0, 3))  # type: ignore[arg-type]
+    mapping = ModuloMapping()
+    rng = random.Random(31)
+    for _ in range(2000):
+        key = rng.randbytes(rng.randrange(0, 24))
+        partitions = tuple(sorted(rng.sample(range(50), rng.randrange(1, 9))))
+        row = PublishedRow("orders", b"v", key)
+        assert producers.partition_of(row, partitions) == mapping.choose("orders", key, partitions)
+    # Keyless rows go by task number; a key that is not exact bytes gets the mapping's error.
+    assert producers.partition_of(PublishedRow("orders", b"v"), (4, 7)) == 7
+    with pytest.raises(errors.InvalidInputError, match="key must be bytes"):
+        producers.partition_of(PublishedRow("orders", b"v", bytearray(b"k")), (0, 1))  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidInputError, match="must not be empty"):
+        producers.partition_of(PublishedRow("orders", b"v", b"k"), ())
+
+
+def test_an_exactly_once_lane_takes_acks_in_order_and_ends_its_prefix_at_a_failure() -> None:
+    # _Lane._take settles each acked head from one result() call: an ack in order extends
+    # the gapless prefix; a failed, cancelled or out-of-order publish ends it there.
+    from liftbridge_client._proto import api_pb2
+    from liftbridge_client.exactly_once.publisher import DEFAULT_RETRY
+    from liftbridge_client.models import ack_from_proto
+    from liftbridge_client.spark._rows import PublishedRow
+    from liftbridge_client.spark._transactional import _Lane
+
+    def ack(offset: int) -> object:
+        return ack_from_proto(api_pb2.Ack(stream="s", offset=offset))
+
+    options = SinkOptions.parse({**BASE, "exactlyOnce": "true", "writeId": "w"})
+    loop = asyncio.new_event_loop()
+    try:
+        for ending, expected in [
+            ("error", errors.NotLeaderError),
+            ("cancelled", errors.LiftbridgeTimeoutError),
+            ("out of order", errors.OutOfOrderAckError),
+        ]:
+            lane = _Lane(None, options, "s", 0, DEFAULT_RETRY)  # type: ignore[arg-type]
+            rows = [PublishedRow("s", b"%d" % i) for i in range(4)]
+            futures = [loop.create_future() for _ in rows]
+            for clock, (row, fut) in enumerate(zip(rows, futures, strict=True), 1):
+                lane._record(row, 1, clock, fut)
+            futures[0].set_result(ack(10))
+            futures[1].set_result(ack(11))
+            if ending == "error":
+                futures[2].set_exception(errors.NotLeaderError("moved"))
+            elif ending == "cancelled":
+                futures[2].cancel()
+            else:
+                futures[2].set_result(ack(9))  # stored before the acked ones
+            futures[3].set_result(ack(12))
+            problem = lane._settle_done()
+            assert isinstance(problem, expected), ending
+            # Out of order: the messages stored after offset 9 go again with it.
+            kept = 0 if ending == "out of order" else 2
+            assert lane.rows == kept, ending
+            assert list(lane._todo) == rows[kept:], ending
+    finally:
+        loop.close()
