@@ -238,16 +238,11 @@ class NatsPublisher:
     def send_nowait_batched(self, subject: str, payload: bytes) -> bool:
         """`send_nowait`, writing every `WRITE_EVERY` appends (the wire gets the
         first of a long burst while the rest is being built)."""
-        return self._batched(self._buffer.append(subject, payload))
+        return self._buffer.append(subject, payload, WRITE_EVERY)
 
     def append_command(self, cmd: bytes) -> bool:
         """`send_nowait_batched` of a command from `command_plain`."""
-        return self._batched(self._buffer.append_command(cmd))
-
-    def _batched(self, appended: bool) -> bool:
-        if appended and self._buffer.appended >= WRITE_EVERY:
-            self._buffer.write_now()
-        return appended
+        return self._buffer.append_command(cmd, WRITE_EVERY)
 
     @property
     def unflushed(self) -> bool:

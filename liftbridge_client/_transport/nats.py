@@ -692,18 +692,18 @@ class PubBuffer:
             return None
         return head
 
-    def append(self, subject: str, payload: bytes) -> bool:
+    def append(self, subject: str, payload: bytes, write_every: int = 0) -> bool:
         head = self.head(subject)
         if head is None:
             return False
-        return self._queue(b"%s%d\r\n%s\r\n" % (head, len(payload), payload), len(payload))
+        cmd = b"%s%d\r\n%s\r\n" % (head, len(payload), payload)
+        return self.append_command(cmd, write_every)
 
-    def append_command(self, cmd: bytes) -> bool:
+    def append_command(self, cmd: bytes, write_every: int = 0) -> bool:
         """`append` of a PUB command built already, from `head`; False when nats-py must
-        take it (its buffer is full: its publish force-flushes first)."""
-        return self._queue(cmd, len(cmd) - cmd.index(b"\r\n") - 4)
-
-    def _queue(self, cmd: bytes, size: int) -> bool:
+        take it (its buffer is full: its publish force-flushes first). With
+        ``write_every``, once that many appends wait they are written (`write_now`): the
+        wire gets the first of a long burst while the rest is being built."""
         nc = self._nc
         total = nc._pending_data_size + len(cmd)
         if nc._max_pending_size > 0 and total > nc._max_pending_size:
@@ -712,9 +712,11 @@ class PubBuffer:
         nc._pending_data_size = total
         stats = nc.stats
         stats["out_msgs"] += 1
-        stats["out_bytes"] += size
+        stats["out_bytes"] += len(cmd) - cmd.index(b"\r\n") - 4  # the payload's size
         self.unflushed = True
         self.appended += 1
+        if write_every and self.appended >= write_every:
+            self.write_now()
         return True
 
     def write_now(self) -> bool:

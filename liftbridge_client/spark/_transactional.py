@@ -125,8 +125,8 @@ class _Sent(NamedTuple):
 _new_sent = tuple.__new__
 
 
-# A message of a gapless prefix: its clock, offset, rows, and what was sent.
-_Acked = tuple[int, int, int, _Publish]
+# A message of a gapless prefix: its clock, offset and rows (what was sent is kept beside).
+_Acked = tuple[int, int, int]
 
 
 def _consume(future: asyncio.Future[Any]) -> None:
@@ -162,12 +162,16 @@ class _Lane:
         self._offset = -1  # the offset of that prefix's last message
         self._sent = False
         self._rows = 0  # in the gapless prefixes of every generation
-        # The prefix's last messages (clock, offset, rows, what was sent), to end it
-        # earlier when an ack shows a later message stored before them; ``_forgot``:
-        # older ones were let go. No more than a window of messages can have been sent
-        # before an ack came back. Neither futures nor acks are kept: thousands of objects
-        # alive a while each are what CPython's cyclic GC traverses over and over.
-        self._recent: deque[_Acked] = deque(maxlen=options.max_inflight + 1)
+        # The prefix's last messages (clock, offset, rows; and beside, what was sent), to
+        # end it earlier when an ack shows a later message stored before them;
+        # ``_forgot``: older ones were let go. No more than a window of messages can have
+        # been sent before an ack came back. Neither futures nor acks are kept, and the
+        # numbers are a tuple of their own: thousands of objects alive a while each are
+        # what CPython's cyclic GC traverses over and over, and it stops tracking a tuple
+        # of numbers at its first collection (not one holding a row).
+        window = options.max_inflight + 1
+        self._recent: deque[_Acked] = deque(maxlen=window)
+        self._recent_items: deque[_Publish] = deque(maxlen=window)
         self._forgot = False
 
     def intents(self) -> list[AckIntent]:
@@ -342,7 +346,8 @@ class _Lane:
         self._acked = sent.clock
         self._rows += sent.rows
         self._forgot |= len(self._recent) == self._recent.maxlen
-        self._recent.append((sent.clock, offset, sent.rows, sent.item))
+        self._recent.append((sent.clock, offset, sent.rows))
+        self._recent_items.append(sent.item)
         return None
 
     def _failed(self, sent: _Sent, exc: BaseException) -> tuple[BaseException, list[_Publish]]:
@@ -356,9 +361,8 @@ class _Lane:
         back: list[_Publish] = []
         recent = self._recent
         while recent and drop(recent[-1][0], recent[-1][1]):
-            _, _, rows, item = recent.pop()
-            back.append(item)
-            self._rows -= rows
+            back.append(self._recent_items.pop())
+            self._rows -= recent.pop()[2]
         if not back:
             return back
         back.reverse()
@@ -393,6 +397,7 @@ class _Lane:
         self._offset = -1
         self._sent = False
         self._recent.clear()
+        self._recent_items.clear()
         self._forgot = False
 
 
