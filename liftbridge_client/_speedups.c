@@ -1086,6 +1086,213 @@ new_slotted(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return obj;
 }
 
+/* ---- message_of: a subscribed api.Message straight into models.Message ---------------- */
+
+/* A length-delimited field's value: its start and length (0, 0 when absent). */
+struct span {
+    Py_ssize_t at, len;
+};
+
+/* What scan_message finds in an api.Message (fields by number; the last occurrence wins,
+ * as in protobuf). */
+struct message_scan {
+    struct span bytes[13]; /* 2 key, 3 value, 5 stream, 7 subject, 8 replySubject */
+    unsigned long long offset, timestamp, partition;
+    int headers; /* field 9 occurred: the map is not empty */
+};
+
+/* 0 when p[0:n] is a map<string, bytes> entry protobuf reads without fail: fields 1 (a
+ * valid UTF-8 key) and 2 (bytes) only, each with its own wire type. */
+static int
+scan_header_entry(const unsigned char *p, Py_ssize_t n)
+{
+    Py_ssize_t at = 0;
+    while (at < n) {
+        unsigned long long tag, len;
+        if (read_varint(p, n, &at, &tag) < 0 || (tag != 0x0a && tag != 0x12) ||
+            read_varint(p, n, &at, &len) < 0 || len > (unsigned long long)(n - at))
+            return -1;
+        if (tag == 0x0a && !utf8_valid(p + at, (Py_ssize_t)len))
+            return -1;
+        at += (Py_ssize_t)len;
+    }
+    return 0;
+}
+
+/* 0 when p[0:n] is an api.Message of the plain shape: only fields 1-12, each with its own
+ * wire type, strings valid UTF-8, header entries as scan_header_entry takes them, varints
+ * under 9 bytes (so offsets and timestamps are not negative), partition and ackPolicy
+ * within int32. On such bytes protobuf's decode cannot fail and reads the values found.
+ * -1 for anything else: the caller leaves the bytes to protobuf, which decides. */
+static int
+scan_message(const unsigned char *p, Py_ssize_t n, struct message_scan *out)
+{
+    memset(out, 0, sizeof *out);
+    Py_ssize_t at = 0;
+    while (at < n) {
+        unsigned long long tag, value;
+        if (read_varint(p, n, &at, &tag) < 0 || tag > 0xff)
+            return -1;
+        unsigned field = (unsigned)(tag >> 3), wire = (unsigned)(tag & 7);
+        switch (field) {
+        case 2: case 3: case 5: case 7: case 8: case 9: case 10: case 11:
+            if (wire != 2 || read_varint(p, n, &at, &value) < 0 ||
+                value > (unsigned long long)(n - at))
+                return -1;
+            if (field == 9) {
+                if (scan_header_entry(p + at, (Py_ssize_t)value) < 0)
+                    return -1;
+                out->headers = 1;
+            }
+            else if (field != 2 && field != 3 && !utf8_valid(p + at, (Py_ssize_t)value))
+                return -1;
+            out->bytes[field].at = at;
+            out->bytes[field].len = (Py_ssize_t)value;
+            at += (Py_ssize_t)value;
+            break;
+        case 1: case 4: case 6: case 12:
+            if (wire != 0 || read_varint(p, n, &at, &value) < 0)
+                return -1;
+            if ((field == 6 || field == 12) && value > 0x7fffffffULL)
+                return -1;
+            if (field == 1)
+                out->offset = value;
+            else if (field == 4)
+                out->timestamp = value;
+            else if (field == 6)
+                out->partition = value;
+            break;
+        default:
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The classes message_of fills, and their slots (found by name once). */
+static PyTypeObject *message_class = NULL, *headers_class = NULL;
+enum { M_STREAM, M_PARTITION, M_OFFSET, M_VALUE, M_KEY, M_TIMESTAMP, M_SUBJECT, M_REPLY,
+       M_HEADERS, M_SLOTS };
+static const char *const message_slots[M_SLOTS] = {
+    "stream", "partition", "offset", "value", "key", "timestamp_ns", "subject",
+    "reply_subject", "headers"};
+static PyMemberDef *message_members[M_SLOTS];
+enum { H_PB, H_DICT, H_SERVER, H_SLOTS };
+static const char *const headers_slots[H_SLOTS] = {"_pb", "_dict", "_server"};
+static PyMemberDef *headers_members[H_SLOTS];
+static PyObject *no_server = NULL; /* (None, None): no server header filtered out yet */
+static PyObject *empty_headers = NULL;
+
+static int
+use_message_classes(PyObject *cls, PyObject *headers_cls, PyObject *empty)
+{
+    if ((PyTypeObject *)cls == message_class && (PyTypeObject *)headers_cls == headers_class &&
+        empty == empty_headers)
+        return 0;
+    if (!PyType_Check(cls) || !PyType_Check(headers_cls)) {
+        PyErr_SetString(PyExc_TypeError, "message_of takes the message and headers classes");
+        return -1;
+    }
+    PyMemberDef *members[M_SLOTS], *hmembers[H_SLOTS];
+    for (int i = 0; i < M_SLOTS; i++)
+        if ((members[i] = slot_of((PyTypeObject *)cls, message_slots[i])) == NULL)
+            return -1;
+    for (int i = 0; i < H_SLOTS; i++)
+        if ((hmembers[i] = slot_of((PyTypeObject *)headers_cls, headers_slots[i])) == NULL)
+            return -1;
+    if (no_server == NULL && (no_server = PyTuple_Pack(2, Py_None, Py_None)) == NULL)
+        return -1;
+    Py_INCREF(cls);
+    Py_INCREF(headers_cls);
+    Py_INCREF(empty);
+    Py_XSETREF(message_class, (PyTypeObject *)cls);
+    Py_XSETREF(headers_class, (PyTypeObject *)headers_cls);
+    Py_XSETREF(empty_headers, empty);
+    memcpy(message_members, members, sizeof members);
+    memcpy(headers_members, hmembers, sizeof hmembers);
+    return 0;
+}
+
+/* A stream's messages share their stream and subject: the str made last for each is kept
+ * and given again while the bytes match (str objects are immutable; only identity
+ * differs from protobuf's fresh ones). */
+static PyObject *last_stream = NULL, *last_subject = NULL;
+
+static PyObject *
+shared_str(PyObject **last, const unsigned char *p, struct span s)
+{
+    if (*last != NULL && str_is(*last, p + s.at, s.len))
+        return Py_NewRef(*last);
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)p + s.at, s.len, NULL);
+    if (text != NULL)
+        Py_XSETREF(*last, Py_NewRef(text));
+    return text;
+}
+
+/* message_of(raw, message_cls, headers_cls, empty) -> message | None
+ *
+ * The twin of models.owned_message_from_proto(api_pb2.Message.FromString(raw)) for the
+ * plain shape (scan_message): an instance of message_cls (models.Message) with its slots
+ * set from the wire, without a protobuf object. Headers stay undecoded, as there: when the
+ * message has any, `headers` is an instance of headers_cls (models._LazyHeaders) holding
+ * raw, to be decoded on first use; else `empty`. None for any other shape: the caller
+ * decodes the bytes with protobuf (which raises for what is malformed).
+ */
+static PyObject *
+message_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyBytes_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "message_of takes bytes, the message and headers classes and the "
+                        "empty headers");
+        return NULL;
+    }
+    if (use_message_classes(args[1], args[2], args[3]) < 0)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    struct message_scan scan;
+    if (scan_message(p, PyBytes_GET_SIZE(args[0]), &scan) < 0)
+        Py_RETURN_NONE;
+    PyObject *values[M_SLOTS] = {NULL};
+    values[M_STREAM] = shared_str(&last_stream, p, scan.bytes[5]);
+    values[M_PARTITION] = PyLong_FromUnsignedLongLong(scan.partition);
+    values[M_OFFSET] = PyLong_FromUnsignedLongLong(scan.offset);
+    values[M_VALUE] = PyBytes_FromStringAndSize((const char *)p + scan.bytes[3].at,
+                                                scan.bytes[3].len);
+    values[M_KEY] = PyBytes_FromStringAndSize((const char *)p + scan.bytes[2].at,
+                                              scan.bytes[2].len);
+    values[M_TIMESTAMP] = PyLong_FromUnsignedLongLong(scan.timestamp);
+    values[M_SUBJECT] = shared_str(&last_subject, p, scan.bytes[7]);
+    values[M_REPLY] = PyUnicode_DecodeUTF8((const char *)p + scan.bytes[8].at,
+                                           scan.bytes[8].len, NULL);
+    if (scan.headers) {
+        PyObject *lazy = headers_class->tp_alloc(headers_class, 0);
+        if (lazy != NULL && (PyMember_SetOne((char *)lazy, headers_members[H_PB], args[0]) < 0 ||
+                             PyMember_SetOne((char *)lazy, headers_members[H_DICT], Py_None) < 0 ||
+                             PyMember_SetOne((char *)lazy, headers_members[H_SERVER], no_server) < 0))
+            Py_CLEAR(lazy);
+        values[M_HEADERS] = lazy;
+    }
+    else
+        values[M_HEADERS] = Py_NewRef(empty_headers);
+    PyObject *msg = NULL;
+    for (int i = 0; i < M_SLOTS; i++)
+        if (values[i] == NULL)
+            goto done;
+    msg = message_class->tp_alloc(message_class, 0);
+    if (msg == NULL)
+        goto done;
+    for (int i = 0; i < M_SLOTS; i++)
+        if (PyMember_SetOne((char *)msg, message_members[i], values[i]) < 0) {
+            Py_CLEAR(msg);
+            goto done;
+        }
+done:
+    for (int i = 0; i < M_SLOTS; i++)
+        Py_XDECREF(values[i]);
+    return msg;
+}
+
 /* ---- split_messages: gRPC messages out of a call's DATA bytes ------------------------- */
 
 /* split_messages(data, max_length) -> (messages, end)
@@ -1162,6 +1369,8 @@ static PyMethodDef methods[] = {
      "The gRPC message of a plain PublishRequest, in one piece, or None."},
     {"plain_response", (PyCFunction)(void (*)(void))plain_response, METH_FASTCALL,
      "The correlation id and Ack of a plain PublishResponse, or None."},
+    {"message_of", (PyCFunction)(void (*)(void))message_of, METH_FASTCALL,
+     "A received api.Message of the plain shape as a models.Message, or None."},
     {NULL, NULL, 0, NULL},
 };
 

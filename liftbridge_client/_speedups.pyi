@@ -43,6 +43,9 @@ def publish_command(
     /,
 ) -> bytes | None: ...
 def plain_response(response: bytes, ack_class: type[Ack], /) -> tuple[str, Ack] | None: ...
+def message_of(
+    raw: bytes, message_class: type[_T], headers_class: type, empty: Mapping[str, bytes], /
+) -> _T | None: ...
 def publish_request(
     value: bytes,
     stream: str,

@@ -18,6 +18,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from liftbridge_client._native import speedups
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.errors import PayloadDecodeError
 
@@ -448,13 +449,14 @@ class _LazyHeaders(Mapping[str, bytes]):
     hold the message's subject and reply subject (kept aside for `raw`): the server's
     (it overwrites a publisher's headers of those names). Holding the protobuf until
     then, not its fields, keeps the subscribe hot path at one object per message. Only
-    for a protobuf nobody changes afterwards (`owned_message_from_proto`).
+    for a protobuf nobody changes afterwards (`owned_message_from_proto`), or the wire
+    bytes of one (`message_from_wire`), decoded then.
     """
 
     __slots__ = ("_dict", "_pb", "_server")
 
-    def __init__(self, pb: api_pb2.Message) -> None:
-        self._pb: api_pb2.Message | None = pb
+    def __init__(self, pb: api_pb2.Message | bytes) -> None:
+        self._pb: api_pb2.Message | bytes | None = pb
         self._dict: dict[str, bytes] | None = None
         # The server's subject and reply headers once filtered out (None: there was none).
         self._server: tuple[bytes | None, bytes | None] = (None, None)
@@ -484,6 +486,9 @@ class _LazyHeaders(Mapping[str, bytes]):
         if d is None:
             pb = self._pb
             assert pb is not None
+            if type(pb) is bytes:  # message_from_wire checked them: they decode
+                pb = api_pb2.Message.FromString(pb)
+            assert isinstance(pb, api_pb2.Message)
             d = dict(pb.headers)
             # Take both out (two pops cost less than a copy), put back what is not the
             # server's; raw() puts them together again, when someone asks.
@@ -556,6 +561,24 @@ def owned_message_from_proto(pb: api_pb2.Message) -> Message:
     _set_reply_subject(msg, pb.replySubject)
     _set_headers(msg, _LazyHeaders(pb) if headers else _EMPTY)
     return msg
+
+
+_message_of = None if speedups is None else speedups.message_of
+
+
+def message_from_wire(raw: bytes) -> Message:
+    """``owned_message_from_proto(api_pb2.Message.FromString(raw))``: a received message.
+
+    The C accelerator makes it straight from the bytes when they are of the plain shape
+    (every field protobuf would read, read the same way; headers kept undecoded until
+    used): no protobuf object and no Python call per field. Anything else, malformed
+    bytes included, goes through protobuf, which raises `DecodeError` as before.
+    """
+    if _message_of is not None:
+        msg = _message_of(raw, Message, _LazyHeaders, _EMPTY)
+        if msg is not None:
+            return msg
+    return owned_message_from_proto(api_pb2.Message.FromString(raw))
 
 
 _message_setters = {f.name: vars(Message)[f.name].__set__ for f in fields(Message)}

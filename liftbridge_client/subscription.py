@@ -36,7 +36,12 @@ from liftbridge_client._subscribe import (
 from liftbridge_client._transport.grpc import BrokerPool, map_rpc_error
 from liftbridge_client._transport.h2 import ServerStreamCall
 from liftbridge_client._transport.h2.connection import STREAM_WINDOW
-from liftbridge_client.models import Message, StartPosition, owned_message_from_proto
+from liftbridge_client.models import (
+    Message,
+    StartPosition,
+    message_from_wire,
+    owned_message_from_proto,
+)
 from liftbridge_client.options import ClientOptions, StreamTransport
 
 if TYPE_CHECKING:
@@ -293,12 +298,13 @@ class Subscription:
         ):
             # h2 with a message already received: nothing to wait for, so no lock needed.
             try:
-                ready = call.read_nowait()
+                # Made into a Message straight from its bytes (no protobuf object between).
+                ready = call.read_nowait_as(message_from_wire)
             except grpc.RpcError:
                 ready = None  # the call failed: the path below reads the failure and acts on it
             if ready is not None:
                 if self._progress.accept(ready.offset):
-                    return owned_message_from_proto(ready)  # never used again
+                    return ready
                 log.debug("%r: dropping replayed offset %d", self, ready.offset)
         try:
             async with self._lock:

@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from liftbridge_client import _native, envelope
+from liftbridge_client import _native, envelope, models
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.wire import plain_answer, plain_publish_request
 from liftbridge_client._transport import nats as transport
@@ -30,7 +30,14 @@ from liftbridge_client._transport.h2 import framing
 from liftbridge_client.errors import InvalidInputError, ProtocolError
 from liftbridge_client.exactly_once import mapping, uuids
 from liftbridge_client.exactly_once.sequencer import Envelope, PartitionRef
-from liftbridge_client.models import Ack, AckPolicy, ack_from_proto, ack_from_wire
+from liftbridge_client.models import (
+    Ack,
+    AckPolicy,
+    Message,
+    ack_from_proto,
+    ack_from_wire,
+    owned_message_from_proto,
+)
 
 # The module as built, imported directly: its functions are tested against their twins
 # also in a process that runs the client without it (LIFTBRIDGE_CLIENT_PURE).
@@ -922,3 +929,184 @@ def test_the_request_refuses_what_is_not_utf8_as_its_twin_does() -> None:
             plain_publish_request(*args, 0, b"", b"")
         with pytest.raises(UnicodeEncodeError):
             speedups.publish_request(*args, 0, b"", b"")
+
+
+# ---- a subscribed message straight into models.Message: message_of -------------------
+
+
+def _fields(msg: Message) -> tuple[object, ...]:
+    """Everything a reader sees of a message, with each value's exact type."""
+    values = (
+        msg.stream,
+        msg.partition,
+        msg.offset,
+        msg.value,
+        msg.key,
+        msg.timestamp_ns,
+        msg.subject,
+        msg.reply_subject,
+        dict(msg.headers),
+        dict(msg.raw_headers),
+    )
+    return (*values, *(type(v).__name__ for v in values))
+
+
+def _via_protobuf(raw: bytes) -> Message:
+    return owned_message_from_proto(api_pb2.Message.FromString(raw))
+
+
+@st.composite
+def plain_messages(draw: st.DrawFn) -> bytes:
+    """A received message's bytes as the server sends them (the subject and reply headers
+    of its own, mostly), sometimes merged with a second one: protobuf's last occurrence of
+    a field wins, and map entries add up."""
+    subject = draw(text)
+    headers = draw(st.dictionaries(text, st.binary(max_size=12), max_size=3))
+    if draw(st.booleans()):
+        headers["subject"] = subject.encode() if draw(st.booleans()) else b"other"
+        headers["reply"] = b"" if draw(st.booleans()) else draw(st.binary(max_size=4))
+    pb = api_pb2.Message(
+        offset=draw(int64),
+        key=draw(st.binary(max_size=16)),
+        value=draw(st.binary(max_size=300)),
+        timestamp=draw(int64),
+        stream=draw(text),
+        partition=draw(st.integers(0, 2**31 - 1)),
+        subject=subject,
+        replySubject=draw(text),
+        headers=headers,
+        ackInbox=draw(text),
+        correlationId=draw(text),
+        ackPolicy=cast(Any, draw(st.sampled_from([0, 1, 2, 7]))),
+    )
+    raw = pb.SerializeToString()
+    if draw(st.booleans()):
+        raw += api_pb2.Message(
+            stream=draw(text), offset=draw(int64), headers={draw(text): b"x"}
+        ).SerializeToString()
+    return raw
+
+
+@needs_c
+@settings(max_examples=examples(1000), deadline=None)
+@given(raw=plain_messages())
+def test_message_of_makes_every_plain_message_as_protobuf_does(raw: bytes) -> None:
+    assert speedups is not None
+    made = speedups.message_of(raw, Message, models._LazyHeaders, models._EMPTY)
+    assert made is not None
+    assert type(made) is Message
+    assert _fields(made) == _fields(_via_protobuf(raw))
+    assert made == _via_protobuf(raw) == models.message_from_wire(raw)
+
+
+@st.composite
+def mangled_messages(draw: st.DrawFn) -> bytes:
+    """A message's bytes with a few edits: flips, cuts, insertions, foreign fields."""
+    data = bytearray(draw(plain_messages()))
+    for _ in range(draw(st.integers(1, 4))):
+        how = draw(st.sampled_from(["flip", "cut", "insert", "field"]))
+        at = draw(st.integers(0, len(data)))
+        if how == "flip" and at < len(data):
+            data[at] = draw(st.integers(0, 255))
+        elif how == "cut":
+            del data[at:]
+        elif how == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=6))
+        else:
+            field = draw(st.integers(0, 20))
+            wire = draw(st.integers(0, 7))
+            body = draw(st.binary(max_size=11))
+            data += bytes([(field << 3 | wire) & 0xFF]) + body
+    return bytes(data)
+
+
+@needs_c
+@settings(max_examples=examples(3000), deadline=None)
+@given(data=st.one_of(mangled_messages(), st.binary(max_size=60)))
+@example(data=b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")  # offset -1: 10 bytes
+@example(data=b"\x30\x80\x80\x80\x80\x08")  # partition 2**31: int32 wraps in protobuf
+@example(data=b"\x2a\x02\xed\xa0")  # a surrogate in stream
+@example(data=b"\x4a\x04\x0a\x02\xed\xa0")  # a surrogate in a header name
+@example(data=b"\x4a\x02\x18\x01")  # a header entry with a field of its own
+@example(data=b"\x2a\x01a\x2a\x01b")  # the last occurrence wins
+@example(data=b"\x1a\x01v\x08\x05\x12\x00")  # an empty key field
+def test_message_of_vouches_only_for_what_protobuf_decodes_alike(data: bytes) -> None:
+    assert speedups is not None
+    made = speedups.message_of(data, Message, models._LazyHeaders, models._EMPTY)
+    try:
+        expected = _via_protobuf(data)
+    except DecodeError:
+        assert made is None, "message_of made a message of bytes protobuf refuses"
+        with pytest.raises(DecodeError):
+            models.message_from_wire(data)  # the caller's path raises protobuf's error
+        return
+    if made is not None:
+        assert _fields(made) == _fields(expected)
+    assert _fields(models.message_from_wire(data)) == _fields(expected)
+
+
+@needs_c
+def test_message_of_leaves_negative_numbers_and_unknown_fields_to_protobuf() -> None:
+    assert speedups is not None
+    for pb in (
+        api_pb2.Message(offset=-1),
+        api_pb2.Message(timestamp=-5),
+        api_pb2.Message(partition=-2),
+    ):
+        raw = pb.SerializeToString()
+        assert speedups.message_of(raw, Message, models._LazyHeaders, models._EMPTY) is None
+        assert _fields(models.message_from_wire(raw)) == _fields(_via_protobuf(raw))
+    unknown = api_pb2.Message(offset=3).SerializeToString() + b"\x68\x01"  # field 13
+    assert speedups.message_of(unknown, Message, models._LazyHeaders, models._EMPTY) is None
+    assert models.message_from_wire(unknown).offset == 3
+
+
+@needs_c
+def test_message_of_keeps_headers_undecoded_and_frees_what_it_made() -> None:
+    import gc
+    import pickle
+    import sys
+
+    assert speedups is not None
+    raw = api_pb2.Message(
+        stream="s", subject="s", value=b"v", headers={"subject": b"s", "reply": b"", "a": b"1"}
+    ).SerializeToString()
+    made = speedups.message_of(raw, Message, models._LazyHeaders, models._EMPTY)
+    assert made is not None
+    assert made.headers._pb is raw  # type: ignore[attr-defined]  # held, not yet decoded
+    assert dict(made.headers) == {"a": b"1"}
+    assert made.headers._pb is None  # type: ignore[attr-defined]  # decoded once, let go
+    assert dict(made.raw_headers) == {"a": b"1", "subject": b"s", "reply": b""}
+    assert pickle.loads(pickle.dumps(made)) == made
+    bare = api_pb2.Message(stream="s", value=b"v").SerializeToString()
+    plain = speedups.message_of(bare, Message, models._LazyHeaders, models._EMPTY)
+    assert plain is not None
+    assert plain.headers is models._EMPTY
+    del made, plain
+    gc.collect()
+    things = (Message, models._LazyHeaders, models._EMPTY, raw, bare)
+    refs = [sys.getrefcount(x) for x in things]
+    for _ in range(3000):
+        speedups.message_of(raw, Message, models._LazyHeaders, models._EMPTY)
+        speedups.message_of(bare, Message, models._LazyHeaders, models._EMPTY)
+    gc.collect()
+    assert [sys.getrefcount(x) for x in things] == refs
+
+
+@needs_c
+def test_message_of_refuses_other_types() -> None:
+    assert speedups is not None
+    raw = api_pb2.Message(stream="s").SerializeToString()
+    with pytest.raises(TypeError):
+        speedups.message_of(bytearray(raw), Message, models._LazyHeaders, models._EMPTY)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        speedups.message_of(raw, Message, models._LazyHeaders)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="slot"):
+        speedups.message_of(raw, Ack, models._LazyHeaders, models._EMPTY)
+    with pytest.raises(TypeError, match="slot"):
+        speedups.message_of(raw, Message, Ack, models._EMPTY)
+    with pytest.raises(TypeError):
+        speedups.message_of(raw, "Message", models._LazyHeaders, models._EMPTY)  # type: ignore[arg-type]
+    made = speedups.message_of(raw, Message, models._LazyHeaders, models._EMPTY)
+    assert made is not None
+    assert made.stream == "s"  # and the right classes still serve

@@ -75,6 +75,7 @@ log = logging.getLogger(__name__)
 # ---- Calls -----------------------------------------------------------------------------
 
 T = TypeVar("T")
+U = TypeVar("U")
 Connect = Callable[[], Awaitable[Connection]]
 Decode = Callable[[bytes], T]
 
@@ -280,11 +281,16 @@ class _Call(Generic[T]):
 
     def read_nowait(self) -> T | None:
         """The next message if one is here already (None otherwise); no suspension."""
+        return self.read_nowait_as(self._decode)
+
+    def read_nowait_as(self, decode: Callable[[bytes], U]) -> U | None:
+        """`read_nowait` with ``decode`` in place of the call's own (the same message, made
+        into another type); a `DecodeError` from it fails the call as there."""
         if not self._inbox:
             return None
         raw = self._take()
         try:
-            return self._decode(raw)
+            return decode(raw)
         except DecodeError as exc:
             error = H2RpcError(StatusCode.INTERNAL, f"failed to parse a response message: {exc}")
             self._fail(error, True)
