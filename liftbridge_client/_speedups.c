@@ -1293,6 +1293,76 @@ done:
     return msg;
 }
 
+/* headers_of(raw) -> (headers, subject, reply_subject) | None
+ *
+ * The twin of (dict(pb.headers), pb.subject.encode(), pb.replySubject.encode()) for
+ * pb = api_pb2.Message.FromString(raw), when raw is of message_of's plain shape: the
+ * header map as a dict (the last entry of a name wins, as in protobuf; entries in wire
+ * order), and the subject fields' bytes. None for any other shape: the caller decodes.
+ */
+static PyObject *
+headers_of(PyObject *self, PyObject *raw)
+{
+    if (!PyBytes_CheckExact(raw)) {
+        PyErr_SetString(PyExc_TypeError, "headers_of takes bytes");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(raw);
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    struct message_scan scan;
+    if (scan_message(p, n, &scan) < 0)
+        Py_RETURN_NONE;
+    PyObject *headers = PyDict_New();
+    if (headers == NULL)
+        return NULL;
+    Py_ssize_t at = 0;
+    while (scan.headers && at < n) { /* scan_message checked every tag and length */
+        unsigned long long tag = 0, len = 0;
+        read_varint(p, n, &at, &tag);
+        if ((tag & 7) == 0) {
+            read_varint(p, n, &at, &len);
+            continue;
+        }
+        read_varint(p, n, &at, &len);
+        Py_ssize_t end = at + (Py_ssize_t)len;
+        if (tag != 0x4a) { /* not a header entry */
+            at = end;
+            continue;
+        }
+        struct span key = {0, 0}, value = {0, 0};
+        while (at < end) {
+            unsigned long long etag = 0, elen = 0;
+            read_varint(p, end, &at, &etag);
+            read_varint(p, end, &at, &elen);
+            struct span *s = etag == 0x0a ? &key : &value;
+            s->at = at;
+            s->len = (Py_ssize_t)elen;
+            at += (Py_ssize_t)elen;
+        }
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)p + key.at, key.len, NULL);
+        PyObject *data = name == NULL ? NULL
+                                      : PyBytes_FromStringAndSize((const char *)p + value.at,
+                                                                  value.len);
+        int failed = data == NULL || PyDict_SetItem(headers, name, data) < 0;
+        Py_XDECREF(name);
+        Py_XDECREF(data);
+        if (failed) {
+            Py_DECREF(headers);
+            return NULL;
+        }
+    }
+    PyObject *subject = PyBytes_FromStringAndSize((const char *)p + scan.bytes[7].at,
+                                                  scan.bytes[7].len);
+    PyObject *reply = subject == NULL ? NULL
+                                      : PyBytes_FromStringAndSize(
+                                            (const char *)p + scan.bytes[8].at, scan.bytes[8].len);
+    PyObject *result = reply == NULL ? NULL : PyTuple_Pack(3, headers, subject, reply);
+    Py_DECREF(headers);
+    Py_XDECREF(subject);
+    Py_XDECREF(reply);
+    return result;
+}
+
 /* ---- split_messages: gRPC messages out of a call's DATA bytes ------------------------- */
 
 /* split_messages(data, max_length) -> (messages, end)
@@ -1371,6 +1441,8 @@ static PyMethodDef methods[] = {
      "The correlation id and Ack of a plain PublishResponse, or None."},
     {"message_of", (PyCFunction)(void (*)(void))message_of, METH_FASTCALL,
      "A received api.Message of the plain shape as a models.Message, or None."},
+    {"headers_of", headers_of, METH_O,
+     "The header map and subject bytes of a plain api.Message, or None."},
     {NULL, NULL, 0, NULL},
 };
 

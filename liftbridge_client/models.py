@@ -484,20 +484,16 @@ class _LazyHeaders(Mapping[str, bytes]):
     def _get(self) -> dict[str, bytes]:
         d = self._dict
         if d is None:
-            pb = self._pb
-            assert pb is not None
-            if type(pb) is bytes:  # message_from_wire checked them: they decode
-                pb = api_pb2.Message.FromString(pb)
-            assert isinstance(pb, api_pb2.Message)
-            d = dict(pb.headers)
+            assert self._pb is not None
+            d, subject_wire, reply_wire = _header_map(self._pb)
             # Take both out (two pops cost less than a copy), put back what is not the
             # server's; raw() puts them together again, when someone asks.
             subject = d.pop("subject", None)
             reply = d.pop("reply", None)
-            if subject is not None and subject != pb.subject.encode():
+            if subject is not None and subject != subject_wire:
                 d["subject"] = subject
                 subject = None
-            if reply is not None and reply != pb.replySubject.encode():
+            if reply is not None and reply != reply_wire:
                 d["reply"] = reply
                 reply = None
             self._server = (subject, reply)
@@ -534,6 +530,20 @@ class _LazyHeaders(Mapping[str, bytes]):
 
     def __repr__(self) -> str:
         return repr(self._get())
+
+
+_headers_of = None if speedups is None else speedups.headers_of
+
+
+def _header_map(source: api_pb2.Message | bytes) -> tuple[dict[str, bytes], bytes, bytes]:
+    """A message's header map, and its subject and reply subject as UTF-8: from its
+    protobuf, or from its wire bytes (in C for the plain shape, else decoded)."""
+    if type(source) is bytes:
+        if _headers_of is not None and (found := _headers_of(source)) is not None:
+            return found
+        source = api_pb2.Message.FromString(source)
+    assert isinstance(source, api_pb2.Message)
+    return dict(source.headers), source.subject.encode(), source.replySubject.encode()
 
 
 def message_headers(pb: api_pb2.Message) -> Mapping[str, bytes]:

@@ -1110,3 +1110,57 @@ def test_message_of_refuses_other_types() -> None:
     made = speedups.message_of(raw, Message, models._LazyHeaders, models._EMPTY)
     assert made is not None
     assert made.stream == "s"  # and the right classes still serve
+
+
+def _header_twin(raw: bytes) -> tuple[dict[str, bytes], bytes, bytes]:
+    pb = api_pb2.Message.FromString(raw)
+    return dict(pb.headers), pb.subject.encode(), pb.replySubject.encode()
+
+
+@needs_c
+@settings(max_examples=examples(1000), deadline=None)
+@given(raw=plain_messages())
+def test_headers_of_reads_every_plain_message_s_map_as_protobuf_does(raw: bytes) -> None:
+    assert speedups is not None
+    found = speedups.headers_of(raw)
+    assert found is not None
+    assert found == _header_twin(raw)
+    assert all(type(k) is str and type(v) is bytes for k, v in found[0].items())
+
+
+@needs_c
+@settings(max_examples=examples(3000), deadline=None)
+@given(data=st.one_of(mangled_messages(), st.binary(max_size=60)))
+@example(data=b"\x4a\x03\x0a\x01a\x4a\x05\x0a\x01a\x12\x00")  # a name twice: the last wins
+@example(data=b"\x4a\x00")  # an empty entry: name "" and value b""
+@example(data=b"\x4a\x03\x12\x01v")  # a value without a name
+def test_headers_of_vouches_only_for_what_protobuf_decodes_alike(data: bytes) -> None:
+    assert speedups is not None
+    found = speedups.headers_of(data)
+    try:
+        expected = _header_twin(data)
+    except DecodeError:
+        assert found is None, "headers_of read a map of bytes protobuf refuses"
+        return
+    assert found is None or found == expected
+    # A message made from these bytes reads the same headers either way.
+    made = speedups.message_of(data, Message, models._LazyHeaders, models._EMPTY)
+    if made is not None:
+        assert _fields(made) == _fields(_via_protobuf(data))
+
+
+@needs_c
+def test_headers_of_refuses_other_types_and_frees() -> None:
+    import gc
+    import sys
+
+    assert speedups is not None
+    with pytest.raises(TypeError):
+        speedups.headers_of(bytearray(b"\x4a\x00"))  # type: ignore[arg-type]
+    raw = api_pb2.Message(subject="s", headers={"a": b"1", "subject": b"s"}).SerializeToString()
+    gc.collect()
+    before = sys.getrefcount(raw)
+    for _ in range(3000):
+        speedups.headers_of(raw)
+    gc.collect()
+    assert sys.getrefcount(raw) == before
