@@ -25,7 +25,7 @@ from liftbridge_client import AckPolicy, Client, StartPosition, StopPosition
 from liftbridge_client.exactly_once import CommittedReader, ExactlyOncePublisher
 from liftbridge_client.exactly_once.sequencer import Envelope, PartitionRef, Sequencer
 from liftbridge_client.exactly_once.uuids import Clock, Flags, build_uuid, new_producer_id
-from liftbridge_client.options import Transport
+from liftbridge_client.options import StreamTransport, Transport
 from liftbridge_client.testing import SingleNode
 
 CHUNK = 100  # publishes are timed in alternating chunks of this many messages
@@ -98,7 +98,8 @@ async def _run(node: SingleNode, n: int, reps: int, size: int) -> None:
     value = value_of(size)
     keys = ("plain", "pipelined", "eo", "sub", "rc")
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in keys}
-    async with client_for(target, Transport.NATS) as client:
+    # Reads over h2, the client's default stream transport (bench.ours defaults to grpc.aio).
+    async with client_for(target, Transport.NATS, stream_transport=StreamTransport.H2) as client:
         for rep in range(reps):
             plain, eo = f"eo-plain-{rep}", f"eo-eo-{rep}"
             await client.create_stream(f"{plain}.s", plain)
