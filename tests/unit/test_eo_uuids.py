@@ -76,8 +76,11 @@ def test_bad_input_is_a_typed_error(args: tuple[bytes, int, int], match: str) ->
 
 
 def test_parse_rejects_wrong_length() -> None:
-    with pytest.raises(errors.InvalidInputError, match="uuid"):
-        uuids.clock_of(b"short")
+    for bad in (b"short", bytes(17), bytearray(16), memoryview(bytes(16))):
+        with pytest.raises(errors.InvalidInputError, match="uuid"):
+            uuids.clock_of(bad)  # type: ignore[arg-type]
+        with pytest.raises(errors.InvalidInputError, match="uuid"):
+            uuids.flags_of(bad)  # type: ignore[arg-type]
 
 
 @given(st.binary(min_size=16, max_size=16))
@@ -91,3 +94,9 @@ def test_fields_of_agrees_with_the_single_getters(raw: bytes) -> None:
         uuids.build_uuid_bytes(*uuids.fields_of(raw))
         == uuids.build_uuid(*uuids.fields_of(raw)).bytes
     )
+    # clock_of splits exact bytes in C when it is built, a UUID object in Python: both
+    # must read what the pure twin reads.
+    as_uuid = uuid.UUID(bytes=raw)
+    twin = uuids.fields_of_twin(raw)
+    assert uuids.clock_of(raw) == uuids.clock_of(as_uuid) == twin[1]
+    assert uuids.flags_of(raw) == uuids.flags_of(as_uuid) == twin[2]
