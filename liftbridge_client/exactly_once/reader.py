@@ -38,7 +38,7 @@ from liftbridge_client.exactly_once.sequencer import (
     QueueOutcome,
     Sequencer,
 )
-from liftbridge_client.exactly_once.uuids import Flags, flags_of
+from liftbridge_client.exactly_once.uuids import is_ack_txn
 from liftbridge_client.models import Message
 from liftbridge_client.packing import PACKED_HEADER, PackedRow, is_packed, pack, unpack
 from liftbridge_client.subscription import Subscription
@@ -189,7 +189,7 @@ def delivered(env: Envelope) -> Message:
 
 
 def _is_ack(env: Envelope) -> bool:
-    return env.uuid != _ZERO and flags_of(env.uuid) == Flags.ACK_TXN
+    return is_ack_txn(env.uuid)
 
 
 async def _stop_offset(client: Client, stream: str, partition: int) -> int:

@@ -93,6 +93,10 @@ class QueueOutcome(enum.Enum):
     ACK_COMMIT_RING = "ackCommitRing"
     ACK_COMMIT_REPLAY = "ackCommitReplay"
 
+    # Members are singletons, equal only to themselves: hashed by identity, in C. Enum's
+    # own __hash__ is a Python call, and readers test an outcome against a set per message.
+    __hash__ = object.__hash__
+
 
 _BEGIN = QueueOutcome.CONTINUE_BEGIN_SPAN
 _EXTEND = QueueOutcome.CONTINUE_EXTEND_SPAN

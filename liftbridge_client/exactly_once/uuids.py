@@ -39,6 +39,7 @@ __all__ = [
     "clock_to_unix_ns",
     "fields_of",
     "flags_of",
+    "is_ack_txn",
     "new_producer_id",
     "producer_of",
     "unix_ns_to_clock",
@@ -61,6 +62,10 @@ class Flags(enum.IntEnum):
     OUTSIDE_TXN = 0x0  # committed on its own: visible at once
     CONTINUE_TXN = 0x1  # part of an open transaction: visible once a later ACK commits it
     ACK_TXN = 0x2  # commits the producer's CONTINUE_TXN messages with clocks <= its own
+
+
+_ACK_FLAGS = int(Flags.ACK_TXN)
+_NO_UUID = bytes(16)
 
 
 def new_producer_id() -> ProducerID:
@@ -192,6 +197,12 @@ def flags_of(value: _uuid.UUID | bytes) -> int:
     """The 10 flag bits of a UUID (an int: unknown bits are kept, not rejected)."""
     raw = _raw(value)
     return ((raw[8] << 8) | raw[9]) & _FLAG_BITS
+
+
+def is_ack_txn(raw: bytes) -> bool:
+    """Whether a UUID's 16 bytes carry the ACK_TXN flags (never the all-zero "no UUID"):
+    `flags_of` inlined, as readers ask it of every committed message."""
+    return ((raw[8] << 8) | raw[9]) & _FLAG_BITS == _ACK_FLAGS and raw != _NO_UUID
 
 
 def producer_of(value: _uuid.UUID | bytes) -> ProducerID:

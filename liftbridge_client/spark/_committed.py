@@ -33,7 +33,7 @@ from liftbridge_client.exactly_once.sequencer import (
     QueueOutcome,
     Sequencer,
 )
-from liftbridge_client.exactly_once.uuids import Flags
+from liftbridge_client.exactly_once.uuids import is_ack_txn
 from liftbridge_client.models import Message, owned_message_from_proto
 from liftbridge_client.spark._committed_stream import load_states, save_states
 from liftbridge_client.spark._offsets import PartitionRange
@@ -104,14 +104,6 @@ def _rows(
 
 def _offset(message: Message) -> int:
     return message.offset
-
-
-_ACK = int(Flags.ACK_TXN)
-
-
-def _is_ack(uuid: bytes) -> bool:
-    # flags_of, inline: the check runs once per committed message.
-    return ((uuid[8] << 8) | uuid[9]) & 0x3FF == _ACK and uuid != _ZERO
 
 
 class _Earlier:
@@ -201,7 +193,7 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
                     _, begin, end = sequencer.replay_range()
                     sequencer.start_replay(envelope_of(m) for m in earlier.replay(begin, end))
                 while (env := sequencer.step()) is not None:
-                    if not _is_ack(env.uuid):
+                    if not is_ack_txn(env.uuid):
                         out.append(_delivered(env))
             if len(out) >= BATCH_ROWS:
                 yield _rows(out, r, options.include_headers)

@@ -323,3 +323,15 @@ def test_served_messages_leave_the_ring_and_a_ring_the_size_of_the_range_never_r
     assert len(committed) == 16 * 51  # every message, and each ACK
     assert sorted(committed) == list(range(16 * 51))
     assert all(slot is None for slot in seq._ring)
+
+
+def test_outcomes_hash_by_identity_and_sets_of_them_work() -> None:
+    from liftbridge_client.exactly_once.sequencer import COMMIT_OUTCOMES
+
+    for outcome in QueueOutcome:
+        assert hash(outcome) == object.__hash__(outcome)
+        assert outcome == outcome  # noqa: PLR0124 - equal to itself only
+        assert (outcome in COMMIT_OUTCOMES) is (
+            outcome.name in {"OUTSIDE_COMMIT", "ACK_EMPTY", "ACK_COMMIT_RING", "ACK_COMMIT_REPLAY"}
+        )
+    assert len({*QueueOutcome, *QueueOutcome}) == len(QueueOutcome)

@@ -100,3 +100,18 @@ def test_fields_of_agrees_with_the_single_getters(raw: bytes) -> None:
     twin = uuids.fields_of_twin(raw)
     assert uuids.clock_of(raw) == uuids.clock_of(as_uuid) == twin[1]
     assert uuids.flags_of(raw) == uuids.flags_of(as_uuid) == twin[2]
+
+
+@given(st.binary(min_size=16, max_size=16))
+def test_is_ack_txn_is_the_ack_flags_of_a_real_uuid(raw: bytes) -> None:
+    assert uuids.is_ack_txn(raw) is (
+        uuids.flags_of(raw) == uuids.Flags.ACK_TXN and raw != bytes(16)
+    )
+
+
+def test_is_ack_txn_of_built_uuids() -> None:
+    producer = uuids.new_producer_id()
+    for flags in uuids.Flags:
+        raw = uuids.build_uuid_bytes(producer, 12345, flags)
+        assert uuids.is_ack_txn(raw) is (flags is uuids.Flags.ACK_TXN)
+    assert not uuids.is_ack_txn(bytes(16))  # the reader's "no UUID"
