@@ -588,6 +588,40 @@ read_varint(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, unsigned long 
     return -1;
 }
 
+/* A field's value in the scanned bytes: its start and length (0, 0 when absent). */
+struct span {
+    Py_ssize_t at, len;
+};
+
+/* One field of the scanned bytes: its number and wire type, and its value: a varint
+ * (wire type 0) or where a length-delimited one lies (wire type 2). */
+struct field {
+    unsigned number, wire;
+    unsigned long long varint;
+    struct span span;
+};
+
+/* The field at p[*at], stepped over: numbered under 32 (a one-byte tag), a varint or a
+ * length-delimited value within the bytes; -1 for anything else (the scans leave such
+ * bytes to protobuf). */
+static inline int
+next_field(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, struct field *f)
+{
+    unsigned long long tag, len;
+    if (read_varint(p, n, at, &tag) < 0 || tag > 0xff)
+        return -1;
+    f->number = (unsigned)(tag >> 3);
+    f->wire = (unsigned)(tag & 7);
+    if (f->wire == 0)
+        return read_varint(p, n, at, &f->varint);
+    if (f->wire != 2 || read_varint(p, n, at, &len) < 0 || len > (unsigned long long)(n - *at))
+        return -1;
+    f->span.at = *at;
+    f->span.len = (Py_ssize_t)len;
+    *at += (Py_ssize_t)len;
+    return 0;
+}
+
 /* Strict UTF-8, as Python's decoder and protobuf's check it: no overlong forms, no
  * surrogates, nothing past U+10FFFF. */
 static int
@@ -646,33 +680,29 @@ static int
 scan_plain_ack(const unsigned char *p, Py_ssize_t n, struct ack_scan *out)
 {
     memset(out, 0, sizeof *out);
-    Py_ssize_t at = 0;
-    while (at < n) {
-        unsigned long long tag, value;
-        if (read_varint(p, n, &at, &tag) < 0 || tag > 0xff)
+    struct field f;
+    for (Py_ssize_t at = 0; at < n;) {
+        if (next_field(p, n, &at, &f) < 0)
             return -1;
-        unsigned field = (unsigned)(tag >> 3), wire = (unsigned)(tag & 7);
-        switch (field) {
+        switch (f.number) {
         case 1: case 2: case 3: case 5: case 6:
-            if (wire != 2 || read_varint(p, n, &at, &value) < 0 ||
-                value > (unsigned long long)(n - at))
+            if (f.wire != 2)
                 return -1;
-            out->at[field] = at; /* the last occurrence wins, as in protobuf */
-            out->len[field] = (Py_ssize_t)value;
-            at += (Py_ssize_t)value;
+            out->at[f.number] = f.span.at; /* the last occurrence wins, as in protobuf */
+            out->len[f.number] = f.span.len;
             break;
         case 4: case 7: case 8: case 9: case 10:
-            if (wire != 0 || read_varint(p, n, &at, &value) < 0)
+            if (f.wire != 0)
                 return -1;
-            if (field == 4) /* under 9 bytes: non-negative, as protobuf reads it */
-                out->offset = value;
-            else if (field == 7 || field == 10) {
-                if (value > 0x7fffffffULL)
+            if (f.number == 4) /* under 9 bytes: non-negative, as protobuf reads it */
+                out->offset = f.varint;
+            else if (f.number == 7 || f.number == 10) {
+                if (f.varint > 0x7fffffffULL)
                     return -1;
-                if (field == 7)
-                    out->ack_policy = value;
+                if (f.number == 7)
+                    out->ack_policy = f.varint;
                 else
-                    out->ack_error = value;
+                    out->ack_error = f.varint;
             }
             break;
         default:
@@ -1088,11 +1118,6 @@ new_slotted(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* ---- message_of: a subscribed api.Message straight into models.Message ---------------- */
 
-/* A length-delimited field's value: its start and length (0, 0 when absent). */
-struct span {
-    Py_ssize_t at, len;
-};
-
 /* What scan_message finds in an api.Message (fields by number; the last occurrence wins,
  * as in protobuf). */
 struct message_scan {
@@ -1106,15 +1131,12 @@ struct message_scan {
 static int
 scan_header_entry(const unsigned char *p, Py_ssize_t n)
 {
-    Py_ssize_t at = 0;
-    while (at < n) {
-        unsigned long long tag, len;
-        if (read_varint(p, n, &at, &tag) < 0 || (tag != 0x0a && tag != 0x12) ||
-            read_varint(p, n, &at, &len) < 0 || len > (unsigned long long)(n - at))
+    struct field f;
+    for (Py_ssize_t at = 0; at < n;) {
+        if (next_field(p, n, &at, &f) < 0 || f.wire != 2 || (f.number != 1 && f.number != 2))
             return -1;
-        if (tag == 0x0a && !utf8_valid(p + at, (Py_ssize_t)len))
+        if (f.number == 1 && !utf8_valid(p + f.span.at, f.span.len))
             return -1;
-        at += (Py_ssize_t)len;
     }
     return 0;
 }
@@ -1128,39 +1150,34 @@ static int
 scan_message(const unsigned char *p, Py_ssize_t n, struct message_scan *out)
 {
     memset(out, 0, sizeof *out);
-    Py_ssize_t at = 0;
-    while (at < n) {
-        unsigned long long tag, value;
-        if (read_varint(p, n, &at, &tag) < 0 || tag > 0xff)
+    struct field f;
+    for (Py_ssize_t at = 0; at < n;) {
+        if (next_field(p, n, &at, &f) < 0)
             return -1;
-        unsigned field = (unsigned)(tag >> 3), wire = (unsigned)(tag & 7);
+        unsigned field = f.number;
+        struct span s = f.span;
         switch (field) {
         case 2: case 3: case 5: case 7: case 8: case 9: case 10: case 11:
-            if (wire != 2 || read_varint(p, n, &at, &value) < 0 ||
-                value > (unsigned long long)(n - at))
+            if (f.wire != 2)
                 return -1;
             if (field == 9) {
-                if (scan_header_entry(p + at, (Py_ssize_t)value) < 0)
+                if (scan_header_entry(p + s.at, s.len) < 0)
                     return -1;
                 out->headers = 1;
             }
-            else if (field != 2 && field != 3 && !utf8_valid(p + at, (Py_ssize_t)value))
+            else if (field != 2 && field != 3 && !utf8_valid(p + s.at, s.len))
                 return -1;
-            out->bytes[field].at = at;
-            out->bytes[field].len = (Py_ssize_t)value;
-            at += (Py_ssize_t)value;
+            out->bytes[field] = s; /* the last occurrence wins, as in protobuf */
             break;
         case 1: case 4: case 6: case 12:
-            if (wire != 0 || read_varint(p, n, &at, &value) < 0)
-                return -1;
-            if ((field == 6 || field == 12) && value > 0x7fffffffULL)
+            if (f.wire != 0 || ((field == 6 || field == 12) && f.varint > 0x7fffffffULL))
                 return -1;
             if (field == 1)
-                out->offset = value;
+                out->offset = f.varint;
             else if (field == 4)
-                out->timestamp = value;
+                out->timestamp = f.varint;
             else if (field == 6)
-                out->partition = value;
+                out->partition = f.varint;
             break;
         default:
             return -1;
@@ -1315,33 +1332,25 @@ headers_of(PyObject *self, PyObject *raw)
     PyObject *headers = PyDict_New();
     if (headers == NULL)
         return NULL;
-    Py_ssize_t at = 0;
-    while (scan.headers && at < n) { /* scan_message checked every tag and length */
-        unsigned long long tag = 0, len = 0;
-        read_varint(p, n, &at, &tag);
-        if ((tag & 7) == 0) {
-            read_varint(p, n, &at, &len);
+    struct field f = {0}, e = {0};
+    /* scan_message checked every field: next_field cannot fail here. */
+    for (Py_ssize_t at = 0; scan.headers && at < n;) {
+        next_field(p, n, &at, &f);
+        if (f.number != 9)
             continue;
-        }
-        read_varint(p, n, &at, &len);
-        Py_ssize_t end = at + (Py_ssize_t)len;
-        if (tag != 0x4a) { /* not a header entry */
-            at = end;
-            continue;
-        }
+        /* A header entry: its name (field 1) and value (field 2), each absent or last. */
+        const unsigned char *q = p + f.span.at;
         struct span key = {0, 0}, value = {0, 0};
-        while (at < end) {
-            unsigned long long etag = 0, elen = 0;
-            read_varint(p, end, &at, &etag);
-            read_varint(p, end, &at, &elen);
-            struct span *s = etag == 0x0a ? &key : &value;
-            s->at = at;
-            s->len = (Py_ssize_t)elen;
-            at += (Py_ssize_t)elen;
+        for (Py_ssize_t eat = 0; eat < f.span.len;) {
+            next_field(q, f.span.len, &eat, &e);
+            if (e.number == 1)
+                key = e.span;
+            else
+                value = e.span;
         }
-        PyObject *name = PyUnicode_DecodeUTF8((const char *)p + key.at, key.len, NULL);
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)q + key.at, key.len, NULL);
         PyObject *data = name == NULL ? NULL
-                                      : PyBytes_FromStringAndSize((const char *)p + value.at,
+                                      : PyBytes_FromStringAndSize((const char *)q + value.at,
                                                                   value.len);
         int failed = data == NULL || PyDict_SetItem(headers, name, data) < 0;
         Py_XDECREF(name);

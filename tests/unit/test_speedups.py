@@ -273,10 +273,9 @@ def test_the_scans_take_only_a_class_with_the_acks_slots() -> None:
     assert speedups.scan_ack(data, Ack) is not None  # and the right class still serves
 
 
-@st.composite
-def mangled(draw: st.DrawFn) -> bytes:
-    """A plain ack's bytes with a few edits: flips, cuts, insertions, foreign fields."""
-    data = bytearray(enveloped(draw(plain_acks()).SerializeToString()))
+def edited(draw: st.DrawFn, original: bytes) -> bytes:
+    """``original`` with a few edits: flips, cuts, insertions, foreign fields."""
+    data = bytearray(original)
     for _ in range(draw(st.integers(1, 4))):
         how = draw(st.sampled_from(["flip", "cut", "insert", "field"]))
         at = draw(st.integers(0, len(data)))
@@ -292,6 +291,12 @@ def mangled(draw: st.DrawFn) -> bytes:
             body = draw(st.binary(max_size=11))
             data += bytes([(field << 3 | wire) & 0xFF]) + body
     return bytes(data)
+
+
+@st.composite
+def mangled(draw: st.DrawFn) -> bytes:
+    """A plain ack's bytes with a few edits (`edited`)."""
+    return edited(draw, enveloped(draw(plain_acks()).SerializeToString()))
 
 
 @needs_c
@@ -1001,23 +1006,8 @@ def test_message_of_makes_every_plain_message_as_protobuf_does(raw: bytes) -> No
 
 @st.composite
 def mangled_messages(draw: st.DrawFn) -> bytes:
-    """A message's bytes with a few edits: flips, cuts, insertions, foreign fields."""
-    data = bytearray(draw(plain_messages()))
-    for _ in range(draw(st.integers(1, 4))):
-        how = draw(st.sampled_from(["flip", "cut", "insert", "field"]))
-        at = draw(st.integers(0, len(data)))
-        if how == "flip" and at < len(data):
-            data[at] = draw(st.integers(0, 255))
-        elif how == "cut":
-            del data[at:]
-        elif how == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=6))
-        else:
-            field = draw(st.integers(0, 20))
-            wire = draw(st.integers(0, 7))
-            body = draw(st.binary(max_size=11))
-            data += bytes([(field << 3 | wire) & 0xFF]) + body
-    return bytes(data)
+    """A message's bytes with a few edits (`edited`)."""
+    return edited(draw, draw(plain_messages()))
 
 
 @needs_c
