@@ -2,10 +2,11 @@
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from liftbridge_client.models import Ack
-
 _T = TypeVar("_T")
 _E = TypeVar("_E")
+# The Ack class the scans fill (models.Ack): a type variable, not an import, so that
+# models (which imports this module) and this stub form no import cycle.
+_A = TypeVar("_A")
 
 def serve_routed(
     data: bytes,
@@ -18,12 +19,10 @@ def serve_routed(
 MAX_PLAIN_HEADERS: int
 MAX_HEADER_KEY_BYTES: int
 
-def scan_ack(
-    data: bytes, ack_class: type[Ack], /
-) -> tuple[str, str, str, int, int, Ack] | None: ...
+def scan_ack(data: bytes, ack_class: type[_A], /) -> tuple[str, str, str, int, int, _A] | None: ...
 def pending_ack(
-    data: bytes, ack_class: type[Ack], entries: Mapping[str, _E], /
-) -> tuple[_E, Ack] | None: ...
+    data: bytes, ack_class: type[_A], entries: Mapping[str, _E], /
+) -> tuple[_E, _A] | None: ...
 def split_messages(data: bytes, max_length: int, /) -> tuple[list[bytes], int]: ...
 def fnv1a_32(data: bytes, /) -> int: ...
 def uuid_fields(raw: object, /) -> tuple[bytes, int, int] | None: ...
@@ -42,7 +41,7 @@ def publish_command(
     key: bytes = ...,
     /,
 ) -> bytes | None: ...
-def plain_response(response: bytes, ack_class: type[Ack], /) -> tuple[str, Ack] | None: ...
+def plain_response(response: bytes, ack_class: type[_A], /) -> tuple[str, _A] | None: ...
 def headers_of(raw: bytes, /) -> tuple[dict[str, bytes], bytes, bytes] | None: ...
 def message_of(
     raw: bytes, message_class: type[_T], headers_class: type, empty: Mapping[str, bytes], /

@@ -259,7 +259,7 @@ def test_the_scans_take_only_a_class_with_the_acks_slots() -> None:
         __slots__ = ("_decoded", "_raw")
 
     with pytest.raises(TypeError, match="_offset"):
-        speedups.scan_ack(data, Other)  # type: ignore[arg-type]
+        speedups.scan_ack(data, Other)
 
     class Borrowed:  # another class's slot descriptors in its namespace: not its slots
         _decoded = vars(Ack)["_decoded"]
@@ -267,7 +267,7 @@ def test_the_scans_take_only_a_class_with_the_acks_slots() -> None:
         _raw = vars(Ack)["_raw"]
 
     with pytest.raises(TypeError, match="_decoded"):
-        speedups.scan_ack(data, Borrowed)  # type: ignore[arg-type]
+        speedups.scan_ack(data, Borrowed)
     with pytest.raises(TypeError):
         speedups.scan_ack(data, "Ack")  # type: ignore[arg-type]
     assert speedups.scan_ack(data, Ack) is not None  # and the right class still serves
@@ -444,7 +444,7 @@ def test_pending_ack_refuses_other_types_and_passes_errors_on() -> None:
     with pytest.raises(TypeError):
         speedups.pending_ack(data, Ack)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="_decoded"):
-        speedups.pending_ack(data, Entry, {"c": entry})  # type: ignore[arg-type]
+        speedups.pending_ack(data, Entry, {"c": entry})
 
     class Raising:
         @property
