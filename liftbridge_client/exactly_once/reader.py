@@ -188,10 +188,6 @@ def delivered(env: Envelope) -> Message:
     return dataclasses.replace(message, value=pack(rest), headers=headers)
 
 
-def _is_ack(env: Envelope) -> bool:
-    return is_ack_txn(env.uuid)
-
-
 async def _stop_offset(client: Client, stream: str, partition: int) -> int:
     info = await client.fetch_partition_metadata(stream, partition)
     return info.newest_offset
@@ -227,7 +223,7 @@ async def read_uncommitted(
         kw["stop_offset"] = newest
     async with client.subscribe(stream, partition, **kw) as sub:
         async for message in sub:
-            if include_acks or not _is_ack(envelope_of(message, uuid_of)):
+            if include_acks or not is_ack_txn(envelope_of(message, uuid_of).uuid):
                 yield message
 
 
@@ -389,7 +385,7 @@ class CommittedReader:
         while True:
             env = self._seq.step()
             if env is not None:
-                if self._include_acks or not _is_ack(env):
+                if self._include_acks or not is_ack_txn(env.uuid):
                     return delivered(env)
                 continue
             item = await self._next_read()
