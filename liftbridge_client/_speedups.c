@@ -784,6 +784,13 @@ new_ack(PyObject *cls, const unsigned char *raw, Py_ssize_t n, unsigned long lon
     }
     Py_DECREF(payload);
     Py_DECREF(at);
+    /* Its slots hold only None, an int, bytes and later the decoded api.Ack: nothing that
+     * can lead back to it, so it is never part of a cycle. Untracked, it does not count
+     * towards the collector's next run, as an untracked tuple would not (one ack per
+     * publish; a pipelined publisher keeps thousands alive). A class with a __dict__
+     * could hold anything: that one stays tracked. */
+    if (ack_class->tp_dictoffset == 0)
+        PyObject_GC_UnTrack(ack);
     return ack;
 }
 

@@ -314,6 +314,7 @@ class NatsPublisher:
 
 
 _NONE = AckPolicy.NONE
+_MAX_EXPECTS = 4096
 
 
 def _left(deadline: float) -> float:
@@ -329,6 +330,9 @@ class NatsRoute:
         self._slots = slots
         self.used = False  # something was written: flush() asks NATS for a round trip
         self.lost = False  # nats-py gave up on the connection
+        # (stream, subject) an ack must name, by subject: one tuple per partition rather
+        # than one per publish, which the garbage collector would count (see _expect)
+        self._expects: dict[str, tuple[str, str]] = {}
 
     def __repr__(self) -> str:
         return f"<NatsRoute {self.pub!r}{' lost' if self.lost else ''}>"
@@ -419,16 +423,31 @@ class NatsRoute:
         """What follows a registered publish's append to nats-py's buffer."""
         self.used = True
         fut.owner = self.pub  # lost with the NATS connection
-        fut.expect = (stream, subject)  # what its ack must name
+        expect = self._expects.get(subject)
+        fut.expect = (
+            expect if expect is not None and expect[0] == stream else self._expect(stream, subject)
+        )
         if ack_policy is _NONE:
             self._correlator.resolve(fut.correlation_id, None)  # written: nothing will come
         self._slots.wake_sender()
+
+    def _expect(self, stream: str, subject: str) -> tuple[str, str]:
+        """What the ack of a publish to ``subject`` of ``stream`` must name, shared by
+        every publish there. (Two streams may listen on one subject: the last one wins.)"""
+        expects = self._expects
+        expect = expects.get(subject)
+        if expect is not None and expect[0] == stream:
+            return expect
+        if len(expects) >= _MAX_EXPECTS:
+            expects.clear()  # a bound on what a client writing to many subjects keeps
+        expect = expects[subject] = (stream, subject)
+        return expect
 
     async def send(self, item: Item, fut: AckFuture) -> None:
         assert item.payload is not None
         self.used = True
         fut.owner = self.pub
-        fut.expect = (item.stream, item.subject)
+        fut.expect = self._expect(item.stream, item.subject)
         # nats-py swallows a CancelledError in a forced flush and returns normally: the
         # sender's loop condition re-checks that the publisher is open after this await.
         if not self.pub.send_nowait(item.subject, item.payload):

@@ -11,6 +11,7 @@ one-step path takes).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from types import MappingProxyType
 from typing import Any
 
@@ -22,9 +23,9 @@ from publish_fakes import Rig, make_rig
 
 from liftbridge_client import envelope, errors
 from liftbridge_client._publish.leaders import LeaderRoute
-from liftbridge_client._publish.nats import NatsRoute
+from liftbridge_client._publish.nats import _MAX_EXPECTS, NatsRoute
 from liftbridge_client.envelope import MAX_HEADER_KEY_BYTES, MAX_PLAIN_HEADERS
-from liftbridge_client.models import Ack, AckPolicy
+from liftbridge_client.models import Ack, AckPolicy, Metadata
 from liftbridge_client.options import StreamTransport, Transport
 from liftbridge_client.testing import wait_until
 
@@ -231,3 +232,59 @@ def test_headers_the_one_step_path_refuses_get_the_general_paths_outcome(
             await two.close()
 
     asyncio.run(compare())
+
+
+def test_nats_publishes_share_what_their_acks_must_name_per_stream_and_subject() -> None:
+    """One (stream, subject) tuple per partition, not one per publish; a second stream on
+    the same subject gets its own, and an ack naming the other stream settles nothing."""
+
+    async def run() -> None:
+        rig = await make_rig(transport=Transport.NATS)
+        try:
+            info = rig.md.current.streams["s"]
+            twin = dataclasses.replace(info, name="t")  # another stream, the same subjects
+            rig.md.current = Metadata(brokers=(), streams={"s": info, "t": twin})
+            publisher = rig.publisher
+
+            async def send(streams: tuple[str, ...]) -> list[tuple[str, int, Any]]:
+                return [
+                    (stream, partition, await publisher.send(stream, b"v", partition=partition))
+                    for _ in range(3)
+                    for stream in streams
+                    for partition in range(3)
+                ]
+
+            alone, mixed = await send(("s",)), await send(("s", "t"))
+            await wait_until(
+                lambda: all(fut.expect is not None for _, _, fut in alone + mixed),
+                what="every publish written",
+            )
+            for stream, partition, fut in alone + mixed:
+                assert fut.expect == (stream, info.partition_subject(partition))
+            shared = {(p, id(fut.expect)) for _, p, fut in alone}
+            assert len(shared) == 3  # one tuple per partition
+            stream, partition, fut = alone[0]
+            rig.ack(fut.correlation_id, 5, stream="t")
+            await asyncio.sleep(0)
+            assert not fut.done()  # named the other stream: dropped
+            rig.ack(fut.correlation_id, 5)
+            assert (await fut).offset == 5
+        finally:
+            await rig.close()
+
+    asyncio.run(run())
+
+
+def test_a_nats_route_with_many_subjects_keeps_a_bounded_cache() -> None:
+    async def run() -> None:
+        rig = await make_rig(transport=Transport.NATS)
+        try:
+            route = rig.publisher._default_route
+            assert isinstance(route, NatsRoute)
+            for n in range(_MAX_EXPECTS + 10):
+                assert route._expect("s", f"sub.{n}") == ("s", f"sub.{n}")
+            assert 0 < len(route._expects) <= _MAX_EXPECTS
+        finally:
+            await rig.close()
+
+    asyncio.run(run())

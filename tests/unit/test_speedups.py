@@ -251,6 +251,43 @@ def test_the_scans_acks_are_acks_and_are_freed() -> None:
 
 
 @needs_c
+def test_the_scans_acks_are_left_out_of_the_collectors_count() -> None:
+    """Slots that cannot lead back to the ack: the collector need not track it, before
+    or after its fields are decoded; a subclass with a __dict__ could hold anything and
+    stays tracked."""
+    import gc
+
+    assert speedups is not None
+    pb = api_pb2.Ack(stream="s", msgSubject="m", offset=7, correlationId="c")
+    data = enveloped(pb.SerializeToString())
+    answer = api_pb2.PublishResponse(ack=pb, correlationId="c").SerializeToString()
+    for made in (
+        speedups.scan_ack(data, Ack)[5],  # type: ignore[index]
+        speedups.pending_ack(data, Ack, {"c": Entry(("s", "m"))})[1],  # type: ignore[index]
+        speedups.plain_response(answer, Ack)[1],  # type: ignore[index]
+    ):
+        assert type(made) is Ack
+        assert not gc.is_tracked(made)
+        assert made.msg_subject == "m"
+        assert made.offset == 7
+        assert not gc.is_tracked(made)
+        assert made == ack_from_proto(pb)
+
+    class Open:
+        __slots__ = ("__dict__", "_decoded", "_offset", "_raw")
+
+    try:
+        made = speedups.scan_ack(data, Open)[5]  # type: ignore[index]
+        assert type(made) is Open
+        assert gc.is_tracked(made)
+        made.loop = made  # type: ignore[attr-defined]  # a cycle through its dict
+        del made
+        assert gc.collect() >= 1
+    finally:
+        speedups.scan_ack(data, Ack)  # the class the client uses, back
+
+
+@needs_c
 def test_the_scans_take_only_a_class_with_the_acks_slots() -> None:
     assert speedups is not None
     data = enveloped(api_pb2.Ack(correlationId="c").SerializeToString())
