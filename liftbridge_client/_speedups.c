@@ -569,13 +569,14 @@ publish_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static const unsigned char ACK_HEADER[8] = {0xb9, 0x0e, 0x43, 0xb4, 0, 8, 0, 1};
 
-/* A varint of at most 9 bytes (63 bits); -1 for anything else (longer, cut): the
- * caller then leaves the whole ack to protobuf. */
+/* A varint of at most `most` bytes; -1 for anything else (longer, cut): the caller then
+ * leaves the whole message to protobuf. */
 static inline int
-read_varint(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, unsigned long long *out)
+read_varint_of(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, unsigned long long *out,
+               int most)
 {
     unsigned long long v = 0;
-    for (int shift = 0, k = 0; k < 9; k++, shift += 7) {
+    for (int shift = 0, k = 0; k < most; k++, shift += 7) {
         if (*at >= n)
             return -1;
         unsigned char b = p[(*at)++];
@@ -586,6 +587,21 @@ read_varint(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, unsigned long 
         }
     }
     return -1;
+}
+
+/* A value varint of at most 9 bytes (63 bits: never negative as protobuf reads it). */
+static inline int
+read_varint(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, unsigned long long *out)
+{
+    return read_varint_of(p, n, at, out, 9);
+}
+
+/* A tag or a length: protobuf (upb) refuses those of more than 5 bytes, however small
+ * their value, so a longer one is left to it. */
+static inline int
+read_varint32(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, unsigned long long *out)
+{
+    return read_varint_of(p, n, at, out, 5);
 }
 
 /* A field's value in the scanned bytes: its start and length (0, 0 when absent). */
@@ -608,13 +624,13 @@ static inline int
 next_field(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, struct field *f)
 {
     unsigned long long tag, len;
-    if (read_varint(p, n, at, &tag) < 0 || tag > 0xff)
+    if (read_varint32(p, n, at, &tag) < 0 || tag > 0xff)
         return -1;
     f->number = (unsigned)(tag >> 3);
     f->wire = (unsigned)(tag & 7);
     if (f->wire == 0)
         return read_varint(p, n, at, &f->varint);
-    if (f->wire != 2 || read_varint(p, n, at, &len) < 0 || len > (unsigned long long)(n - *at))
+    if (f->wire != 2 || read_varint32(p, n, at, &len) < 0 || len > (unsigned long long)(n - *at))
         return -1;
     f->span.at = *at;
     f->span.len = (Py_ssize_t)len;
@@ -686,9 +702,10 @@ scan_plain_ack(const unsigned char *p, Py_ssize_t n, struct ack_scan *out)
             return -1;
         switch (f.number) {
         case 1: case 2: case 3: case 5: case 6:
-            if (f.wire != 2)
+            /* protobuf checks every occurrence, not only the last one, which it keeps */
+            if (f.wire != 2 || !utf8_valid(p + f.span.at, f.span.len))
                 return -1;
-            out->at[f.number] = f.span.at; /* the last occurrence wins, as in protobuf */
+            out->at[f.number] = f.span.at;
             out->len[f.number] = f.span.len;
             break;
         case 4: case 7: case 8: case 9: case 10:
@@ -709,10 +726,6 @@ scan_plain_ack(const unsigned char *p, Py_ssize_t n, struct ack_scan *out)
             return -1;
         }
     }
-    static const int strings[5] = {1, 2, 3, 5, 6};
-    for (int k = 0; k < 5; k++)
-        if (!utf8_valid(p + out->at[strings[k]], out->len[strings[k]]))
-            return -1;
     return 0;
 }
 
@@ -933,8 +946,8 @@ plain_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t ack_at = -1, ack_len = 0, cid_at = -1, cid_len = 0;
     while (at < n) {
         unsigned long long tag, value;
-        if (read_varint(p, n, &at, &tag) < 0 || (tag != 0x0a && tag != 0x1a) ||
-            read_varint(p, n, &at, &value) < 0 || value > (unsigned long long)(n - at))
+        if (read_varint32(p, n, &at, &tag) < 0 || (tag != 0x0a && tag != 0x1a) ||
+            read_varint32(p, n, &at, &value) < 0 || value > (unsigned long long)(n - at))
             Py_RETURN_NONE;
         if (tag == 0x0a) {
             if (ack_at >= 0) /* a repeated message field merges: leave it to protobuf */

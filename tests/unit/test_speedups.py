@@ -330,10 +330,71 @@ def edited(draw: st.DrawFn, original: bytes) -> bytes:
     return bytes(data)
 
 
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+
+
+def _wide_varint(value: int, width: int) -> bytes:
+    """``value`` as a varint of at least ``width`` bytes (padded with continuation bytes:
+    the same value, read by protobuf only up to its own length limits)."""
+    out = bytearray()
+    while True:
+        out.append(value & 0x7F)
+        value >>= 7
+        if not value and len(out) >= width:
+            break
+        out[-1] |= 0x80
+    return bytes(out)
+
+
+@st.composite
+def widened(draw: st.DrawFn, payload: bytes, strings: tuple[int, ...]) -> bytes:
+    """``payload`` (a message's top-level fields) with wire forms protobuf may refuse
+    although the values are plain: one field's tag or length written in more bytes than
+    needed (upb reads at most 5), or an invalid UTF-8 copy of a string field (one of
+    ``strings``) ahead of the field, which protobuf checks although a later copy wins."""
+    fields: list[tuple[int, bytes | None, bytes]] = []  # tag, length varint, value bytes
+    at = 0
+    while at < len(payload):
+        tag, body = _varint(payload, at)
+        if tag & 7 == 0:
+            _, end = _varint(payload, body)
+            fields.append((tag, None, payload[body:end]))
+        else:
+            length, start = _varint(payload, body)
+            fields.append((tag, payload[body:start], payload[start : start + length]))
+            end = start + length
+        at = end
+    out = [_wide_varint(tag, 1) + (length or b"") + value for tag, length, value in fields]
+    how = draw(st.sampled_from(["tag", "length", "again", "none"]))
+    if fields and how in ("tag", "length"):
+        i = draw(st.integers(0, len(fields) - 1))
+        tag, length, value = fields[i]
+        width = draw(st.integers(1, 7))
+        if how == "tag":
+            out[i] = _wide_varint(tag, width) + (length or b"") + value
+        elif length is not None:
+            out[i] = _wide_varint(tag, 1) + _wide_varint(len(value), width) + value
+    elif how == "again":
+        number = draw(st.sampled_from(strings))
+        bad = draw(st.sampled_from([b"\x80", b"\xed\xa0\x80", b"a\xff"]))
+        out.insert(draw(st.integers(0, len(out))), bytes([number << 3 | 2, len(bad)]) + bad)
+    return b"".join(out)
+
+
 @st.composite
 def mangled(draw: st.DrawFn) -> bytes:
-    """A plain ack's bytes with a few edits (`edited`)."""
-    return edited(draw, enveloped(draw(plain_acks()).SerializeToString()))
+    """A plain ack's bytes with a few edits (`edited`), or wire forms only protobuf's
+    limits refuse (`widened`)."""
+    payload = draw(widened(draw(plain_acks()).SerializeToString(), (1, 2, 3, 5, 6)))
+    return edited(draw, enveloped(payload)) if draw(st.booleans()) else enveloped(payload)
 
 
 @needs_c
@@ -917,7 +978,12 @@ def test_the_answer_scan_takes_every_plain_answer(resp: api_pb2.PublishResponse)
 
 @st.composite
 def mangled_responses(draw: st.DrawFn) -> bytes:
-    data = bytearray(draw(responses()).SerializeToString())
+    response = draw(responses())
+    if response.HasField("ack") and draw(st.booleans()):  # protobuf's limits in the ack
+        wide = draw(widened(response.ack.SerializeToString(), (1, 2, 3, 5, 6)))
+        response.ClearField("ack")
+        return b"\x0a" + _wide_varint(len(wide), 1) + wide + response.SerializeToString()
+    data = bytearray(response.SerializeToString())
     for _ in range(draw(st.integers(1, 3))):
         at = draw(st.integers(0, len(data)))
         how = draw(st.sampled_from(["flip", "cut", "insert"]))
@@ -1043,8 +1109,10 @@ def test_message_of_makes_every_plain_message_as_protobuf_does(raw: bytes) -> No
 
 @st.composite
 def mangled_messages(draw: st.DrawFn) -> bytes:
-    """A message's bytes with a few edits (`edited`)."""
-    return edited(draw, draw(plain_messages()))
+    """A message's bytes with a few edits (`edited`), or wire forms only protobuf's
+    limits refuse (`widened`)."""
+    raw = draw(widened(draw(plain_messages()), (5, 7, 8, 10, 11)))
+    return edited(draw, raw) if draw(st.booleans()) else raw
 
 
 @needs_c
