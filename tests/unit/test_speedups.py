@@ -368,19 +368,19 @@ def widened(draw: st.DrawFn, payload: bytes, strings: tuple[int, ...]) -> bytes:
             _, end = _varint(payload, body)
             fields.append((tag, None, payload[body:end]))
         else:
-            length, start = _varint(payload, body)
-            fields.append((tag, payload[body:start], payload[start : start + length]))
-            end = start + length
+            size, start = _varint(payload, body)
+            fields.append((tag, payload[body:start], payload[start : start + size]))
+            end = start + size
         at = end
-    out = [_wide_varint(tag, 1) + (length or b"") + value for tag, length, value in fields]
+    out = [_wide_varint(tag, 1) + (prefix or b"") + value for tag, prefix, value in fields]
     how = draw(st.sampled_from(["tag", "length", "again", "none"]))
     if fields and how in ("tag", "length"):
         i = draw(st.integers(0, len(fields) - 1))
-        tag, length, value = fields[i]
+        tag, prefix, value = fields[i]
         width = draw(st.integers(1, 7))
         if how == "tag":
-            out[i] = _wide_varint(tag, width) + (length or b"") + value
-        elif length is not None:
+            out[i] = _wide_varint(tag, width) + (prefix or b"") + value
+        elif prefix is not None:
             out[i] = _wide_varint(tag, 1) + _wide_varint(len(value), width) + value
     elif how == "again":
         number = draw(st.sampled_from(strings))
