@@ -1444,6 +1444,192 @@ split_messages(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* ---- plain_span and message_columns: a subscription's messages as Spark's columns ---- */
+
+/* plain_span(raws) -> (first, last) | None
+ *
+ * The offsets of the first and last of raws (a non-empty list of bytes) when every one is
+ * an api.Message of the plain shape (scan_message, so protobuf would decode it) and their
+ * offsets strictly ascend; None otherwise (the caller decodes them with protobuf).
+ */
+static PyObject *
+plain_span(PyObject *self, PyObject *raws)
+{
+    if (!PyList_CheckExact(raws)) {
+        PyErr_SetString(PyExc_TypeError, "plain_span takes a list of bytes");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(raws);
+    unsigned long long first = 0, last = 0;
+    struct message_scan scan;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *raw = PyList_GET_ITEM(raws, i);
+        if (!PyBytes_CheckExact(raw) ||
+            scan_message((const unsigned char *)PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw),
+                         &scan) < 0 ||
+            (i > 0 && scan.offset <= last))
+            Py_RETURN_NONE;
+        if (i == 0)
+            first = scan.offset;
+        last = scan.offset;
+    }
+    if (n == 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(KK)", first, last);
+}
+
+/* Where one row's columns lie in its message's bytes. */
+struct row_spans {
+    PyObject *raw; /* a reference: p points into it */
+    const unsigned char *p;
+    struct span key, value, subject;
+    unsigned long long offset, timestamp;
+};
+
+/* A bytes object of n zeroed bytes, to fill. */
+static PyObject *
+zeroed_bytes(Py_ssize_t n)
+{
+    PyObject *b = PyBytes_FromStringAndSize(NULL, n);
+    if (b != NULL)
+        memset(PyBytes_AS_STRING(b), 0, (size_t)n);
+    return b;
+}
+
+/* message_columns(raws, end, magic) -> (rows, offsets, timestamps, value_offsets, values,
+ *                                       key_offsets, keys, key_validity, key_nulls,
+ *                                       subject) | None
+ *
+ * The columns the Spark source makes of a subscription's messages (their stream and
+ * partition are the subscription's: constants), straight from the wire bytes, without a
+ * protobuf object or a bytes object per row. raws: a list of api.Message bytes; the rows
+ * are those before the first offset at or past `end`. Arrow's buffers, little-endian:
+ * offsets and timestamps (int64 each), the values' int32 offsets and data, the keys'
+ * (an empty key is null: key_validity is the validity bitmap, key_nulls how many are
+ * null), and subject: the str every row has, or a list of each row's. None when a message
+ * is not of the plain shape (scan_message), offsets do not strictly ascend, a value
+ * starts with `magic` (a packed message: the caller's decoding path unpacks it), or a
+ * column would outgrow int32 offsets: the caller then decodes with protobuf.
+ */
+static PyObject *
+message_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long end;
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
+        !PyBytes_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "message_columns takes a list of bytes, an int and bytes");
+        return NULL;
+    }
+    if ((end = PyLong_AsLongLong(args[1])) == -1 && PyErr_Occurred())
+        return NULL;
+#if !PY_LITTLE_ENDIAN
+    Py_RETURN_NONE; /* Arrow's buffers are little-endian: leave it to protobuf's path */
+#endif
+    PyObject *raws = args[0];
+    const unsigned char *magic = (const unsigned char *)PyBytes_AS_STRING(args[2]);
+    Py_ssize_t magic_len = PyBytes_GET_SIZE(args[2]), n = PyList_GET_SIZE(raws), rows = 0;
+    struct row_spans *spans = PyMem_Malloc(sizeof *spans * (size_t)(n > 0 ? n : 1));
+    if (spans == NULL)
+        return PyErr_NoMemory();
+    PyObject *result = NULL, *subject = NULL;
+    PyObject *bufs[8] = {NULL};
+    long long values_total = 0, keys_total = 0;
+    int same_subject = 1;
+    struct message_scan scan;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *raw = PyList_GET_ITEM(raws, i);
+        if (!PyBytes_CheckExact(raw))
+            goto none;
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(raw);
+        if (scan_message(p, PyBytes_GET_SIZE(raw), &scan) < 0 ||
+            (i > 0 && scan.offset <= spans[i - 1].offset))
+            goto none;
+        if (end < 0 || scan.offset >= (unsigned long long)end)
+            break; /* offsets are never negative: a negative end takes no row */
+        struct row_spans *r = &spans[rows++];
+        /* Each row holds its bytes: an allocation below may run a collection, and Python
+         * code it runs (a __del__) could empty the caller's list. The scan allocates
+         * nothing, so the list cannot change before this. */
+        r->raw = Py_NewRef(raw);
+        r->p = p;
+        r->key = scan.bytes[2];
+        r->value = scan.bytes[3];
+        r->subject = scan.bytes[7];
+        r->offset = scan.offset;
+        r->timestamp = scan.timestamp;
+        if (r->value.len >= magic_len && memcmp(p + r->value.at, magic, (size_t)magic_len) == 0)
+            goto none;
+        values_total += r->value.len;
+        keys_total += r->key.len;
+        if (values_total > 0x7fffffffLL || keys_total > 0x7fffffffLL)
+            goto none;
+        if (same_subject && rows > 1 &&
+            (r->subject.len != spans[0].subject.len ||
+             memcmp(p + r->subject.at, spans[0].p + spans[0].subject.at,
+                    (size_t)r->subject.len) != 0))
+            same_subject = 0;
+    }
+    /* offsets, timestamps, value offsets, values, key offsets, keys, key validity */
+    Py_ssize_t sizes[7] = {8 * rows, 8 * rows, 4 * (rows + 1), (Py_ssize_t)values_total,
+                           4 * (rows + 1), (Py_ssize_t)keys_total, (rows + 7) / 8};
+    for (int k = 0; k < 7; k++)
+        if ((bufs[k] = zeroed_bytes(sizes[k])) == NULL)
+            goto done;
+    char *offsets = PyBytes_AS_STRING(bufs[0]), *stamps = PyBytes_AS_STRING(bufs[1]);
+    char *voffs = PyBytes_AS_STRING(bufs[2]), *values = PyBytes_AS_STRING(bufs[3]);
+    char *koffs = PyBytes_AS_STRING(bufs[4]), *keys = PyBytes_AS_STRING(bufs[5]);
+    unsigned char *valid = (unsigned char *)PyBytes_AS_STRING(bufs[6]);
+    int32_t vat = 0, kat = 0;
+    Py_ssize_t nulls = 0;
+    if (same_subject) {
+        subject = rows ? shared_str(&last_subject, spans[0].p, spans[0].subject)
+                       : PyUnicode_FromStringAndSize("", 0);
+        if (subject == NULL)
+            goto done;
+    }
+    else if ((subject = PyList_New(rows)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        struct row_spans *r = &spans[i];
+        int64_t offset = (int64_t)r->offset, stamp = (int64_t)r->timestamp;
+        memcpy(offsets + 8 * i, &offset, 8);
+        memcpy(stamps + 8 * i, &stamp, 8);
+        memcpy(voffs + 4 * i, &vat, 4);
+        memcpy(values + vat, r->p + r->value.at, (size_t)r->value.len);
+        vat += (int32_t)r->value.len;
+        memcpy(koffs + 4 * i, &kat, 4);
+        if (r->key.len > 0) {
+            memcpy(keys + kat, r->p + r->key.at, (size_t)r->key.len);
+            kat += (int32_t)r->key.len;
+            valid[i / 8] |= (unsigned char)(1u << (i % 8));
+        }
+        else
+            nulls++;
+        if (!same_subject) {
+            PyObject *text = shared_str(&last_subject, r->p, r->subject);
+            if (text == NULL)
+                goto done;
+            PyList_SET_ITEM(subject, i, text);
+        }
+    }
+    memcpy(voffs + 4 * rows, &vat, 4);
+    memcpy(koffs + 4 * rows, &kat, 4);
+    result = Py_BuildValue("(nOOOOOOOnO)", rows, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4],
+                           bufs[5], bufs[6], nulls, subject);
+    goto done;
+none:
+    result = Py_NewRef(Py_None);
+done:
+    for (Py_ssize_t i = 0; i < rows; i++)
+        Py_DECREF(spans[i].raw);
+    PyMem_Free(spans);
+    for (int k = 0; k < 8; k++)
+        Py_XDECREF(bufs[k]);
+    Py_XDECREF(subject);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"serve_routed", (PyCFunction)(void (*)(void))serve_routed, METH_FASTCALL,
      "The C twin of _transport.nats.serve_routed."},
@@ -1472,6 +1658,10 @@ static PyMethodDef methods[] = {
      "A received api.Message of the plain shape as a models.Message, or None."},
     {"headers_of", headers_of, METH_O,
      "The header map and subject bytes of a plain api.Message, or None."},
+    {"plain_span", plain_span, METH_O,
+     "The first and last offsets of plain api.Messages in ascending order, or None."},
+    {"message_columns", (PyCFunction)(void (*)(void))message_columns, METH_FASTCALL,
+     "The Spark source's columns of plain api.Messages, as Arrow buffers, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -46,6 +46,10 @@ def headers_of(raw: bytes, /) -> tuple[dict[str, bytes], bytes, bytes] | None: .
 def message_of(
     raw: bytes, message_class: type[_T], headers_class: type, empty: Mapping[str, bytes], /
 ) -> _T | None: ...
+def plain_span(raws: list[bytes], /) -> tuple[int, int] | None: ...
+def message_columns(
+    raws: list[bytes], end: int, magic: bytes, /
+) -> tuple[int, bytes, bytes, bytes, bytes, bytes, bytes, bytes, int, str | list[str]] | None: ...
 def publish_request(
     value: bytes,
     stream: str,

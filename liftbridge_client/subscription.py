@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, Unpack
+from typing import TYPE_CHECKING, NamedTuple, Self, Unpack
 
 import grpc
 import grpc.aio
@@ -23,6 +23,7 @@ import grpc.aio
 from liftbridge_client import _subscribe, _validate, errors
 from liftbridge_client._cluster import admin as _admin
 from liftbridge_client._cluster.metadata import Absence, MetadataCache
+from liftbridge_client._native import speedups
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._subscribe import (
     Action,
@@ -54,6 +55,24 @@ _SUBSCRIBE_PATH = "/proto.API/Subscribe"
 _decode_message = api_pb2.Message.FromString
 
 log = logging.getLogger(__name__)
+
+_plain_span = None if speedups is None else speedups.plain_span
+
+
+class WireMessages(NamedTuple):
+    """Messages of a subscription as their wire bytes (`Subscription._next_wire`): each
+    an api.Message protobuf decodes without fail, offsets ``first`` to ``last``
+    ascending."""
+
+    raws: list[bytes]
+    first: int
+    last: int
+
+    def __repr__(self) -> str:
+        # Short, not the bytes: asyncio.Runner.run (3.11) builds the repr of the task
+        # that returned it, result included, each time it checks its SIGINT handler.
+        return f"<WireMessages {len(self.raws)} offsets {self.first}..{self.last}>"
+
 
 __all__ = ["SubscribeArgs", "Subscription"]
 
@@ -386,6 +405,49 @@ class Subscription:
             if self._closed and not _being_cancelled():
                 return []  # close() cancelled the call under us
             raise
+
+    async def _next_wire(self, limit: int) -> WireMessages | list[api_pb2.Message]:
+        """`_next_protos`, except that messages already here over h2, all of the plain
+        shape (protobuf would decode them alike) in ascending offsets past what was
+        delivered, come as their wire bytes, undecoded: the Spark source makes its columns
+        of them in C. Anything else comes decoded, as from `_next_protos`."""
+        while True:
+            call = self._call
+            if (
+                _plain_span is None
+                or type(call) is not ServerStreamCall
+                or self._pending is not None
+                or self._closed
+                or self._lock.locked()
+                or self._spec.reverse
+            ):
+                break
+            raws = call.take_ready(limit)
+            if not raws:
+                try:
+                    async with self._lock:  # one reader waits on the call at a time
+                        ready = await call.wait_ready()
+                except asyncio.CancelledError:
+                    if self._closed and not _being_cancelled():
+                        return []  # close() cancelled the call under us
+                    raise
+                if ready:
+                    continue  # (and check again: the subscription may have changed)
+                break  # ended or failed: _next_protos reads how, and acts
+            span = _plain_span(raws)
+            progress = self._progress
+            if span is not None and progress.accept(span[0]):
+                first, last = span
+                if last != first:
+                    progress.accept(last)  # ascending: every offset between is new
+                return WireMessages(raws, first, last)
+            try:
+                out = self._accepted(call.decode_all(raws))
+            except grpc.RpcError:
+                break  # the call failed: _next_protos reads the failure and acts
+            if out:
+                return out
+        return await self._next_protos(limit)
 
     def _accepted(self, pbs: list[api_pb2.Message]) -> list[api_pb2.Message]:
         """``pbs`` without replayed offsets (recording the others as delivered)."""

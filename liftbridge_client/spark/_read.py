@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from liftbridge_client import errors
+from liftbridge_client._native import speedups
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import Message, message_headers, owned_message_from_proto
 from liftbridge_client.options import ClientOptions
@@ -27,7 +28,7 @@ from liftbridge_client.spark._options import SourceOptions
 from liftbridge_client.spark._runtime import TaskRuntime, borrow, give_back
 from liftbridge_client.spark._schema import HEADER_TYPE, arrow_schema
 from liftbridge_client.spark._stats import ReadStats
-from liftbridge_client.subscription import Subscription
+from liftbridge_client.subscription import Subscription, WireMessages
 
 if TYPE_CHECKING:  # the exactly-once layer is loaded by read_committed reads only
     from liftbridge_client.exactly_once.sequencer import ProducerState
@@ -36,6 +37,8 @@ if TYPE_CHECKING:  # the exactly-once layer is loaded by read_committed reads on
 __all__ = ["RangePartition", "read_range"]
 
 log = logging.getLogger(__name__)
+
+_message_columns = None if speedups is None else speedups.message_columns
 
 BATCH_ROWS = 4096  # messages per Arrow record batch handed to Spark
 # A task reads its range as fast as it can and holds one subscription: a 4 MiB receive
@@ -72,35 +75,78 @@ def data_loss(options: SourceOptions, what: str) -> None:
     log.warning("%s (skipped: failOnDataLoss=false)", what)
 
 
-async def _take(sub: Subscription, count: int, end: int, timeout: float) -> list[api_pb2.Message]:
+async def _take(
+    sub: Subscription, count: int, end: int, timeout: float, wire: bool = False
+) -> Chunk:
     """Up to ``count`` messages below ``end``, as protobufs (no `Message` objects: their
-    fields go straight into columns); fewer when the range (or the stream) ends."""
-    out: list[api_pb2.Message] = []
+    fields go straight into columns), or with ``wire``, where the subscription can, as
+    their undecoded bytes (`WireMessages`); fewer when the range (or the stream) ends."""
+    parts: list[Chunk] = []
+    taken = 0
     try:
         async with asyncio.timeout(timeout):
-            while len(out) < count:
-                got = await sub._next_protos(count - len(out))
+            while taken < count:
+                got = await (sub._next_wire if wire else sub._next_protos)(count - taken)
+                if isinstance(got, WireMessages):
+                    if got.last < end:
+                        parts.append(got)
+                        taken += len(got.raws)
+                        if got.last == end - 1:
+                            break  # the range ends here
+                        continue
+                    got = _decoded(got)  # past the range (see above): cut below
                 if not got:
                     break
                 if got[-1].offset >= end - 1:  # offsets ascend: the range ends in here
-                    out.extend(pb for pb in got if pb.offset < end)
+                    parts.append([pb for pb in got if pb.offset < end])
                     break
-                out.extend(got)
+                parts.append(got)
+                taken += len(got)
     except TimeoutError:
-        if out:  # the next call goes on from here (and times out if nothing more comes)
-            return out
+        if parts:  # the next call goes on from here (and times out if nothing more comes)
+            return _joined(parts)
         raise errors.LiftbridgeTimeoutError(
             f"reading {sub.stream}/{sub.partition}: no message for {timeout}s below offset "
             f"{end} (option pollTimeoutMs)"
         ) from None
-    return out
+    return _joined(parts)
 
 
-def _micros(nanos: list[int]) -> pa.Array:
-    """Nanoseconds since the epoch as Spark's timestamps (microseconds, UTC), floored."""
-    ns = pa.array(nanos, pa.int64())
+# What `_take` gives: messages decoded, or (all of them) as their wire bytes.
+Chunk = list[api_pb2.Message] | WireMessages
+
+
+def _decoded(chunk: Chunk) -> list[api_pb2.Message]:
+    if isinstance(chunk, WireMessages):
+        decode = api_pb2.Message.FromString
+        return [decode(raw) for raw in chunk.raws]
+    return chunk
+
+
+def _joined(parts: list[Chunk]) -> Chunk:
+    """One chunk of ``parts`` in order: wire bytes when every part is, else decoded."""
+    if len(parts) == 1:
+        return parts[0]
+    wires = [part for part in parts if isinstance(part, WireMessages)]
+    if wires and len(wires) == len(parts):
+        raws = [raw for part in wires for raw in part.raws]
+        return WireMessages(raws, wires[0].first, wires[-1].last)
+    return [pb for part in parts for pb in _decoded(part)]
+
+
+def _first_offset(chunk: Chunk) -> int:
+    return chunk.first if isinstance(chunk, WireMessages) else chunk[0].offset
+
+
+def _last_offset(chunk: Chunk) -> int:
+    return chunk.last if isinstance(chunk, WireMessages) else chunk[-1].offset
+
+
+def _micros(ns: pa.Array) -> pa.Array:
+    """Nanoseconds since the epoch (int64) as Spark's timestamps (microseconds, UTC),
+    floored."""
     if len(ns) and pc.min(ns).as_py() < 0:  # Arrow truncates toward zero; Python floors
-        return pa.array([t // 1000 for t in nanos], pa.int64()).cast(_TIMESTAMP)
+        return pa.array([t // 1000 for t in ns.to_pylist()], pa.int64()).cast(_TIMESTAMP)
     return pc.divide(ns, 1000).cast(_TIMESTAMP)
 
 
@@ -124,24 +170,16 @@ def _header_column(per_row: list[Mapping[str, bytes]]) -> pa.Array:
 
 
 def _assemble(
-    keys: list[bytes | None],
+    keys: pa.Array,
     values: pa.Array,
     stream: pa.Array,
-    subjects: list[str],
+    subjects: pa.Array,
     partition: pa.Array,
-    offsets: list[int],
-    nanos: list[int],
+    offsets: pa.Array,
+    nanos: pa.Array,
     headers: list[Mapping[str, bytes]] | None,
 ) -> pa.RecordBatch:
-    columns: list[pa.Array] = [
-        pa.array(keys, pa.binary()),
-        values,
-        stream,
-        pa.array(subjects, pa.string()),
-        partition,
-        pa.array(offsets, pa.int64()),
-        _micros(nanos),
-    ]
+    columns: list[pa.Array] = [keys, values, stream, subjects, partition, offsets, _micros(nanos)]
     if headers is not None:
         columns.append(_header_column(headers))
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(headers is not None))
@@ -163,15 +201,50 @@ def _protos_batch(
         return _batch_of([owned_message_from_proto(pb) for pb in pbs], include_headers)
     n = len(pbs)
     return _assemble(
-        [pb.key or None for pb in pbs],
+        pa.array([pb.key or None for pb in pbs], pa.binary()),
         values,
-        pa.repeat(pa.scalar(stream, pa.string()), n),
-        [pb.subject for pb in pbs],
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        [pb.offset for pb in pbs],
-        [pb.timestamp for pb in pbs],
+        _repeated(stream, pa.string(), n),
+        pa.array([pb.subject for pb in pbs], pa.string()),
+        _repeated(partition, pa.int32(), n),
+        pa.array([pb.offset for pb in pbs], pa.int64()),
+        pa.array([pb.timestamp for pb in pbs], pa.int64()),
         [message_headers(pb) for pb in pbs] if include_headers else None,
     )
+
+
+def _repeated(value: object, type_: pa.DataType, n: int) -> pa.Array:
+    return pa.repeat(pa.scalar(value, type_), n)
+
+
+def _wire_batch(
+    wire: WireMessages, end: int, stream: str, partition: int
+) -> tuple[pa.RecordBatch, int] | None:
+    """`_protos_batch` without headers, made by the accelerator's ``message_columns``
+    from the messages' wire bytes (those below ``end``), and the bytes of their keys and
+    values; None without the accelerator, or for what it leaves to protobuf (a packed
+    message, above all)."""
+    if _message_columns is None:
+        return None
+    columns = _message_columns(wire.raws, end, MAGIC)
+    if columns is None:
+        return None
+    n, offsets, stamps, value_offsets, values, key_offsets, keys, valid, nulls, subject = columns
+    key_buffers = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(key_offsets)]
+    batch = _assemble(
+        pa.Array.from_buffers(pa.binary(), n, [*key_buffers, pa.py_buffer(keys)], nulls),
+        pa.Array.from_buffers(
+            pa.binary(), n, [None, pa.py_buffer(value_offsets), pa.py_buffer(values)], 0
+        ),
+        _repeated(stream, pa.string(), n),
+        _repeated(subject, pa.string(), n)
+        if isinstance(subject, str)
+        else pa.array(subject, pa.string()),
+        _repeated(partition, pa.int32(), n),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)], 0),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(stamps)], 0),
+        None,
+    )
+    return batch, len(values) + len(keys)
 
 
 def _rows_of(m: Message) -> list[PackedRow] | None:
@@ -216,13 +289,13 @@ def _batch_of(messages: list[Message], include_headers: bool) -> pa.RecordBatch:
         offsets += [m.offset] * n
         nanos += [m.timestamp_ns] * n
     return _assemble(
-        keys,
+        pa.array(keys, pa.binary()),
         pa.array(values, pa.binary()),
         pa.array(streams, pa.string()),
-        subjects,
+        pa.array(subjects, pa.string()),
         pa.array(partitions, pa.int32()),
-        offsets,
-        nanos,
+        pa.array(offsets, pa.int64()),
+        pa.array(nanos, pa.int64()),
         headers if include_headers else None,
     )
 
@@ -231,7 +304,15 @@ def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
     """Messages ``[start, end)`` of one partition; everything is closed however it stops."""
     r, options = part.range, part.options
     stats = ReadStats.of(r, options.isolation) if options.task_stats else None
-    for pbs in proto_chunks(part):
+    for chunk in _chunks(part, None, wire=not options.include_headers):
+        if isinstance(chunk, WireMessages):
+            made = _wire_batch(chunk, r.end, r.stream, r.partition)
+            if made is not None:
+                if stats is not None:
+                    stats.ranged_count(made[0].num_rows, made[1])
+                yield made[0]
+                continue
+        pbs = _decoded(chunk)
         if stats is not None:
             stats.ranged(pbs)
         yield _protos_batch(pbs, r.stream, r.partition, options.include_headers)
@@ -272,6 +353,12 @@ def proto_chunks(
     """The messages ``[start, end)`` of one partition in chunks of up to `BATCH_ROWS`, as
     protobufs, with the data-loss checks. A given ``runtime`` is left open; else one is
     made and closed."""
+    for chunk in _chunks(part, runtime, wire=False):
+        yield _decoded(chunk)
+
+
+def _chunks(part: RangePartition, runtime: TaskRuntime | None, *, wire: bool) -> Iterator[Chunk]:
+    """`proto_chunks`, with ``wire`` as `_take` gives them."""
     r, options = part.range, part.options
     if r.start >= r.end:
         return
@@ -290,12 +377,12 @@ def proto_chunks(
                 if expected == r.start:
                     try:
                         probe = min(options.poll_timeout, EMPTY_PROBE)
-                        messages = task.run(_take(sub, want, r.end, probe))
+                        messages = task.run(_take(sub, want, r.end, probe, wire))
                     except errors.LiftbridgeTimeoutError:
                         messages = []  # nothing retained from start on (see EMPTY_PROBE)
                 else:
-                    messages = task.run(_take(sub, want, r.end, options.poll_timeout))
-                first = messages[0].offset if messages else r.end
+                    messages = task.run(_take(sub, want, r.end, options.poll_timeout, wire))
+                first = _first_offset(messages) if messages else r.end
                 if expected == r.start and first > expected:
                     data_loss(
                         options,
@@ -305,7 +392,7 @@ def proto_chunks(
                 if not messages:
                     break  # the stream ended (stop offset reached) or lost the rest
                 yield messages
-                expected = messages[-1].offset + 1
+                expected = _last_offset(messages) + 1
         finally:
             task.run(sub.close())
         ok = True

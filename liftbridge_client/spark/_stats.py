@@ -53,8 +53,12 @@ class ReadStats:
         return cls(r.stream, r.partition, r.start, r.end, isolation)
 
     def ranged(self, messages: Sequence[_Sized]) -> None:
-        self.messages += len(messages)
-        self.bytes += _bytes(messages)
+        self.ranged_count(len(messages), _bytes(messages))
+
+    def ranged_count(self, messages: int, size: int) -> None:
+        """`ranged` of ``messages`` whose keys and values hold ``size`` bytes."""
+        self.messages += messages
+        self.bytes += size
 
     def reread(self, messages: Sequence[_Sized]) -> None:
         self.reads += 1

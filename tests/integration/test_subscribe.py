@@ -29,10 +29,11 @@ from liftbridge_client import (
     Transport,
     errors,
 )
+from liftbridge_client._native import ACTIVE
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
 from liftbridge_client._transport.h2 import ServerStreamCall
 from liftbridge_client.options import StreamTransport
-from liftbridge_client.subscription import Subscription
+from liftbridge_client.subscription import Subscription, WireMessages
 from liftbridge_client.testing import (
     Cluster,
     Deployment,
@@ -171,6 +172,65 @@ async def test_next_protos_gives_what_iterating_gives_in_batches_and_ends_the_sa
     with pytest.raises(ValueError, match="forward"):
         await backwards._next_protos(1)
     await backwards.close()
+
+
+async def test_next_wire_gives_next_protos_messages_as_bytes_where_it_can(
+    client: Client, stream: str
+) -> None:
+    """`_next_wire` (the Spark source's plain reads) yields the messages `_next_protos`
+    yields, in order and once each: over h2 with the accelerator, as undecoded bytes
+    whose offsets it names; else decoded. Offsets before the start are never given."""
+    sent = [b"w%d" % i for i in range(60)]
+    await publish(client, stream, *sent)
+    async with client.subscribe(stream, start_offset=5, stop_offset=59) as sub:
+        got: list[api_pb2.Message] = []
+        wired = decoded = 0
+        async with asyncio.timeout(5.0):
+            while chunk := await sub._next_wire(16):
+                decoded += not isinstance(chunk, WireMessages)
+                if isinstance(chunk, WireMessages):
+                    wired += 1
+                    pbs = [api_pb2.Message.FromString(raw) for raw in chunk.raws]
+                    assert (chunk.first, chunk.last) == (pbs[0].offset, pbs[-1].offset)
+                    assert len(pbs) <= 16
+                    got.extend(pbs)
+                else:
+                    got.extend(chunk)
+        assert await sub._next_wire(16) == []
+        h2 = type(sub._call) is ServerStreamCall or sub._call is None
+    assert [(p.offset, p.value, p.stream) for p in got] == [
+        (i, sent[i], stream) for i in range(5, 60)
+    ]
+    on_h2 = client.options.stream_transport is StreamTransport.H2
+    if ACTIVE and on_h2 and h2:
+        # The bytes path serves, also when it has to wait for messages; only one that
+        # came with the subscription's opening is read as it was.
+        assert wired > 0
+        assert decoded <= 1
+    if not ACTIVE:
+        assert wired == 0
+    # Messages that arrive while it waits: the same, each once.
+    async with client.subscribe(stream, start_offset=60, stop_offset=71) as sub:
+
+        async def trickle() -> None:
+            for i in range(12):
+                await publish(client, stream, b"late%d" % i)
+                await asyncio.sleep(0.02)
+
+        feeder = asyncio.create_task(trickle())
+        late: list[api_pb2.Message] = []
+        kinds = []
+        async with asyncio.timeout(10.0):
+            while chunk := await sub._next_wire(16):
+                kinds.append(isinstance(chunk, WireMessages))
+                if isinstance(chunk, WireMessages):
+                    late.extend(api_pb2.Message.FromString(raw) for raw in chunk.raws)
+                else:
+                    late.extend(chunk)
+        await feeder
+    assert [(p.offset, p.value) for p in late] == [(60 + i, b"late%d" % i) for i in range(12)]
+    if ACTIVE and on_h2:
+        assert kinds.count(False) <= 1
 
 
 async def test_new_only_sees_only_what_is_published_after_it_is_established(

@@ -6,16 +6,34 @@ Packed messages give their rows. The oracle is written row by row from `Message`
 
 from __future__ import annotations
 
+import itertools
+import os
+import sys
 from datetime import UTC, datetime, timedelta
+from typing import Any
+from unittest import mock
 
+import hypothesis.strategies as st
 import pyarrow as pa
 import pytest
+from budget import examples
+from google.protobuf.message import DecodeError
+from hypothesis import given, settings
 
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.models import owned_message_from_proto
-from liftbridge_client.packing import PackedRow, pack, packed_headers
+from liftbridge_client.packing import MAGIC, PackedRow, pack, packed_headers
+from liftbridge_client.spark import _read
 from liftbridge_client.spark._read import _batch_of, _protos_batch
 from liftbridge_client.spark._schema import arrow_schema
+from liftbridge_client.subscription import WireMessages
+
+# The module as built, imported directly, so that its functions are tested also in a
+# process that runs the client without it (LIFTBRIDGE_CLIENT_PURE).
+try:
+    from liftbridge_client import _speedups as speedups
+except ImportError:
+    speedups = None  # type: ignore[assignment]
 
 STREAM, PARTITION = "orders", 3
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -126,3 +144,201 @@ def test_packed_messages_give_their_rows_among_plain_ones(headers: bool) -> None
     assert got[1]["timestamp"] == got[3]["timestamp"]
     if headers:
         assert [r["headers"] for r in got][1:4] == [[], [{"key": "x", "value": b"1"}], []]
+
+
+# ---- the accelerator's columns from wire bytes (message_columns, plain_span) ------------
+
+needs_c = pytest.mark.skipif(
+    speedups is None and not os.environ.get("CI"), reason="the C accelerator is not built"
+)
+
+
+def _wire_batch(
+    wire: WireMessages, end: int, stream: str, partition: int
+) -> tuple[pa.RecordBatch, int] | None:
+    """The read task's `_wire_batch` with the accelerator as built, also where the
+    client runs without it."""
+    with mock.patch.object(_read, "_message_columns", speedups.message_columns):
+        return _read._wire_batch(wire, end, stream, partition)
+
+
+def plain_span(raws: list[bytes]) -> tuple[int, int] | None:
+    return speedups.plain_span(raws)
+
+
+def _message_columns(raws: list[bytes], end: int, magic: bytes) -> Any:
+    return speedups.message_columns(raws, end, magic)
+
+
+_texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
+_messages: st.SearchStrategy[list[dict[str, Any]]] = st.lists(
+    st.builds(
+        dict,
+        gap=st.integers(min_value=1, max_value=3),
+        key=st.binary(max_size=12),
+        value=st.one_of(st.binary(max_size=40), st.just(MAGIC), st.binary().map(MAGIC.__add__)),
+        subject=st.one_of(st.just("orders.subj"), _texts),
+        timestamp=st.one_of(st.integers(min_value=0, max_value=2**63 - 1), st.just(0)),
+        headers=st.one_of(st.just({}), st.dictionaries(_texts, st.binary(max_size=5), max_size=2)),
+        reply=st.one_of(st.just(""), _texts),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+def _wire(drawn: list[dict[str, Any]], start: int) -> list[bytes]:
+    out, offset = [], start
+    for fields in drawn:
+        offset += fields["gap"]
+        out.append(
+            proto(
+                offset,
+                key=fields["key"],
+                value=fields["value"],
+                subject=fields["subject"],
+                timestamp=fields["timestamp"],
+                replySubject=fields["reply"],
+                headers=fields["headers"],
+            ).SerializeToString()
+        )
+    return out
+
+
+@needs_c
+@settings(max_examples=examples(400), deadline=None)
+@given(drawn=_messages, start=st.integers(min_value=-1, max_value=2**40), cut=st.integers(0, 40))
+def test_wire_columns_are_the_protobuf_paths_columns(
+    drawn: list[dict[str, Any]], start: int, cut: int
+) -> None:
+    """Any plain messages: the batch made from their bytes is the batch made from their
+    protobufs (below ``end``), or the accelerator declines (packed-looking values)."""
+    raws = _wire(drawn, start)
+    pbs = [api_pb2.Message.FromString(raw) for raw in raws]
+    end = pbs[0].offset + cut
+    assert plain_span(raws) == (pbs[0].offset, pbs[-1].offset)
+    made = _wire_batch(WireMessages(raws, pbs[0].offset, pbs[-1].offset), end, STREAM, PARTITION)
+    below = [pb for pb in pbs if pb.offset < end]
+    if any(pb.value.startswith(MAGIC) for pb in below):
+        assert made is None  # left to the path that unpacks
+        return
+    assert made is not None
+    batch, size = made
+    assert batch.equals(_protos_batch(below, STREAM, PARTITION, False))
+    assert size == sum(len(pb.key) + len(pb.value) for pb in below)
+
+
+@needs_c
+@settings(max_examples=examples(400), deadline=None)
+@given(drawn=_messages, data=st.data())
+def test_wire_columns_decline_what_protobuf_would_read_otherwise(
+    drawn: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    """Mangled bytes, offsets out of order, other types: None (protobuf decides), or,
+    when the mangled bytes are still of the plain shape, protobuf's own reading."""
+    raws = _wire(drawn, 0)
+    i = data.draw(st.integers(0, len(raws) - 1))
+    how = data.draw(st.sampled_from(["flip", "cut", "swap", "dup", "tail"]))
+    raw = bytearray(raws[i])
+    if how == "flip" and raw:
+        raw[data.draw(st.integers(0, len(raw) - 1))] ^= 1 << data.draw(st.integers(0, 7))
+    elif how == "cut":
+        raw = raw[: data.draw(st.integers(0, len(raw)))]
+    elif how == "tail":
+        raw += data.draw(st.binary(min_size=1, max_size=6))
+    raws[i] = bytes(raw)
+    if how == "swap" and len(raws) > 1:
+        raws[0], raws[-1] = raws[-1], raws[0]
+    if how == "dup":
+        raws.insert(i, raws[i])  # the same offset twice: not ascending
+    span = plain_span(raws)
+    made = _wire_batch(WireMessages(raws, 0, 0), 2**62, STREAM, PARTITION)
+    try:
+        pbs = [api_pb2.Message.FromString(r) for r in raws]
+    except DecodeError:
+        assert span is None
+        assert made is None
+        return
+    if span is None:
+        assert made is None
+        return
+    assert all(a.offset < b.offset for a, b in itertools.pairwise(pbs))
+    assert span == (pbs[0].offset, pbs[-1].offset)
+    if any(pb.value.startswith(MAGIC) for pb in pbs):
+        assert made is None
+        return
+    assert made is not None
+    assert made[0].equals(_protos_batch(pbs, STREAM, PARTITION, False))
+
+
+@needs_c
+def test_wire_columns_refuse_other_types_and_keep_refcounts() -> None:
+    raws = [proto(1, key=b"k", value=b"v").SerializeToString()]
+    with pytest.raises(TypeError):
+        _message_columns(tuple(raws), 5, MAGIC)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        _message_columns(raws, "5", MAGIC)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        plain_span(tuple(raws))  # type: ignore[arg-type]
+    assert _message_columns([bytearray(raws[0])], 5, MAGIC) is None  # type: ignore[list-item]
+    assert plain_span([]) is None
+    made = _message_columns([], 5, MAGIC)
+    assert made is not None
+    assert made[0] == 0
+    _message_columns(raws, 5, MAGIC)  # the subject it keeps for the next call is made
+    before = sys.getrefcount(raws[0])
+    for _ in range(3000):
+        _message_columns(raws, 5, MAGIC)
+        plain_span(raws)
+    after = sys.getrefcount(raws[0])  # outside the assert, which holds a reference
+    assert after == before
+
+
+@needs_c
+def test_wire_columns_end_before_every_offset_takes_no_row() -> None:
+    raws = [proto(offset, value=b"v").SerializeToString() for offset in (0, 1)]
+    assert [_message_columns(raws, end, MAGIC)[0] for end in (-(2**63), -1, 0, 1, 2)] == [
+        0,
+        0,
+        0,
+        1,
+        2,
+    ]
+
+
+@needs_c
+def test_wire_columns_hold_their_rows_bytes_while_a_collection_runs_python_code() -> None:
+    """Python code that a collection runs during the call (a gc callback here, a
+    __del__ in life) empties the caller's list: nothing the call still reads is freed."""
+    import gc
+
+    raws = [
+        bytes(
+            bytearray(proto(i, value=bytes([65 + i]) * 4000, subject=f"s{i}").SerializeToString())
+        )
+        for i in range(4)
+    ]
+    expected = b"".join(bytes([65 + i]) * 4000 for i in range(4))
+    armed = [False]
+    emptied: list[int] = []
+
+    def empty(phase: str, info: dict[str, int]) -> None:
+        if armed[0] and raws:
+            raws.clear()
+            emptied.append(len([bytes(4100) for _ in range(50)]))  # reuse the memory
+
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(empty)
+    gc.collect()
+    try:
+        gc.set_threshold(1, 1, 1)  # a collection at the call's first allocation
+        armed[0] = True
+        made = speedups.message_columns(raws, 2**62, MAGIC)
+    finally:
+        armed[0] = False
+        gc.set_threshold(*thresholds)
+        gc.callbacks.remove(empty)
+    assert emptied  # the list was emptied during the call
+    assert made is not None
+    assert made[0] == 4
+    assert made[4] == expected

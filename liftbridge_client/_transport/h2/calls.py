@@ -279,6 +279,19 @@ class _Call(Generic[T]):
             finally:
                 self._waiter = None
 
+    async def wait_ready(self) -> bool:
+        """Wait until a message is here (True), without taking it; False at once when the
+        call ended, failed or did not start (the next read says which)."""
+        while not self._inbox:
+            if self._error is not None or self._ended or self._conn is None:
+                return False
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        return True
+
     def read_nowait(self) -> T | None:
         """The next message if one is here already (None otherwise); no suspension."""
         return self.read_nowait_as(self._decode)
@@ -301,6 +314,11 @@ class _Call(Generic[T]):
         window goes back once for all of them, not per message. A message that fails to
         decode fails the call: the ones before it are returned, the failure is raised by
         the next read (at once if it was the first)."""
+        return self.decode_all(self.take_ready(limit))
+
+    def take_ready(self, limit: int) -> list[bytes]:
+        """`read_ready`'s messages as their wire bytes, not decoded (`decode_all` does
+        that later, or the caller reads them itself)."""
         inbox = self._inbox
         n = min(limit, len(inbox))
         if n <= 0:
@@ -312,6 +330,12 @@ class _Call(Generic[T]):
             raws = [inbox.popleft() for _ in range(n)]
         self._held -= sum(map(len, raws)) + 5 * n
         self._settle()
+        return raws
+
+    def decode_all(self, raws: list[bytes]) -> list[T]:
+        """Messages from `take_ready` decoded, failing the call as `read_ready` does."""
+        if not raws:
+            return []
         decode = self._decode
         try:
             return [decode(raw) for raw in raws]
