@@ -423,7 +423,7 @@ class NatsRoute:
         """What follows a registered publish's append to nats-py's buffer."""
         self.used = True
         fut.owner = self.pub  # lost with the NATS connection
-        expect = self._expects.get(subject)
+        expect = self._expects.get(subject)  # _expect's hit, without its call
         fut.expect = (
             expect if expect is not None and expect[0] == stream else self._expect(stream, subject)
         )

@@ -273,11 +273,7 @@ class _Call(Generic[T]):
             if self._conn is None:
                 await self._ensure_started()
                 continue
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await waiter
-            finally:
-                self._waiter = None
+            await self._arrival()
 
     async def wait_ready(self) -> bool:
         """Wait until a message is here (True), without taking it; False at once when the
@@ -285,12 +281,17 @@ class _Call(Generic[T]):
         while not self._inbox:
             if self._error is not None or self._ended or self._conn is None:
                 return False
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await waiter
-            finally:
-                self._waiter = None
+            await self._arrival()
         return True
+
+    async def _arrival(self) -> None:
+        """Until the next message or the call's end wakes the reader (`on_data`, the
+        end's handling)."""
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
 
     def read_nowait(self) -> T | None:
         """The next message if one is here already (None otherwise); no suspension."""
