@@ -18,9 +18,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, overload
 
 import anyio
-import nats
-import nats.aio.client
-import nats.errors
 
 from liftbridge_client import _validate, errors
 from liftbridge_client._cluster import admin as _admin
@@ -30,11 +27,8 @@ from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._publish.acks import PublishFuture
 from liftbridge_client._publish.publisher import Publisher
 from liftbridge_client._tasks import TaskSupervisor
-from liftbridge_client._transport import nats as _nats
+from liftbridge_client._transport import probe as _probe
 from liftbridge_client._transport.grpc import BrokerPool
-from liftbridge_client._transport.nats import abort_nats_transport as _abort_nats_transport
-from liftbridge_client._transport.nats import connect_nats, nats_security_args
-from liftbridge_client._transport.nats import nats_tasks as _nats_tasks
 from liftbridge_client.activity import ACTIVITY_STREAM, ActivityStream
 from liftbridge_client.features import ServerFeatures
 from liftbridge_client.groups import Consumer, ConsumerOptions
@@ -52,14 +46,16 @@ from liftbridge_client.partitioning import Partitioner
 from liftbridge_client.subscription import SubscribeArgs, Subscription
 
 if TYPE_CHECKING:
+    import nats.aio.client
+
     from liftbridge_client.tracing import Tracer
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Client"]
 
-_NATS = _nats.Protocol.NATS
-_GRPC = _nats.Protocol.GRPC
+_NATS = _probe.Protocol.NATS
+_GRPC = _probe.Protocol.GRPC
 _NATS_CLOSE_WAIT = 0.5  # seconds nats-py's close() gets before its socket is aborted
 
 
@@ -161,6 +157,8 @@ def _subscribe_kw(
 
 def _connection_loss(exc: BaseException) -> bool:
     """nats-py's words for a lost connection (reported just before its disconnect)."""
+    import nats.errors  # loaded: only a NATS connection reports these
+
     return isinstance(
         exc, nats.errors.UnexpectedEOF | nats.errors.StaleConnectionError | ConnectionError
     )
@@ -245,19 +243,22 @@ class Client:
             async with asyncio.timeout(timeout):
                 await self._metadata.refresh()
                 if self._nats_servers:
+                    # nats-py (a tenth of a second to import) only for a client that uses it.
+                    from liftbridge_client._transport.nats import connect_nats
+
                     self._nats = await connect_nats(self._nats_connect_args(), timeout)
         except TimeoutError as exc:
             await self._teardown(exc)
             # Name the cause the libraries do not: probe the addresses that failed.
             nats_stage = bool(self._metadata.current.brokers)
             findings = await (
-                _nats.explain([_nats.nats_address(s) for s in self._nats_servers], _NATS)
+                _probe.explain([_probe.nats_address(s) for s in self._nats_servers], _NATS)
                 if nats_stage
-                else _nats.explain(self._seed_targets(), _GRPC)
+                else _probe.explain(self._seed_targets(), _GRPC)
             )
             where = "NATS" if nats_stage else "the cluster"
             seen = "; ".join(list(self._nats_errors)[-3:])
-            why = f": {_nats.describe(findings)}" if findings else ""
+            why = f": {_probe.describe(findings)}" if findings else ""
             last = f" (NATS errors: {seen})" if seen and not findings else ""
             cause = findings[0].cause if findings and findings[0].cause else None
             unreachable = (
@@ -273,10 +274,10 @@ class Client:
             ):
                 raise  # connect_nats said why already
             # Every seed failed at once; grpc-core's words rarely say why: look ourselves.
-            findings = await _nats.explain(self._seed_targets(), _GRPC)
+            findings = await _probe.explain(self._seed_targets(), _GRPC)
             if not findings:
                 raise
-            raise errors.NoBrokerAvailableError(f"{exc}: {_nats.describe(findings)}") from (
+            raise errors.NoBrokerAvailableError(f"{exc}: {_probe.describe(findings)}") from (
                 findings[0].cause or exc.__cause__
             )
         except BaseException as exc:
@@ -307,6 +308,8 @@ class Client:
             "reconnected_cb": self._on_nats_reconnected,
             "closed_cb": self._on_nats_closed,
         }
+        from liftbridge_client._transport.nats import nats_security_args
+
         args.update(nats_security_args(self._options))
         return args
 
@@ -415,6 +418,10 @@ class Client:
             log.warning("close: %s failed: %r", what, exc)
 
     async def _close_nats(self) -> None:
+        import nats.errors
+
+        from liftbridge_client._transport.nats import abort_nats_transport, nats_tasks
+
         nc = self._nats
         assert nc is not None
         closed = False
@@ -430,9 +437,9 @@ class Client:
             # Also when the close deadline of close() cancels this step: the socket must
             # not outlive the client (abort is synchronous, so it runs even then).
             if not closed:
-                _abort_nats_transport(nc)
+                abort_nats_transport(nc)
         # Let the tasks nats-py cancelled (reader, flusher, pinger) finish.
-        pending = [t for t in _nats_tasks(nc) if not t.done()]
+        pending = [t for t in nats_tasks(nc) if not t.done()]
         if pending:
             await asyncio.wait(pending, timeout=_NATS_CLOSE_WAIT)
 

@@ -22,11 +22,10 @@ what the server itself may send.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
-
-from crc32c import crc32c
 
 from liftbridge_client._native import speedups
 from liftbridge_client._proto import api_pb2
@@ -108,6 +107,20 @@ class Envelope:
     @property
     def has_crc(self) -> bool:
         return bool(self.flags & FLAG_CRC)
+
+
+@functools.cache
+def _crc32c() -> Callable[[bytes], int]:
+    # The crc32c package loads at the first CRC: its import brings importlib.metadata and
+    # argparse (a tenth of this package's import time), for a flag few envelopes carry.
+    import crc32c
+
+    return crc32c.crc32c
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C of ``data`` (the Castagnoli polynomial, as the envelope's CRC field)."""
+    return _crc32c()(data)
 
 
 def encode(msg_type: MsgType, payload: bytes, *, crc: bool = False) -> bytes:

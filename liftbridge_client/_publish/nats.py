@@ -222,6 +222,23 @@ class NatsPublisher:
             key or b"",
         )
 
+    @property
+    def closed(self) -> bool:
+        """nats-py closed the connection (the client did, or nats-py gave up on it)."""
+        return bool(self._nc.is_closed)
+
+    async def flush(self, timeout: float | None) -> None:
+        """A round trip to the NATS server after what was written (nats-py's flush)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._nc.flush()
+        except TimeoutError as exc:  # asyncio's, or nats-py's FlushTimeoutError
+            raise errors.LiftbridgeTimeoutError(
+                f"flush: NATS did not answer in time ({exc!r})"
+            ) from exc
+        except nats.errors.Error as exc:
+            raise errors.ConnectionClosedError(f"flush: NATS connection: {exc!r}") from exc
+
     async def send(self, subject: str, payload: bytes) -> None:
         """Hand the bytes to nats-py (its buffer; its flusher writes them out)."""
         try:

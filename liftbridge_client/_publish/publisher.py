@@ -18,44 +18,43 @@ Each verb (`publish`, `send`, `publish_nowait`) takes the `Client`'s typed argum
 picks the path itself: the one-step path for a plain publish, else the general path,
 which checks every argument once (`_publish_args.stream_publish`).
 
-Ordering. A plain publish (at most a key, a few plain headers, a partition, an ack
-policy and a transport) with nothing queued ahead of it and the sender idle takes one
-step in the call (`Publisher.send_plain`, then the route's ``direct``): over NATS it is
-appended to nats-py's outgoing buffer (`_transport.nats.PubBuffer`), over gRPC with the h2
-transport it goes, serialized, to the PublishAsync stream to its leader (opened
-from the cached metadata if needed; `LeaderRoute.direct`). Every other publish puts one
-item on a FIFO queue, synchronously, before it returns (or, for `send`, once it has a
-window slot; slots are granted first come, first served). One sender task drains the
-queue in order. NATS items it writes itself, awaiting each write; a gRPC item it hands
-(no await) to the outbox of the PublishAsync stream to the partition's leader, whose
-single writer task awaits each write in turn.
-When nothing is ahead of a gRPC item (the queue is empty and the sender idle) and the
+Ordering. A plain publish (at most a key, a few plain headers, a partition, an ack policy
+and a transport) with nothing queued ahead of it and the sender idle takes one step in the
+call (`Publisher.send_plain`, then the route's ``direct``): over NATS it is appended to
+nats-py's outgoing buffer (`_transport.nats.PubBuffer`), over gRPC with the h2 transport it
+goes, serialized, to the PublishAsync stream to its leader (opened from the cached metadata
+if needed; `LeaderRoute.direct`). Every other publish puts one item on a FIFO queue,
+synchronously, before it returns (or, for `send`, once it has a window slot; slots are
+granted first come, first served). One sender task drains the queue in order. NATS items it
+writes itself, awaiting each write; a gRPC item it hands (no await) to the outbox of the
+PublishAsync stream to the partition's leader, whose single writer task awaits each write in
+turn. When nothing is ahead of a gRPC item (the queue is empty and the sender idle) and the
 route to its stream is known for the current metadata, the call hands it to that outbox
 directly, saving the hop through the sender. Either way messages reach the wire in call
-order: per NATS connection, and per PublishAsync stream. Single writers are required
-because both writes are coroutines (``nats.aio.client.Client.publish``,
-``StreamStreamCall.write``) and nats-py has no public synchronous way to append to its
-outgoing buffer (the one-step path appends only when nothing would differ from nats-py's
-own). The queues are plain deques and the writers wake through one future per idle
-period, so the per-message cost is a future, a timer handle and one awaited write - no
-task per message. A stream that breaks gives the requests it never wrote back to the
-head of the queue, in order, for a new stream. Mixing transports for one partition gives
-no order guarantee (the gRPC path goes through a broker, the NATS path does not).
+order: per NATS connection, and per PublishAsync stream. Single writers are required because
+both writes are coroutines (``nats.aio.client.Client.publish``, ``StreamStreamCall.write``)
+and nats-py has no public synchronous way to append to its outgoing buffer (the one-step
+path appends only when nothing would differ from nats-py's own). The queues are plain deques
+and the writers wake through one future per idle period, so the per-message cost is a
+future, a timer handle and one awaited write - no task per message. A stream that breaks
+gives the requests it never wrote back to the head of the queue, in order, for a new stream.
+Mixing transports for one partition gives no order guarantee (the gRPC path goes through a
+broker, the NATS path does not).
 
 Transports: ``ClientOptions.transport`` (None: NATS when the client has a NATS
 connection, else gRPC), overridden per call with ``transport=``. NATS publishes detour
-over the leaders' streams while NATS looks stranded (`_publish.strand`).
+over the leaders' streams while NATS looks stranded (`_publish.strand`). Without NATS
+servers, nats-py and the NATS modules are never imported.
 
 Silence from the server surfaces after the ack wait (which counts from the call,
-queueing included): over NATS, a publish to a paused partition (it is only
-resumed by gRPC publishes and subscribes) or to a read-only one gets no ack at
-all, and `_publish.timeouts.TimeoutCheck` then checks the partition's metadata, once
-per burst of timeouts, to raise `PartitionPausedError`, `ReadonlyPartitionError`,
-`NotFoundError` or `NotLeaderError`, else an `AckTimeoutError` that says what
-remains possible. Over gRPC the server resumes a paused partition and refuses a
-read-only one (`ReadonlyPartitionError`). With ack
-policy NONE nothing is ever acknowledged: the future resolves to None as soon
-as the message is written.
+queueing included): over NATS, a publish to a paused partition (it is only resumed by
+gRPC publishes and subscribes) or to a read-only one gets no ack at all, and
+`_publish.timeouts.TimeoutCheck` then checks the partition's metadata, once per burst of
+timeouts, to raise `PartitionPausedError`, `ReadonlyPartitionError`, `NotFoundError` or
+`NotLeaderError`, else an `AckTimeoutError` that says what remains possible. Over gRPC
+the server resumes a paused partition and refuses a read-only one
+(`ReadonlyPartitionError`). With ack policy NONE nothing is ever acknowledged: the
+future resolves to None as soon as the message is written.
 """
 
 from __future__ import annotations
@@ -64,10 +63,9 @@ import asyncio
 import datetime
 import logging
 from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING
 
 import anyio
-import nats.aio.client
-import nats.errors
 
 from liftbridge_client import _validate, errors
 from liftbridge_client._cluster.metadata import MetadataCache
@@ -75,10 +73,8 @@ from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import AckFuture, Correlator
 from liftbridge_client._publish.grpc import publish_to_subject
 from liftbridge_client._publish.leaders import LeaderRoute
-from liftbridge_client._publish.nats import NatsPublisher, NatsRoute
 from liftbridge_client._publish.outages import OutageLog
 from liftbridge_client._publish.route import Item, Route, Slots
-from liftbridge_client._publish.strand import Detour, Strand
 from liftbridge_client._publish.timeouts import TimeoutCheck
 from liftbridge_client._publish_args import (
     INT32_MAX,
@@ -96,6 +92,12 @@ from liftbridge_client.partitioning import (
     choose_partition,
     key_partition,
 )
+
+if TYPE_CHECKING:
+    import nats.aio.client
+
+    from liftbridge_client._publish.nats import NatsPublisher, NatsRoute
+    from liftbridge_client._publish.strand import Detour
 
 __all__ = ["Publisher"]
 
@@ -134,11 +136,6 @@ class Publisher:
         self._nats = nats
         self._loop = asyncio.get_running_loop()
         self._correlator = Correlator(options.max_inflight, loop=self._loop)
-        self._nats_pub = (
-            NatsPublisher(nats, self._correlator, crc=options.envelope_crc)
-            if nats is not None
-            else None
-        )
         # A NATS publish that gets no ack is silence, not an answer: ask the metadata why.
         # A gRPC one makes its leader suspect: the metadata is refreshed around it.
         self._timeouts = TimeoutCheck(
@@ -148,13 +145,6 @@ class Publisher:
             spawn=tasks.spawn,
             clock=self._loop.time,
         )
-        # NATS publishes go around a NATS server cut off from their leaders (_publish.strand).
-        self._detour = (
-            Detour(Strand(options.ack_wait), self._loop, self._route_nats, nats, tasks.spawn)
-            if nats is not None and options.nats_detour
-            else None
-        )
-        self._timeouts.on_strand = self._detour.stranded if self._detour else None
         self._correlator.on_timeout = self._timeouts.take
         self._transport = options.transport or (_NATS if nats is not None else Transport.GRPC)
         # What the routes share: correlation ids, the ack wait, the sender's queue.
@@ -168,10 +158,21 @@ class Publisher:
         self._closed = False
         self._fast_ok = True  # False once closing, draining or NATS is lost: full checks
         self._outages = OutageLog(options.retry, self._loop.time)
-        # The ways out: NATS if connected, and the leaders' streams.
-        self._nats_route = (
-            NatsRoute(self._nats_pub, self._correlator, self._slots) if self._nats_pub else None
-        )
+        # The ways out: NATS if connected (nats-py is imported only then), and the leaders'
+        # streams. NATS publishes detour around a NATS server cut off from the leaders.
+        self._nats_pub: NatsPublisher | None = None
+        self._nats_route: NatsRoute | None = None
+        self._detour: Detour | None = None
+        if nats is not None:
+            from liftbridge_client._publish.nats import NatsPublisher, NatsRoute
+            from liftbridge_client._publish.strand import Detour, Strand
+
+            self._nats_pub = NatsPublisher(nats, self._correlator, crc=options.envelope_crc)
+            self._nats_route = NatsRoute(self._nats_pub, self._correlator, self._slots)
+            if options.nats_detour:
+                strand = Strand(options.ack_wait)
+                self._detour = Detour(strand, self._loop, self._route_nats, nats, tasks.spawn)
+        self._timeouts.on_strand = self._detour.stranded if self._detour else None
         self._leaders = LeaderRoute(
             metadata=metadata,
             pool=pool,
@@ -780,17 +781,9 @@ class Publisher:
                     f"flush: {len(not_done)} publishes still pending after {timeout}s"
                 )
         nats_used = self._nats_route is not None and self._nats_route.used
-        if nats_used and self._nats is not None and not self._nats.is_closed:
+        if nats_used and self._nats_pub is not None and not self._nats_pub.closed:
             left = None if deadline is None else max(deadline - loop.time(), 0.0)
-            try:
-                async with asyncio.timeout(left):
-                    await self._nats.flush()
-            except TimeoutError as exc:  # asyncio's, or nats-py's FlushTimeoutError
-                raise errors.LiftbridgeTimeoutError(
-                    f"flush: NATS did not answer in time ({exc!r})"
-                ) from exc
-            except nats.errors.Error as exc:
-                raise errors.ConnectionClosedError(f"flush: NATS connection: {exc!r}") from exc
+            await self._nats_pub.flush(left)
 
     def _check_accepting(self) -> None:
         if self._closed:

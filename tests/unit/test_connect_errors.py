@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from liftbridge_client import Client, ClientOptions, errors
-from liftbridge_client._transport import nats as transport_nats
+from liftbridge_client._transport import probe
 from liftbridge_client._transport.nats import connect_nats
 
 NATS_INFO = b'INFO {"server_id":"fake","version":"2.10.0","max_payload":1048576}\r\n'
@@ -119,16 +119,16 @@ async def test_nats_server_that_does_not_resolve() -> None:
 @pytest.mark.usefixtures("no_dns_wait")
 async def test_probe_findings() -> None:
     dead = _dead_port()
-    (refused,) = await transport_nats.explain([dead], transport_nats.Protocol.NATS)
+    (refused,) = await probe.explain([dead], probe.Protocol.NATS)
     assert "connection refused" in refused.reason
     assert not refused.certain  # a server may be starting: the caller keeps trying
-    (odd,) = await transport_nats.explain(["nohost.invalid:1"], transport_nats.Protocol.GRPC)
+    (odd,) = await probe.explain(["nohost.invalid:1"], probe.Protocol.GRPC)
     assert odd.certain
 
 
 async def test_probe_is_quiet_for_the_right_server(fake_nats: str, fake_grpc: str) -> None:
-    assert await transport_nats.explain([fake_nats], transport_nats.Protocol.NATS) == []
-    assert await transport_nats.explain([fake_grpc], transport_nats.Protocol.GRPC) == []
+    assert await probe.explain([fake_nats], probe.Protocol.NATS) == []
+    assert await probe.explain([fake_grpc], probe.Protocol.GRPC) == []
 
 
 @pytest.mark.parametrize(
@@ -143,4 +143,4 @@ async def test_probe_is_quiet_for_the_right_server(fake_nats: str, fake_grpc: st
     ],
 )
 def test_nats_address(url: str, address: str) -> None:
-    assert transport_nats.nats_address(url) == address
+    assert probe.nats_address(url) == address

@@ -8,6 +8,9 @@ be read apart.
 from __future__ import annotations
 
 import ast
+import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -240,3 +243,24 @@ def test_no_hand_written_module_is_over_the_limit_but_the_facade() -> None:
         if name != f"{PKG}.client" and (n := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_nats_py_and_crc32c_are_imported_only_when_used() -> None:
+    """nats-py costs about a tenth of a second to import (a third of this package's
+    import), in every CLI call and every Spark Python process: the modules over it load
+    when a client connects to NATS. crc32c (with importlib.metadata and argparse) loads at
+    the first envelope CRC. A fresh interpreter imports the package, its CLI and its
+    exactly-once layer (and its Spark data source where pyspark is installed)."""
+    modules = ["liftbridge_client", "liftbridge_client.cli", "liftbridge_client.exactly_once"]
+    if importlib.util.find_spec("pyspark") is not None:
+        modules.append("liftbridge_client.spark")
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m in ('nats', 'crc32c') or m.startswith(("
+        "'nats.', 'liftbridge_client._transport.nats', 'liftbridge_client._publish.nats'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]"
