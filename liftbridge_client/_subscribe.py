@@ -255,6 +255,9 @@ class SubscribeSpec:
 # ---------------------------------------------------------------- progress
 
 
+_NO_CEILING = 2**63  # above every int64 offset
+
+
 @dataclass(slots=True)
 class Progress:
     """What was delivered so far, and the order the server really sends messages in.
@@ -271,6 +274,11 @@ class Progress:
     # node asked for an offset past its high watermark starts at the watermark instead
     # (its committed reader forgets the offset), e.g. a new leader after a failover.
     floor: int = 0
+    # Forward reads to a stop offset: offsets above were not asked for. A v1.9.0 server
+    # ends the stream only on the stop offset itself; when compaction or retention removed
+    # it, it sends on past it and never ends: the first offset past it ends the read.
+    ceiling: int = _NO_CEILING
+    past: int | None = None  # the first offset past the ceiling that arrived: the end
 
     def __post_init__(self) -> None:
         if not self.reverse:
@@ -280,11 +288,20 @@ class Progress:
     def for_spec(cls, spec: SubscribeSpec) -> Progress:
         """Nothing delivered yet, for a read of ``spec``."""
         forward_from = spec.start is StartPosition.OFFSET and not spec.reverse
-        return cls(spec.reverse, floor=spec.start_offset if forward_from else 0)
+        to_offset = spec.stop is StopPosition.OFFSET and not spec.reverse
+        return cls(
+            spec.reverse,
+            floor=spec.start_offset if forward_from else 0,
+            ceiling=spec.stop_offset if to_offset else _NO_CEILING,
+        )
 
     def accept(self, offset: int) -> bool:
         """Record a received offset; False for a replay (delivered already, or below the
-        offset asked for: drop it)."""
+        offset asked for: drop it) or an offset past the stop offset (``past``)."""
+        if offset > self.ceiling:
+            if self.past is None:
+                self.past = offset
+            return False
         last = self.last
         if last is not None:
             if offset == last:

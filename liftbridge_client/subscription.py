@@ -199,6 +199,13 @@ class Subscription:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def _past_stop(self) -> int | None:
+        """The first offset the server sent past the stop offset, which ended the read
+        (`StopPositionReached`): where the partition goes on after offsets up to the stop
+        offset that compaction or retention removed. None otherwise."""
+        return self._progress.past
+
     def _use_receive_window(self, size: int) -> None:
         """Open the h2 stream with a ``size``-byte receive window instead of 1 MiB: what a
         reader that stops reading holds at most, and twice what each flow-control write
@@ -324,7 +331,7 @@ class Subscription:
             if ready is not None:
                 if self._progress.accept(ready.offset):
                     return ready
-                log.debug("%r: dropping replayed offset %d", self, ready.offset)
+                self._dropped(ready.offset)
         try:
             async with self._lock:
                 # Hot path inlined (one coroutine frame less per message): read from an
@@ -347,7 +354,7 @@ class Subscription:
                         continue
                     if self._progress.accept(pb.offset):
                         return owned_message_from_proto(pb)  # pb is never used again
-                    log.debug("%r: dropping replayed offset %d", self, pb.offset)
+                    self._dropped(pb.offset)
         except asyncio.CancelledError:
             if self._closed and not _being_cancelled():
                 raise StopAsyncIteration from None  # close() cancelled the call under us
@@ -398,7 +405,7 @@ class Subscription:
                         continue
                     if self._progress.accept(pb.offset):
                         return [pb]
-                    log.debug("%r: dropping replayed offset %d", self, pb.offset)
+                    self._dropped(pb.offset)
         except StopAsyncIteration:
             return []
         except asyncio.CancelledError:
@@ -436,7 +443,7 @@ class Subscription:
                 break  # ended or failed: _next_protos reads how, and acts
             span = _plain_span(raws)
             progress = self._progress
-            if span is not None and progress.accept(span[0]):
+            if span is not None and span[1] <= progress.ceiling and progress.accept(span[0]):
                 first, last = span
                 if last != first:
                     progress.accept(last)  # ascending: every offset between is new
@@ -454,7 +461,7 @@ class Subscription:
         accept = self._progress.accept
         out = [pb for pb in pbs if accept(pb.offset)]
         if len(out) < len(pbs):
-            log.debug("%r: dropped %d replayed offsets", self, len(pbs) - len(out))
+            self._dropped(pbs[0].offset, len(pbs) - len(out))
         return out
 
     async def _next(self) -> Message:
@@ -480,9 +487,23 @@ class Subscription:
                 if pb is None:
                     continue  # the stream broke: resubscribe, or it ended
             if not self._progress.accept(pb.offset):
-                log.debug("%r: dropping replayed offset %d", self, pb.offset)
+                self._dropped(pb.offset)
                 continue
             return pb
+
+    def _dropped(self, offset: int, count: int = 1) -> None:
+        """``count`` offsets received (from ``offset`` on) were not delivered: replays, or
+        offsets past the stop offset, which end the read."""
+        if self._progress.past is None:
+            log.debug("%r: dropped %d replayed offset(s), received from %d", self, count, offset)
+        elif not self._finished:
+            self._conclude(
+                Action.END,
+                errors.StopPositionReached(
+                    f"{self.stream}/{self.partition}: offset {self._progress.ceiling} was "
+                    "the stop offset (compacted or removed: the server sent offsets past it)"
+                ),
+            )
 
     async def _next_emulated(self, reader: ReverseReader) -> Message:
         message = await reader.next()

@@ -250,7 +250,7 @@ async def load_states(
                 async with asyncio.timeout(timeout):
                     message = await anext(messages)
             except (StopAsyncIteration, TimeoutError):
-                return None  # TimeoutError: removed by retention (see _read.EMPTY_PROBE)
+                return None  # TimeoutError: removed by retention (see _positions.EMPTY_PROBE)
             if message.key != key or (part := _part_of(message.headers)) is None:
                 continue
             index, count = part

@@ -21,18 +21,25 @@ from liftbridge_client.spark._options import (
     SourceOptions,
     TimestampSpec,
 )
-from liftbridge_client.spark._read import EMPTY_PROBE
 
 __all__ = [
+    "EMPTY_PROBE",
     "Partitions",
     "check_named",
     "earliest_offsets",
+    "first_offset",
     "latest_offsets",
     "list_partitions",
     "resolve",
 ]
 
 log = logging.getLogger(__name__)
+
+# Liftbridge (v1.9.0) cannot tell a partition's first offset, and a subscription to a
+# partition whose every message was removed by retention waits for the next message, even
+# with a stop offset behind it. A subscription that returns no first message within this
+# many seconds, for offsets the server committed, finds them gone.
+EMPTY_PROBE = 10.0
 
 Partitions = dict[str, list[int]]
 
@@ -92,19 +99,22 @@ async def latest_offsets(client: Client, partitions: Partitions) -> OffsetMap:
     return result
 
 
-async def _first_offset(
+async def first_offset(
     client: Client, stream: str, pid: int, latest: int, timeout: float, **kw: object
 ) -> int:
-    """Offset of the first message a subscription returns (``latest`` if none)."""
+    """Offset of the first message a subscription returns (``latest`` if none); with a
+    stop offset, of the first message the server sent past it when none came before."""
     if latest <= 0:
         return latest
     if "stop_offset" not in kw:
         kw["stop"] = StopPosition.LATEST
+    sub = client.subscribe(stream, pid, **kw)  # type: ignore[arg-type]
     try:
-        async with client.subscribe(stream, pid, **kw) as sub:  # type: ignore[arg-type]
+        async with sub:
             message = await sub.next(min(timeout, EMPTY_PROBE))
     except errors.StopPositionReached:
-        return latest  # nothing at or after the position (the server says stop < start)
+        past = sub._past_stop  # None: nothing at or after the position (stop < start)
+        return latest if past is None else min(past, latest)
     except errors.LiftbridgeTimeoutError:
         # Every message was removed by retention: the subscription waits for the next one.
         log.info("%s/%d: no message retained; taking the latest offset %d", stream, pid, latest)
@@ -119,11 +129,11 @@ async def earliest_offsets(
     # From offset 0 to stop offset 0, not from EARLIEST to LATEST: the server then sends one
     # message, where it streamed the whole partition up to LATEST at once (the driver parsed
     # all it received before the probe closed: 0.65 s of CPU for 20,000 messages). When
-    # retention removed offset 0 the server starts at its first offset (and sends on past
-    # the stop offset): the first message is the earliest either way.
+    # retention removed offset 0 the server starts at its first offset and sends on past
+    # the stop offset: the first offset past it, which ends the read, is the earliest.
     firsts = await asyncio.gather(
         *(
-            _first_offset(client, s, p, latest[s][str(p)], timeout, start_offset=0, stop_offset=0)
+            first_offset(client, s, p, latest[s][str(p)], timeout, start_offset=0, stop_offset=0)
             for s, p in keys
         )
     )
@@ -167,7 +177,7 @@ async def resolve(
                 result[stream][key] = value
     offsets = await asyncio.gather(
         *(
-            _first_offset(
+            first_offset(
                 client,
                 stream,
                 int(key),

@@ -1,9 +1,10 @@
 """Reading one offset range on an executor, as Arrow record batches.
 
 The subscription asks for ``[start, end)`` (stop offset ``end - 1``). The server starts at
-its earliest offset when ``start`` was removed by retention, and may then deliver offsets
-past the stop offset: the first offset tells whether data was lost, and anything at or past
-``end`` ends the read.
+its earliest offset when ``start`` was removed by retention, and sends on past the stop
+offset when compaction or retention removed it: anything at or past ``end`` ends the read.
+A first offset past ``start`` is data loss when retention removed ``start`` (no message at
+or below it is left), and compaction's gap otherwise.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from liftbridge_client.options import ClientOptions
 from liftbridge_client.packing import MAGIC, PackedRow, is_packed, unpack
 from liftbridge_client.spark._offsets import PartitionRange
 from liftbridge_client.spark._options import SourceOptions
+from liftbridge_client.spark._positions import EMPTY_PROBE, first_offset
 from liftbridge_client.spark._runtime import TaskRuntime, borrow, give_back
 from liftbridge_client.spark._schema import HEADER_TYPE, arrow_schema
 from liftbridge_client.spark._stats import ReadStats
 from liftbridge_client.subscription import Subscription, WireMessages
 
 if TYPE_CHECKING:  # the exactly-once layer is loaded by read_committed reads only
+    from liftbridge_client.client import Client
     from liftbridge_client.exactly_once.sequencer import ProducerState
     from liftbridge_client.spark._committed_stream import StatesAt
 
@@ -46,12 +49,6 @@ BATCH_ROWS = 4096  # messages per Arrow record batch handed to Spark
 RECEIVE_WINDOW = 4 * 1024 * 1024
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _NO_HEADERS: Mapping[str, bytes] = {}
-
-# Liftbridge (v1.9.0) cannot tell a partition's first offset, and a subscription to a
-# partition whose every message was removed by retention waits for the next message, even
-# with a stop offset behind it. A subscription that returns no first message within this
-# many seconds, for offsets the server committed, finds them gone.
-EMPTY_PROBE = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +354,13 @@ def proto_chunks(
         yield _decoded(chunk)
 
 
+async def _earliest(client: Client, r: PartitionRange, timeout: float) -> int:
+    """The partition's first offset, or ``r.start + 1`` if it is past ``r.start``."""
+    return await first_offset(
+        client, r.stream, r.partition, r.start + 1, timeout, start_offset=0, stop_offset=0
+    )
+
+
 def _chunks(part: RangePartition, runtime: TaskRuntime | None, *, wire: bool) -> Iterator[Chunk]:
     """`proto_chunks`, with ``wire`` as `_take` gives them."""
     r, options = part.range, part.options
@@ -372,18 +376,25 @@ def _chunks(part: RangePartition, runtime: TaskRuntime | None, *, wire: bool) ->
         task.run(sub.__aenter__())
         try:
             expected = r.start
+            probe = min(options.poll_timeout, EMPTY_PROBE)
             while expected < r.end:
                 want = min(BATCH_ROWS, r.end - expected)
+                silent = False
                 if expected == r.start:
                     try:
-                        probe = min(options.poll_timeout, EMPTY_PROBE)
                         messages = task.run(_take(sub, want, r.end, probe, wire))
                     except errors.LiftbridgeTimeoutError:
                         messages = []  # nothing retained from start on (see EMPTY_PROBE)
+                        silent = True
                 else:
                     messages = task.run(_take(sub, want, r.end, options.poll_timeout, wire))
                 first = _first_offset(messages) if messages else r.end
-                if expected == r.start and first > expected:
+                if (
+                    expected == r.start
+                    and first > expected
+                    # Retention removed r.start, or compaction left a gap after it?
+                    and (silent or task.run(_earliest(client, r, probe)) > r.start)
+                ):
                     data_loss(
                         options,
                         f"{r.stream}/{r.partition}: offsets {expected} to {first - 1} are gone "

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
+from compaction_support import compacted_stream, widest_gap
 from spark_support import OPTIONS, create_stream, get_or_create, java_or_fail, publish, start_spark
 
 from liftbridge_client import Client, StreamConfig
@@ -147,6 +148,67 @@ def test_fail_on_data_loss_both_ways(
     offsets = sorted(o for _, o, _ in triples(lenient))
     assert offsets[0] > 0  # the lost offsets are skipped...
     assert offsets == list(range(offsets[0], 105))  # ...and what is there is read
+
+
+def test_compaction_gaps_are_neither_loss_nor_a_wait(
+    spark: SparkSession,
+    liftbridge_server: Deployment,
+    stream_names: StreamNames,
+    tmp_path: Path,
+) -> None:
+    """Ranges that start, end or lie inside a compaction gap read what is there: no
+    DataLossError (retention, not compaction, removes a range's start) and no wait for
+    offsets that will never come (each would fail after pollTimeoutMs)."""
+    name, subject = stream_names()
+
+    async def make() -> list[int]:
+        async with Client(liftbridge_server.addresses, options=OPTIONS) as client:
+            return await compacted_stream(client, subject, name)
+
+    kept = asyncio.run(make())
+    low, high = widest_gap(kept)
+    mid = (low + high) // 2
+    latest = kept[-1] + 1
+    ranges = [(low + 1, high), (low + 1, high + 1), (low, mid), (mid, high + 1), (0, mid)]
+    for start, end in ranges:
+        df = source(
+            spark,
+            liftbridge_server,
+            name,
+            startingOffsets=json.dumps({name: {"0": start}}),
+            endingOffsets=json.dumps({name: {"0": end}}),
+            pollTimeoutMs="20000",
+        ).load()
+        assert sorted(o for _, o, _ in triples(df)) == [o for o in kept if start <= o < end]
+    # The whole stream in tasks of 50 offsets: their bounds fall in gaps and beside them.
+    df = source(
+        spark, liftbridge_server, name, maxRecordsPerPartition="50", pollTimeoutMs="20000"
+    ).load()
+    assert sorted(o for _, o, _ in triples(df)) == kept
+    # A streaming query's micro-batches of 50 offsets likewise.
+    query = (
+        spark.readStream.format("liftbridge")
+        .option("brokers", liftbridge_server.addresses[0])
+        .option("stream", name)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "50")
+        .option("pollTimeoutMs", "20000")
+        .load()
+        .selectExpr("offset")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120)
+        assert query.exception() is None
+    finally:
+        query.stop()
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(r.offset for r in rows) == kept
+    assert latest == 400  # every offset published was planned
 
 
 def run_stream(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from compaction_support import compacted_stream, widest_gap
 from replication_support import KILLS_A_LEADER, wait_for_full_isr
 
 from liftbridge_client import (
@@ -285,6 +286,29 @@ async def test_a_start_offset_past_the_high_watermark_is_where_the_read_starts(
         assert [m.offset for m in got] == [6, 7, 8, 9]
         assert values(got) == [b"m6", b"m7", b"m8", b"m9"]
         assert await asyncio.wait_for(raw, 10) == 3  # what the server itself sent first
+
+
+async def test_a_stop_offset_that_compaction_removed_ends_the_read_there(
+    client: Client, unique_stream: StreamName
+) -> None:
+    """A v1.9.0 server ends a read only on the stop offset itself: when compaction removed
+    it, the server sends the offsets past it and never ends. The client delivers none of
+    them and ends at the first (`StopPositionReached`, as on the stop offset)."""
+    name = unique_stream.name
+    kept = await compacted_stream(client, unique_stream.subject, name)
+    low, high = widest_gap(kept)  # offsets low+1 .. high-1 are gone
+    stop = (low + high) // 2
+    for start, wanted in ((low, [low]), (low + 1, []), (stop, [])):
+        async with client.subscribe(name, start_offset=start, stop_offset=stop) as sub:
+            got = await drain(sub, timeout=20)  # it ends by itself
+        assert offsets(got) == wanted
+        assert isinstance(sub.end_reason, errors.StopPositionReached)
+        assert sub._past_stop == high  # the server's next offset, not delivered
+        assert sub.last_offset == (wanted[-1] if wanted else None)
+    # A stop offset that is there still ends the read on it, past nothing.
+    async with client.subscribe(name, start_offset=low, stop_offset=high) as sub:
+        assert offsets(await drain(sub, timeout=20)) == [low, high]
+    assert sub._past_stop is None
 
 
 async def test_latest_starts_at_the_newest_message(client: Client, stream: str) -> None:

@@ -440,3 +440,36 @@ def test_progress_reversed_never_delivers_a_duplicate_or_a_gap(
         sent = range(min(resume + back, newest), max(resume - length, -1), -1)
         accepted.extend(offset for offset in sent if progress.accept(offset))
     assert accepted == list(range(newest, newest - len(accepted), -1))
+
+
+@given(
+    start=st.integers(min_value=0, max_value=50),
+    span=st.integers(min_value=0, max_value=50),
+    sent=st.lists(st.integers(min_value=0, max_value=120), max_size=40),
+)
+def test_progress_to_a_stop_offset_takes_nothing_past_it_and_keeps_the_first_past(
+    start: int, span: int, sent: list[int]
+) -> None:
+    """A server sends on past a stop offset compaction removed: the first offset past it
+    is kept as ``past`` (the end), and no offset past it is ever accepted."""
+    stop = start + span
+    spec = SubscribeSpec.build("s", 0, {"start_offset": start, "stop_offset": stop}, now_ns=0)
+    progress = Progress.for_spec(spec)
+    accepted = [offset for offset in sorted(sent) if progress.accept(offset)]
+    assert accepted == sorted({o for o in sent if start <= o <= stop})
+    beyond = sorted(o for o in sent if o > stop)
+    assert progress.past == (beyond[0] if beyond else None)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"start_offset": 3},
+        {"start_offset": 3, "stop": StopPosition.LATEST},
+        {"start_offset": 9, "reverse": True},
+    ],
+)
+def test_progress_has_no_ceiling_without_a_forward_stop_offset(args: dict[str, Any]) -> None:
+    progress = Progress.for_spec(SubscribeSpec.build("s", 0, args, now_ns=0))
+    assert progress.accept(2**62)
+    assert progress.past is None
