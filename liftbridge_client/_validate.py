@@ -39,6 +39,7 @@ import datetime
 import math
 import unicodedata
 import urllib.parse
+from collections.abc import Callable
 from typing import Any, Final, overload
 
 from liftbridge_client.errors import InvalidInputError
@@ -54,9 +55,11 @@ __all__ = [
     "broker_address",
     "flag",
     "group_name",
+    "hidden",
     "int_arg",
     "nats_server_url",
     "publish_subject",
+    "redact_url",
     "seconds",
     "stream_name",
     "stream_subject",
@@ -159,20 +162,30 @@ _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 # ---------------------------------------------------------------- strings
 
 
-def text(name: str, value: object, *, empty_ok: bool = False) -> str:
-    """A str that encodes to UTF-8 (no lone surrogates); non-empty unless ``empty_ok``."""
+def text(
+    name: str, value: object, *, empty_ok: bool = False, show: Callable[[object], str] = _show
+) -> str:
+    """A str that encodes to UTF-8 (no lone surrogates); non-empty unless ``empty_ok``.
+
+    ``show`` renders the value in the error: `hidden` for a secret, so none is ever shown.
+    """
     if not isinstance(value, str) or not (value or empty_ok):
         what = "a string" if empty_ok else "a non-empty string"
-        raise InvalidInputError(f"{name} must be {what}, got {_show(value)}")
+        raise InvalidInputError(f"{name} must be {what}, got {show(value)}")
     if not value.isascii():
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise InvalidInputError(
                 f"{name} does not encode to UTF-8 (lone surrogate at index {exc.start}): "
-                f"{_show(value)}"
+                f"{show(value)}"
             ) from None
     return str(value)
+
+
+def hidden(value: object) -> str:
+    """How an error shows a secret (a password, a token): its type only."""
+    return f"a {type(value).__name__} (value hidden)"
 
 
 def _utf8_len(value: str) -> int:
@@ -317,10 +330,31 @@ def broker_address(value: object, name: str = "broker address") -> tuple[str, in
 _NATS_SCHEMES: Final = frozenset({"nats", "tls", "ws", "wss"})
 
 
+def redact_url(url: str) -> str:
+    """``url`` fit for an error, a log line or a repr: its userinfo's password, or a lone
+    userinfo (a token), as ``***``: ``nats://app:***@h:4222``, ``nats://***@h:4222``.
+
+    Cuts at the last '@' after the scheme, not at urlsplit's netloc: a secret holding '/',
+    '?' or '#' would end urlsplit's netloc early and leave part of it shown.
+    """
+    start = url.find("://")
+    start = 0 if start < 0 else start + 3
+    at = url.rfind("@", start)
+    if at < 0:
+        return url
+    user, colon, _ = url[start:at].partition(":")
+    return f"{url[:start]}{f'{user}:***' if colon else '***'}{url[at:]}"
+
+
+def _show_url(value: object) -> str:
+    return _show(redact_url(value) if isinstance(value, str) else value)
+
+
 def nats_server_url(value: object, name: str = "NATS server URL") -> str:
     """A NATS server URL (``nats://host:port``, ``tls://``, ``ws://``, ``wss://``, or a bare
-    ``host:port``) with a host and, if given, a port in 1..65535."""
-    value = text(name, value)
+    ``host:port``) with a host and, if given, a port in 1..65535. Errors show the URL
+    without its credentials (`redact_url`)."""
+    value = text(name, value, show=_show_url)
     try:
         parts = urllib.parse.urlsplit(value if "://" in value else f"nats://{value}")
         port = parts.port
@@ -335,7 +369,7 @@ def nats_server_url(value: object, name: str = "NATS server URL") -> str:
     ):
         raise InvalidInputError(
             f"{name} must be like nats://host:port (schemes nats, tls, ws, wss; port in "
-            f"1..65535), got {_show(value)}"
+            f"1..65535), got {_show_url(value)}"
         )
     return value
 

@@ -96,9 +96,11 @@ class NatsAuth:
     creds_file: Path | None = None
 
     def __post_init__(self) -> None:
-        for name in ("user", "password", "token"):
+        if self.user is not None:
+            _validate.text("user", self.user, empty_ok=True)
+        for name in ("password", "token"):
             if (value := getattr(self, name)) is not None:
-                _validate.text(name, value, empty_ok=True)
+                _validate.text(name, value, empty_ok=True, show=_validate.hidden)
         for name in ("nkey_seed_file", "creds_file"):
             if (value := getattr(self, name)) is not None:
                 object.__setattr__(self, name, _path(name, value))

@@ -59,6 +59,7 @@ import nats.protocol.parser
 
 from liftbridge_client._native import speedups
 from liftbridge_client._transport.probe import Protocol, describe, explain, nats_address
+from liftbridge_client._validate import redact_url
 from liftbridge_client.errors import InvalidInputError, NatsUnreachableError
 from liftbridge_client.options import ClientOptions, NatsAuth, TLSConfig
 
@@ -217,7 +218,8 @@ async def connect_nats(args: dict[str, Any], timeout: float) -> nats.aio.client.
                 with contextlib.suppress(Exception):
                     await nc.close()
                 raise NatsUnreachableError(
-                    f"could not connect to NATS at {servers}: {describe(findings)}"
+                    f"could not connect to NATS at {', '.join(map(redact_url, servers))}: "
+                    f"{describe(findings)}"
                 ) from findings[0].cause
         await connecting
         return nc

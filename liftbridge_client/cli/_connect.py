@@ -23,7 +23,7 @@ class ConnectionSettings:
     """Where and how to connect: the root command's options (flags or LIFTBRIDGE_*)."""
 
     brokers: tuple[str, ...]
-    nats_servers: tuple[str, ...] = ()
+    nats_servers: tuple[str, ...] = field(default=(), repr=False)  # URLs may hold secrets
     tls_ca: Path | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None

@@ -13,7 +13,7 @@ import difflib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from liftbridge_client.errors import InvalidInputError
@@ -269,7 +269,7 @@ class SourceOptions:
     """What a read (batch or streaming) should read, and how."""
 
     brokers: tuple[str, ...]
-    nats_servers: tuple[str, ...]
+    nats_servers: tuple[str, ...] = field(repr=False)  # URLs may hold secrets
     streams: tuple[str, ...]  # explicit names; empty when ``pattern`` is set
     pattern: str | None
     starting: OffsetSpec
@@ -412,7 +412,7 @@ class SinkOptions:
     """How a write (batch or streaming) publishes its rows."""
 
     brokers: tuple[str, ...]
-    nats_servers: tuple[str, ...]
+    nats_servers: tuple[str, ...] = field(repr=False)  # URLs may hold secrets
     stream: str | None  # wins over a ``stream`` column, as the Kafka sink's ``topic``
     ack_policy: AckPolicy
     transport: Transport | None

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from liftbridge_client import errors
 from liftbridge_client.cli._commands import cli
+from liftbridge_client.cli._connect import ConnectionSettings
 from liftbridge_client.cli._exit import ExitStatus, status_for
 from liftbridge_client.cli._inputs import split_key
 from liftbridge_client.cli._output import counted, iso, message_dict
@@ -242,3 +243,11 @@ def test_without_the_cli_extra_the_command_says_what_to_install() -> None:
     )
     assert result.returncode == 1
     assert "needs the [cli] extra" in result.stderr
+
+
+def test_connection_settings_repr_hides_nats_credentials() -> None:
+    settings = ConnectionSettings(
+        brokers=("b:1",), nats_servers=("nats://app:hunter2-SECRET@h:4222",), nats_token="t0k"
+    )
+    assert "SECRET" not in repr(settings)
+    assert "t0k" not in repr(settings)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -114,6 +115,17 @@ async def test_nats_server_that_does_not_resolve() -> None:
         await connect_nats({"servers": ["nats://nohost.invalid:4222"], "connect_timeout": 5.0}, 5.0)
     assert time.monotonic() - started < 3
     assert isinstance(info.value.__cause__, socket.gaierror)
+
+
+@pytest.mark.usefixtures("no_dns_wait")
+async def test_unreachable_nats_error_hides_credentials(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    urls = ["nats://app:hunter2-SECRET@nohost.invalid:4222", "tls://t0k3n-SECRET@x.invalid:1"]
+    with pytest.raises(errors.NatsUnreachableError) as info:
+        await connect_nats({"servers": urls, "connect_timeout": 5.0}, 5.0)
+    assert "nats://app:***@nohost.invalid:4222, tls://***@x.invalid:1" in str(info.value)
+    for text in (str(info.value), repr(info.value), caplog.text):
+        assert "SECRET" not in text
 
 
 @pytest.mark.usefixtures("no_dns_wait")

@@ -87,6 +87,16 @@ def test_secrets_stay_out_of_reprs(tmp_path: Path) -> None:
     assert "hunter2" not in repr(ClientOptions(nats_auth=auth))
 
 
+@pytest.mark.parametrize("field", ["password", "token"])
+@pytest.mark.parametrize("bad", ["hunter2-SECRET\udc80", 12345])
+def test_bad_secrets_are_named_not_shown(field: str, bad: object) -> None:
+    with pytest.raises(InvalidInputError, match=field) as info:
+        NatsAuth(**{field: bad})  # type: ignore[arg-type]
+    assert str(bad) not in str(info.value)
+    assert str(bad) not in repr(info.value)
+    assert "hunter2" not in str(info.value)
+
+
 def test_keepalive_default_respects_the_servers_ping_policy() -> None:
     # grpc-go servers (Liftbridge) answer pings more frequent than 5 min with GOAWAY.
     keepalive = ClientOptions().keepalive_time

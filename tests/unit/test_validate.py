@@ -459,6 +459,42 @@ def test_nats_server_url_refuses(bad: object) -> None:
     refused(_validate.nats_server_url, bad, name="NATS server URL")
 
 
+SECRET = "hunter2-SECRET"
+
+
+@pytest.mark.parametrize(
+    ("bad", "shown"),
+    [
+        (f"nat://app:{SECRET}@h:4222", "nat://app:***@h:4222"),  # a scheme typo
+        (f"nats://app:{SECRET}@h:99999", "nats://app:***@h:99999"),
+        (f"nats://{SECRET}@h:99999", "nats://***@h:99999"),  # a token as the userinfo
+        (f"nats://app:{SECRET}/x@h:4222", "nats://app:***@h:4222"),  # '/' in the password
+        (f"app:{SECRET}@h:0", "app:***@h:0"),  # no scheme
+        (f"nats://app:{SECRET}\udc80@h:4222", "nats://app:***@h:4222"),  # not UTF-8
+    ],
+)
+def test_nats_server_url_errors_hide_credentials(bad: str, shown: str) -> None:
+    for fn in (_validate.nats_server_url, lambda v: Client(["127.0.0.1:1"], nats_servers=[v])):
+        exc = refused(fn, bad, name="")
+        assert SECRET not in str(exc)
+        assert SECRET not in repr(exc)
+        assert shown in str(exc)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("nats://h:4222", "nats://h:4222"),
+        ("h:4222", "h:4222"),
+        ("nats://u:p@h:4222", "nats://u:***@h:4222"),
+        ("tls://tok@h", "tls://***@h"),
+        ("nats://u:p@q@h:1", "nats://u:***@h:1"),  # the last '@' ends the userinfo
+    ],
+)
+def test_redact_url(url: str, shown: str) -> None:
+    assert _validate.redact_url(url) == shown
+
+
 @pytest.mark.parametrize(
     "good", ["nats://127.0.0.1:4222", "tls://h:1", "127.0.0.1:4222", "nats://u:p@h:4222", "h"]
 )
