@@ -365,6 +365,7 @@ def nats_server_url(value: object, name: str = "NATS server URL") -> str:
         or parts.scheme not in _NATS_SCHEMES
         or not parts.hostname
         or port == 0
+        or parts.netloc.endswith(":")  # an empty port: urlsplit says None, as for no port
         or _bad_char(value) is not None
     ):
         raise InvalidInputError(

@@ -453,7 +453,8 @@ async def test_fetch_metadata_refuses_bad_stream_names(streams: tuple[Any, ...])
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "http://h:4222", "nats://:4222", "nats://h:99999", "nats://h:0", "a b:1", 5]
+    "bad",
+    ["", "http://h:4222", "nats://:4222", "nats://h:99999", "nats://h:0", "a b:1", 5, "nats://h:"],
 )
 def test_nats_server_url_refuses(bad: object) -> None:
     refused(_validate.nats_server_url, bad, name="NATS server URL")
@@ -466,6 +467,7 @@ SECRET = "hunter2-SECRET"
     ("bad", "shown"),
     [
         (f"nat://app:{SECRET}@h:4222", "nat://app:***@h:4222"),  # a scheme typo
+        (f"nats://app:{SECRET}@h:", "nats://app:***@h:"),  # an empty port
         (f"nats://app:{SECRET}@h:99999", "nats://app:***@h:99999"),
         (f"nats://{SECRET}@h:99999", "nats://***@h:99999"),  # a token as the userinfo
         (f"nats://app:{SECRET}/x@h:4222", "nats://app:***@h:4222"),  # '/' in the password
