@@ -594,9 +594,11 @@ class Publisher:
                 )
             route = self._nats_way or self._nats_route
         cid = args.correlation_id
+        slots = self._slots
         if cid is None:
-            slots = self._slots
             cid = f"{slots.cid_prefix}{next(slots.cid_counter)}"
+        else:
+            slots.skip_past(cid)
         item = Item(
             args.stream,
             args.value,

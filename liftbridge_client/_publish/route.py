@@ -92,6 +92,18 @@ class Slots:
         self.waker: asyncio.Future[None] | None = None  # what the idle sender awaits
         self.closed = False  # the publisher is closed: nothing goes back on the queue
 
+    def skip_past(self, correlation_id: str) -> None:
+        """A caller's own id of the automatic form (copied from an ack, say): automatic ids
+        go on after it, so none equals it and fails as "already pending" though the caller
+        never gave it. Costs the explicit-id path a startswith; automatic ids nothing."""
+        if not correlation_id.startswith(self.cid_prefix):
+            return
+        suffix = correlation_id[len(self.cid_prefix) :]
+        # 19 digits or more: the counter never gets there (and int() could be slow).
+        if suffix.isascii() and suffix.isdigit() and len(suffix) < 19:
+            following = next(self.cid_counter)
+            self.cid_counter = itertools.count(max(following, int(suffix) + 1))
+
     def window_full(self) -> None:
         """A one-step publish found no free slot in the window (the general path waits)."""
         self.window_was_full = True

@@ -192,6 +192,28 @@ async def test_duplicate_pending_correlation_id(rig: Rig) -> None:
     assert rig.publisher._correlator.held == 0
 
 
+async def test_automatic_ids_skip_a_callers_id_of_their_form(rig: Rig) -> None:
+    # The caller gives the id the counter would give next (as an ack shows ids): the next
+    # publish without an id must not fail as "already pending" on an id it never chose.
+    publisher = rig.publisher
+    first = publisher.publish_nowait("s", b"v")
+    prefix = publisher.cid_prefix
+    n = int(first.correlation_id.removeprefix(prefix))
+    mine = publisher.publish_nowait("s", b"v", correlation_id=f"{prefix}{n + 1}")
+    auto = [publisher.publish_nowait("s", b"v", partition=p) for p in (0, 1)]
+    auto += [await publisher.send("s", b"v", transport=t) for t in Transport]
+    ids = [f.correlation_id for f in (first, mine, *auto)]
+    assert len(set(ids)) == len(ids)
+    # Ids of the form but far ahead, with leading zeros or too long change nothing else.
+    odd = (f"{prefix}{n + 1000}", f"{prefix}007", f"{prefix}{'9' * 40}", f"{prefix}x")
+    auto += [publisher.publish_nowait("s", b"v", correlation_id=cid) for cid in odd]
+    assert int(publisher.publish_nowait("s", b"v").correlation_id.removeprefix(prefix)) == (
+        n + 1001
+    )
+    for fut in (first, mine, *auto):
+        fut.cancel()
+
+
 async def test_closed_publisher_refuses(rig: Rig) -> None:
     await rig.close()
     for call in the_three_ways(rig.publisher):
