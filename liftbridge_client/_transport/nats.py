@@ -45,7 +45,6 @@ public path, saying so once at DEBUG (the range pyproject.toml allows is what
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.metadata
 import importlib.util
 import inspect
@@ -212,21 +211,32 @@ async def connect_nats(args: dict[str, Any], timeout: float) -> nats.aio.client.
         if not connecting.done():
             findings = probing.result()
             if len(findings) == len(addresses) and all(f.certain for f in findings):
-                connecting.cancel()
-                with contextlib.suppress(BaseException):
-                    await connecting
-                with contextlib.suppress(Exception):
-                    await nc.close()
                 raise NatsUnreachableError(
                     f"could not connect to NATS at {', '.join(map(redact_url, servers))}: "
                     f"{describe(findings)}"
                 ) from findings[0].cause
         await connecting
         return nc
+    except BaseException:
+        # Failed, timed out or cancelled (close() during connect): a half-made
+        # connection may hold a socket and tasks already; none may outlive this call.
+        await _abandon(nc, connecting)
+        raise
     finally:
-        for task in (connecting, probing):
-            if not task.done():
-                task.cancel()
+        if not probing.done():
+            probing.cancel()
+
+
+async def _abandon(nc: nats.aio.client.Client, connecting: asyncio.Future[None]) -> None:
+    """Stop ``nc.connect()`` and drop whatever it made, without a flush or close handshake."""
+    connecting.cancel()
+    await asyncio.wait({connecting})  # its error is not raised here; ours (cancelled) is
+    if not connecting.cancelled():
+        connecting.exception()  # retrieved: the caller raises its own error
+    abort_nats_transport(nc)
+    pending = [t for t in nats_tasks(nc) if not t.done()]
+    if pending:
+        await asyncio.wait(pending, timeout=0.5)
 
 
 # ---- Short cuts ------------------------------------------------------------------------
