@@ -210,6 +210,11 @@ class Client:
         self._nats_errors: dict[str, None] = {}  # distinct texts while connecting, in order
         self._tasks = TaskSupervisor()
         self._closing = False  # close() began: NATS callbacks stay quiet
+        # One connect attempt and one close, each a task every caller waits for: a caller
+        # cancelled while closing cannot abort the teardown, and close() can stop a connect.
+        self._connecting: asyncio.Task[None] | None = None
+        self._closer: asyncio.Task[None] | None = None
+        self._drain_scope: anyio.CancelScope | None = None
         self._nats_down = False  # between a NATS disconnect and the reconnect
         self._closed = False
         self._tracer = _tracer(self._options)  # None unless tracing is on
@@ -232,11 +237,31 @@ class Client:
     # ------------------------------------------------------------ lifecycle
 
     async def connect(self) -> None:
-        """Reach the cluster (first reachable seed wins) and, if configured, NATS."""
-        if self._closed:
+        """Reach the cluster (first reachable seed wins) and, if configured, NATS.
+
+        Concurrent calls share one attempt. Cancelling a caller cancels the attempt
+        (the client is then closed, as after a failed connect); `close` during the
+        attempt stops it, and connect() raises `ConnectionClosedError`.
+        """
+        if self._closing:
             raise errors.ConnectionClosedError("client is closed")
         if self._publisher is not None:
             return
+        task = self._connecting
+        if task is None:
+            task = asyncio.create_task(self._connect(), name="liftbridge-client-connect")
+            self._connecting = task
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            task.cancel()
+            await asyncio.wait({task})  # its teardown is bounded by close_timeout
+            raise
+        if task.cancelled():
+            raise errors.ConnectionClosedError("the client was closed while connecting")
+        task.result()  # the attempt's error, if any
+
+    async def _connect(self) -> None:
         timeout = self._options.connect_timeout
         try:
             await self._tasks.start()
@@ -283,15 +308,23 @@ class Client:
         except BaseException as exc:
             await self._teardown(exc)
             raise
-        self._publisher = Publisher(
-            metadata=self._metadata,
-            pool=self._pool,
-            options=self._options,
-            nats=self._nats,
-            tasks=self._tasks,
-        )
-        await self._publisher.start()
-        self._metadata.start(self._tasks.spawn)
+        publisher: Publisher | None = None
+        try:
+            publisher = Publisher(
+                metadata=self._metadata,
+                pool=self._pool,
+                options=self._options,
+                nats=self._nats,
+                tasks=self._tasks,
+            )
+            await publisher.start()
+            self._metadata.start(self._tasks.spawn)
+        except BaseException as exc:
+            self._publisher = publisher  # the teardown closes what was started
+            await self._teardown(exc)
+            raise
+        # Only now: a concurrent connect() returns at once when there is a publisher.
+        self._publisher = publisher
 
     def _seed_targets(self) -> list[str]:
         """The seed addresses as dialed (address overrides applied)."""
@@ -369,25 +402,59 @@ class Client:
         ``ClientOptions.close_timeout`` (1 s by default) whatever the servers do,
         so close() returns within drain_timeout + close_timeout, and leaves no
         task of the client's or of nats-py's running.
+
+        Every call returns only once the client is closed. A close() cancelled while
+        it drains (Ctrl-C, a timeout) ends the drain there: pending publishes fail,
+        and the teardown still completes before the cancellation goes on.
         """
         await self._close(None, drain=drain)
 
     async def _close(self, cause: BaseException | None, *, drain: bool) -> None:
-        if self._closing:
-            return
-        self._closing = True
+        closer = self._closer
+        if closer is None:
+            self._closing = True
+            self._drain_scope = anyio.CancelScope()
+            closer = asyncio.create_task(self._shut(cause, drain), name="liftbridge-client-close")
+            self._closer = closer
+        try:
+            await asyncio.wait({closer})
+        except asyncio.CancelledError:
+            # The caller stops waiting (Ctrl-C, a timeout): the drain ends now, and the
+            # teardown (bounded by close_timeout) ends before the cancellation goes on.
+            if self._drain_scope is not None:
+                self._drain_scope.cancel()
+            await asyncio.wait({closer})
+            raise
+        if not closer.cancelled():
+            closer.result()
+
+    async def _shut(self, cause: BaseException | None, drain: bool) -> None:
+        """The one close: stop a connect under way, drain, tear down."""
+        connecting = self._connecting
+        if connecting is not None and not connecting.done():
+            connecting.cancel()  # it tears down what it started
+            await asyncio.wait({connecting})
         publisher = self._publisher
-        if drain and publisher is not None:
+        if drain and publisher is not None and not self._closed and self._drain_scope is not None:
             timeout = self._options.drain_timeout
-            left = await publisher.drain(timeout)
-            if left:
+            left = 0
+            with self._drain_scope:
+                left = await publisher.drain(timeout)
+            if self._drain_scope.cancelled_caught:
+                cause = asyncio.CancelledError("close() was cancelled while draining")
+            elif left:
                 cause = errors.LiftbridgeTimeoutError(
                     f"close: {left} publishes still pending after the drain timeout ({timeout}s)"
                 )
         await self._teardown(cause)
 
     async def _teardown(self, cause: BaseException | None) -> None:
-        """Stop everything; each step runs whatever the earlier ones did, all bounded."""
+        """Stop everything; each step runs whatever the earlier ones did, all bounded.
+
+        Once: a close() after a failed or stopped connect finds everything stopped.
+        """
+        if self._closed:
+            return
         self._closing = self._closed = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._options.close_timeout
