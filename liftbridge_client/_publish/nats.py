@@ -91,6 +91,7 @@ class NatsPublisher:
         self._buffer = PubBuffer(nc)
         # envelope.plain_parts of a keyless publish, by ack policy (command_plain).
         self._plain_parts: dict[int, tuple[bytes, bytes, bytes]] = {}
+        self._flushes: set[anyio.CancelScope] = set()  # the flush() calls under way
 
     def __repr__(self) -> str:
         return f"<NatsPublisher inbox={self.inbox!r} subscribed={self._sub is not None}>"
@@ -228,16 +229,30 @@ class NatsPublisher:
         return bool(self._nc.is_closed)
 
     async def flush(self, timeout: float | None) -> None:
-        """A round trip to the NATS server after what was written (nats-py's flush)."""
+        """A round trip to the NATS server after what was written (nats-py's flush).
+
+        Returns early, without an error, once `stop_flushes` is called: the client is
+        closing, and a server that stopped answering would keep it waiting.
+        """
+        scope = anyio.CancelScope()
+        self._flushes.add(scope)
         try:
-            async with asyncio.timeout(timeout):
-                await self._nc.flush()
+            with scope:
+                async with asyncio.timeout(timeout):
+                    await self._nc.flush()
         except TimeoutError as exc:  # asyncio's, or nats-py's FlushTimeoutError
             raise errors.LiftbridgeTimeoutError(
                 f"flush: NATS did not answer in time ({exc!r})"
             ) from exc
         except nats.errors.Error as exc:
             raise errors.ConnectionClosedError(f"flush: NATS connection: {exc!r}") from exc
+        finally:
+            self._flushes.discard(scope)
+
+    def stop_flushes(self) -> None:
+        """End every `flush` under way (the client is closing)."""
+        for scope in self._flushes:
+            scope.cancel()
 
     async def send(self, subject: str, payload: bytes) -> None:
         """Hand the bytes to nats-py (its buffer; its flusher writes them out)."""

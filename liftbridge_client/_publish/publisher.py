@@ -770,6 +770,7 @@ class Publisher:
 
         Publishes made while waiting are not waited for. `TimeoutError` (ours,
         also the builtin) after ``timeout`` seconds; nothing is cancelled then.
+        `ConnectionClosedError` when the client closes meanwhile.
         """
         timeout = None if timeout is None else seconds_arg("timeout", timeout, 0.0)
         self._check_accepting()
@@ -785,7 +786,10 @@ class Publisher:
         nats_used = self._nats_route is not None and self._nats_route.used
         if nats_used and self._nats_pub is not None and not self._nats_pub.closed:
             left = None if deadline is None else max(deadline - loop.time(), 0.0)
-            await self._nats_pub.flush(left)
+            if not self._closed:
+                await self._nats_pub.flush(left)  # close() ends it (stop_flushes)
+        if self._closed:  # the publishes failed, or the round trip was cut
+            raise errors.ConnectionClosedError("flush: the client was closed")
 
     def _check_accepting(self) -> None:
         if self._closed:
@@ -851,6 +855,8 @@ class Publisher:
         if self._closed:
             return
         self._closed = True
+        if self._nats_pub is not None:
+            self._nats_pub.stop_flushes()
         if self._detour is not None:
             self._detour.close()
         self._slots.closed = True  # a stream that breaks now gives nothing back
