@@ -15,6 +15,7 @@ The policy these tests pin (docs/concepts.md, "Closing and connection loss"):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -287,3 +288,158 @@ async def test_a_failing_teardown_step_does_not_skip_the_others(
     assert any("refresher exploded" in r.getMessage() for r in caplog.records)
     # The refresher itself is stopped with the task group.
     await _no_task_left(before)
+
+
+# ---- close() and connect() racing each other, or themselves ---------------------------
+
+
+async def _pending_nats_publishes(client: Client, names: StreamNames) -> list[PublishFuture]:
+    stream = await new_stream(client, names)
+    await client.pause_stream(stream.name)  # no acks: they stay pending (NATS publishes)
+    return [client.publish_nowait(stream.name, b"x") for _ in range(20)]
+
+
+def _all_closed(futs: list[PublishFuture]) -> bool:
+    return all(f.done() and isinstance(f.exception(), errors.ConnectionClosedError) for f in futs)
+
+
+async def test_close_cancelled_mid_drain_still_tears_down(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    before = asyncio.all_tasks()
+    options = ClientOptions(drain_timeout=30)
+    client = Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+    )
+    await client.connect()
+    futs = await _pending_nats_publishes(client, stream_names)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(client.close(), 0.3)  # cancelled while it drains
+    assert _all_closed(futs)
+    await client.close()  # a later close() finds the client closed
+    with pytest.raises(errors.ConnectionClosedError):
+        client.publish_nowait("any", b"x")
+    await _no_task_left(before)
+
+
+async def test_async_with_cancelled_in_its_drain_still_tears_down(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    before = asyncio.all_tasks()
+    options = ClientOptions(drain_timeout=30)
+    futs: list[PublishFuture] = []
+
+    async def app() -> None:
+        async with Client(
+            liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+        ) as client:
+            futs.extend(await _pending_nats_publishes(client, stream_names))
+
+    task = asyncio.create_task(app())
+    await wait_until(lambda: len(futs) > 0, what="publishes pending")
+    await asyncio.sleep(0.2)  # in __aexit__'s drain
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _all_closed(futs)
+    await _no_task_left(before)
+
+
+async def test_every_close_returns_once_the_client_is_closed(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    options = ClientOptions(drain_timeout=0.5)
+    client = Client(
+        liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url], options=options
+    )
+    await client.connect()
+    futs = await _pending_nats_publishes(client, stream_names)
+    first = asyncio.create_task(client.close())
+    await asyncio.sleep(0.1)
+    await client.close()  # the second waits for the first's drain and teardown
+    assert _all_closed(futs)
+    assert client._nats is not None
+    assert client._nats.is_closed
+    assert client._pool._closed
+    await first
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.005, 0.02, 0.05])
+async def test_close_during_connect_stops_it(liftbridge_server: Deployment, delay: float) -> None:
+    before = asyncio.all_tasks()
+    client = Client(liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url])
+    connecting = asyncio.create_task(client.connect())
+    await asyncio.sleep(delay)
+    await client.close()
+    with contextlib.suppress(errors.ConnectionClosedError):
+        await connecting  # it may have finished first; it never raises anything else
+    with pytest.raises(errors.ConnectionClosedError):
+        await client.connect()
+    await _no_task_left(before)  # no NATS connection (its reader) or supervisor left
+
+
+async def test_concurrent_connects_share_one_attempt(
+    liftbridge_server: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from liftbridge_client._transport import nats as nats_transport
+
+    real = nats_transport.connect_nats
+    calls: list[object] = []
+
+    async def counted(args: dict[str, object], timeout: float) -> object:
+        calls.append(args)
+        return await real(args, timeout)
+
+    monkeypatch.setattr(nats_transport, "connect_nats", counted)
+    before = asyncio.all_tasks()
+    client = Client(liftbridge_server.addresses, nats_servers=[liftbridge_server.nats_url])
+    await asyncio.gather(client.connect(), client.connect(), client.connect())
+    assert len(calls) == 1
+    await client.close()
+    await _no_task_left(before)
+
+
+async def test_flush_ends_when_the_client_closes(
+    own_node: SingleNode, stream_names: StreamNames
+) -> None:
+    options = ClientOptions(ack_wait=60, connect_timeout=10)
+    client = Client(own_node.addresses, nats_servers=[own_node.nats_url], options=options)
+    await client.connect()
+    stream = await new_stream(client, stream_names)
+    await client.publish(stream.name, b"warm")
+    pid = own_node.node.process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # NATS is embedded: the flush's round trip gets no answer
+    try:
+        futs = [client.publish_nowait(stream.name, b"x") for _ in range(20)]
+        flushing = asyncio.create_task(client.flush())
+        await asyncio.sleep(0.3)
+        await client.close(drain=False)
+        with pytest.raises(errors.ConnectionClosedError):
+            await asyncio.wait_for(flushing, 1.0)
+        assert _all_closed(futs)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+async def test_close_cancelled_mid_drain_over_grpc_still_tears_down(
+    own_node: SingleNode, stream_names: StreamNames
+) -> None:
+    before = asyncio.all_tasks()
+    options = ClientOptions(transport=Transport.GRPC, drain_timeout=30, connect_timeout=10)
+    client = Client(own_node.addresses, options=options)
+    await client.connect()
+    stream = await new_stream(client, stream_names)
+    await client.publish(stream.name, b"warm")
+    pid = own_node.node.process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        futs = [client.publish_nowait(stream.name, b"x") for _ in range(20)]
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(client.close(), 0.3)
+        assert _all_closed(futs)
+        await client.close()
+        await _no_task_left(before)
+    finally:
+        os.kill(pid, signal.SIGCONT)
