@@ -365,7 +365,7 @@ def test_task_stats_file_is_an_absolute_path_for_any_read() -> None:
 
 def test_nats_credentials_stay_out_of_reprs() -> None:
     nats = {"natsServers": "nats://app:hunter2-SECRET@h:4222"}
-    source = parse(**nats)
+    source = parse(False, **nats)
     sink = SinkOptions.parse({"brokers": "127.0.0.1:9292", "stream": "orders", **nats})
     assert source.nats_servers == sink.nats_servers == ("nats://app:hunter2-SECRET@h:4222",)
     assert "SECRET" not in repr(source)
