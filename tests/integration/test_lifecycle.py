@@ -293,7 +293,9 @@ async def test_a_failing_teardown_step_does_not_skip_the_others(
 # ---- close() and connect() racing each other, or themselves ---------------------------
 
 
-async def _pending_nats_publishes(client: Client, names: StreamNames) -> list[PublishFuture[Ack | None]]:
+async def _pending_nats_publishes(
+    client: Client, names: StreamNames
+) -> list[PublishFuture[Ack | None]]:
     stream = await new_stream(client, names)
     await client.pause_stream(stream.name)  # no acks: they stay pending (NATS publishes)
     return [client.publish_nowait(stream.name, b"x") for _ in range(20)]
