@@ -293,15 +293,13 @@ async def test_a_failing_teardown_step_does_not_skip_the_others(
 # ---- close() and connect() racing each other, or themselves ---------------------------
 
 
-async def _pending_nats_publishes(
-    client: Client, names: StreamNames
-) -> list[PublishFuture[Ack | None]]:
+async def _pending_nats_publishes(client: Client, names: StreamNames) -> list[PublishFuture[Ack]]:
     stream = await new_stream(client, names)
     await client.pause_stream(stream.name)  # no acks: they stay pending (NATS publishes)
     return [client.publish_nowait(stream.name, b"x") for _ in range(20)]
 
 
-def _all_closed(futs: list[PublishFuture[Ack | None]]) -> bool:
+def _all_closed(futs: list[PublishFuture[Ack]]) -> bool:
     return all(f.done() and isinstance(f.exception(), errors.ConnectionClosedError) for f in futs)
 
 
@@ -329,7 +327,7 @@ async def test_async_with_cancelled_in_its_drain_still_tears_down(
 ) -> None:
     before = asyncio.all_tasks()
     options = ClientOptions(drain_timeout=30)
-    futs: list[PublishFuture[Ack | None]] = []
+    futs: list[PublishFuture[Ack]] = []
 
     async def app() -> None:
         async with Client(
