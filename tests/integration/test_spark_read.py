@@ -186,20 +186,8 @@ def test_compaction_gaps_are_neither_loss_nor_a_wait(
     ).load()
     assert sorted(o for _, o, _ in triples(df)) == kept
     # A streaming query's micro-batches of 50 offsets likewise.
-    query = (
-        spark.readStream.format("liftbridge")
-        .option("brokers", liftbridge_server.addresses[0])
-        .option("stream", name)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "50")
-        .option("pollTimeoutMs", "20000")
-        .load()
-        .selectExpr("offset")
-        .writeStream.format("parquet")
-        .option("path", str(tmp_path / "out"))
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+    query = available_now(
+        spark, liftbridge_server, name, tmp_path, maxOffsetsPerTrigger="50", pollTimeoutMs="20000"
     )
     try:
         assert query.awaitTermination(120)
@@ -305,6 +293,27 @@ def test_max_offsets_per_trigger(
     assert len({(r.partition, r.offset) for r in rows}) == 90
 
 
+def available_now(
+    spark: SparkSession, server: Deployment, stream: str, tmp_path: Path, **options: str
+) -> Any:
+    """A Trigger.AvailableNow query from the earliest offsets: partition and offset of each
+    row to parquet under ``tmp_path / "out"``, started."""
+    return (
+        spark.readStream.format("liftbridge")
+        .option("brokers", server.addresses[0])
+        .option("stream", stream)
+        .option("startingOffsets", "earliest")
+        .options(**options)
+        .load()
+        .selectExpr("partition", "offset")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
 def test_trigger_available_now_reads_what_is_there_and_ends(
     spark: SparkSession,
     liftbridge_server: Deployment,
@@ -314,20 +323,7 @@ def test_trigger_available_now_reads_what_is_there_and_ends(
     name, subject = stream_names()
     create_stream(liftbridge_server.addresses, subject, name, partitions=2)
     publish(liftbridge_server.addresses, name, messages(50, 2))
-    query = (
-        spark.readStream.format("liftbridge")
-        .option("brokers", liftbridge_server.addresses[0])
-        .option("stream", name)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "20")
-        .load()
-        .selectExpr("partition", "offset")
-        .writeStream.format("parquet")
-        .option("path", str(tmp_path / "out"))
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = available_now(spark, liftbridge_server, name, tmp_path, maxOffsetsPerTrigger="20")
     try:
         assert query.awaitTermination(120)  # it ends by itself
         sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
