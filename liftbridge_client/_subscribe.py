@@ -288,20 +288,14 @@ class Progress:
     def for_spec(cls, spec: SubscribeSpec) -> Progress:
         """Nothing delivered yet, for a read of ``spec``."""
         forward_from = spec.start is StartPosition.OFFSET and not spec.reverse
-        to_offset = spec.stop is StopPosition.OFFSET and not spec.reverse
-        return cls(
-            spec.reverse,
-            floor=spec.start_offset if forward_from else 0,
-            ceiling=spec.stop_offset if to_offset else _NO_CEILING,
-        )
+        floor = spec.start_offset if forward_from else 0
+        if spec.stop is StopPosition.OFFSET and not spec.reverse:
+            return _ToStopOffset(spec.reverse, floor=floor, ceiling=spec.stop_offset)
+        return cls(spec.reverse, floor=floor)
 
     def accept(self, offset: int) -> bool:
         """Record a received offset; False for a replay (delivered already, or below the
-        offset asked for: drop it) or an offset past the stop offset (``past``)."""
-        if offset > self.ceiling:
-            if self.past is None:
-                self.past = offset
-            return False
+        offset asked for: drop it)."""
         last = self.last
         if last is not None:
             if offset == last:
@@ -325,6 +319,21 @@ class Progress:
         if spec.stop is StopPosition.OFFSET and self.last >= spec.stop_offset:
             return None
         return self.last + 1
+
+
+class _ToStopOffset(Progress):
+    """`Progress` of a forward read to a stop offset, which also refuses the offsets past
+    it, keeping the first as ``past`` (the end). Its own class, so reads without a stop
+    offset pay nothing for the check."""
+
+    __slots__ = ()
+
+    def accept(self, offset: int) -> bool:
+        if offset > self.ceiling:
+            if self.past is None:
+                self.past = offset
+            return False
+        return Progress.accept(self, offset)
 
 
 # ---------------------------------------------------------------- outcomes
