@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import faulthandler
 import itertools
 import json
 import os
@@ -32,8 +33,9 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -176,15 +178,14 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
         running = asyncio.ensure_future(run_workers(publishers, followers, stop, grace=45))
         # The group outlives the other readers: it drains the stream once publishing ends.
         group, group_stop, progress = f"faults-{token}", asyncio.Event(), GroupProgress()
-        members = asyncio.gather(
-            *(
+        members = [
+            asyncio.ensure_future(
                 group_member(
                     cluster.addresses, history, streams.plain, group, i, group_stop, progress
                 )
-                for i in range(MEMBERS)
-            ),
-            return_exceptions=True,
-        )
+            )
+            for i in range(MEMBERS)
+        ]
         nemesis = Nemesis(cluster, client, history, streams.plain, rng)
         try:
             await asyncio.sleep(args.warmup_s)
@@ -218,15 +219,22 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
         finally:
             nemesis.heal_all()
         healed = time.monotonic()
+        # The checks from here on share what is left of the round's bound: on a cluster
+        # that lost a node for good, each would wait its full timeout and the round would
+        # be killed without a verdict; cut short, a check says "not-recovered" instead.
+        end_by = args.started + args.deadline_s
         try:
             # Each node can create a stream (so a metadata leader exists), not the cluster's
             # whole readiness check: that also wants every node to list every broker, and a
             # node restarted while another was down keeps a short list for
             # metadata.cache.max.age (1 h here; docs/testing.md), which is worth a note,
-            # not a failed recovery.
+            # not a failed recovery. One 90 s budget for all nodes, not 90 s each.
+            ready_by = min(healed + 90, end_by - 120)
             for node in cluster.nodes:
-                await asyncio.to_thread(node.wait_ready, timeout=90)
-            late = await wait_full_isr(client, parts, 90)
+                await asyncio.to_thread(
+                    node.wait_ready, timeout=max(ready_by - time.monotonic(), 1)
+                )
+            late = await wait_full_isr(client, parts, within(90, end_by - 120))
         except Exception as exc:
             history.emit("note", f="not-recovered", error=error_name(exc))
             late = []
@@ -238,18 +246,19 @@ async def run_round(cluster: AddressedCluster, history: Recorder, args: argparse
         stop.set()
         cancelled = await running
         history.emit("note", f="workloads-stopped", data={"cancelled": cancelled})
-        # The checks below share what is left of the round's bound: on a cluster that
-        # lost a node for good, each would wait its full timeout and the round would be
-        # killed without a verdict; cut short, a check says "not-recovered" instead.
-        end_by = args.started + args.deadline_s
         await drain_group(client, history, streams.plain, 3, progress, timeout=within(120, end_by))
         group_stop.set()
-        outcomes: list[object]
-        try:
-            async with asyncio.timeout(wait := within(60, end_by)):
-                outcomes = list(await members)
-        except TimeoutError:
-            outcomes = [f"members did not leave within {wait:.0f} s"]
+        # asyncio.wait, not a timeout around gather: a member stuck past its cancellation
+        # would keep gather (and the round) waiting.
+        _left, staying = await asyncio.wait(members, timeout=(wait := within(60, end_by)))
+        outcomes: list[object] = [
+            t.exception() if not t.cancelled() else "cancelled" for t in _left
+        ]
+        if staying:
+            for task in staying:
+                task.print_stack(file=sys.stderr)
+                task.cancel()
+            outcomes.append(f"{len(staying)} members did not leave within {wait:.0f} s")
         if crashed := [repr(o)[:200] for o in outcomes if o is not None]:
             history.emit("note", f="not-recovered", error=f"group members: {crashed}")
         await record_committed(client, history, streams.plain, group, 3, timeout=within(60, end_by))
@@ -330,6 +339,24 @@ async def minority_probe(
                 history.emit("ok", partition=partition, offset=ack.offset, **fields)
 
 
+async def watched(round_: Coroutine[Any, Any, None], end_by: float) -> None:
+    """Run ``round_``; once the checks' deadline ``end_by`` (monotonic) passes, print
+    every task's stack (the suite kills a round that runs 25 s past it, and its output
+    says where it was)."""
+
+    async def dump() -> None:
+        await asyncio.sleep(end_by - time.monotonic())
+        print("the round is still running at its deadline; its tasks:", file=sys.stderr)
+        for task in asyncio.all_tasks():
+            task.print_stack(file=sys.stderr)
+
+    watchdog = asyncio.create_task(dump())
+    try:
+        await round_
+    finally:
+        watchdog.cancel()
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.seed is None:
@@ -347,14 +374,18 @@ def main(argv: list[str]) -> int:
         settings={**GROUP_SETTINGS, **TIMEOUTS[args.timeouts]},
         version=args.version,
     )
+    # Should the round still run when its checks' deadline has passed, the runner's output
+    # gets every thread's stack (the suite kills the round 25 s after the deadline).
+    faulthandler.dump_traceback_later(args.deadline_s + 10, exit=False)
     try:
         cluster.start(timeout=60)
-        asyncio.run(run_round(cluster, history, args))
+        asyncio.run(watched(run_round(cluster, history, args), started + args.deadline_s))
     except Exception as exc:
         crash = error_name(exc)
         history.emit("note", f="not-recovered", error=f"run crashed: {crash}")
         raise
     finally:
+        faulthandler.cancel_dump_traceback_later()
         exits = cluster.unexpected_exits()
         if exits:
             history.emit("note", f="server-exits", data=exits)

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import functools
 import itertools
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -398,5 +399,12 @@ async def run_workers(
     await asyncio.sleep(1.0)  # let the subscribers take in the last publishes
     for task in subs:
         task.cancel()
+    # A worker still running 30 s after its cancellation is stuck in the client: say where
+    # (its stack in the runner's output), rather than let the round run into its bound.
+    _done, stuck = await asyncio.wait([*pubs, *subs], timeout=30)
+    if stuck:
+        for task in stuck:
+            task.print_stack(file=sys.stderr)
+        raise RuntimeError(f"{len(stuck)} workers did not end within 30 s of their cancellation")
     await asyncio.gather(*pubs, *subs, return_exceptions=True)
     return len(pending)

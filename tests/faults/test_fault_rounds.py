@@ -52,7 +52,11 @@ def test_round(
     summary = run_round(fault_profile, kind, round_, out)
     record_round(summary)
     where = f"history: {out / 'history.jsonl'}; runner output: {out / 'runner.log'}"
-    assert summary["status"] != "timeout", f"the round ran past its bound; {where}"
+    if summary["status"] == "timeout":
+        tail = (out / "runner.log").read_text(errors="replace").splitlines()[-80:]
+        pytest.fail(
+            f"the round ran past its bound; {where}; the runner's last lines:\n" + "\n".join(tail)
+        )
     assert summary.get("verdict") is not None, f"the round left no verdict; {where}"
     assert summary.get("crash") is None, f"the round crashed: {summary['crash']}; {where}"
     anomalies = summary["verdict"]["anomalies"]
