@@ -42,6 +42,7 @@ The tree::
     └── ServerError                          a gRPC status from the server
         ├── InvalidArgumentError
         ├── NotFoundError
+        │   └── StreamNotLoadedError         listed lately; retriable after a metadata refresh
         ├── AlreadyExistsError
         ├── FailedPreconditionError
         │   └── NotLeaderError               retriable after a metadata refresh
@@ -274,6 +275,17 @@ class InvalidArgumentError(ServerError):
 
 class NotFoundError(ServerError):
     code_name = "NOT_FOUND"
+
+
+class StreamNotLoadedError(NotFoundError):
+    """NOT_FOUND for a stream the metadata listed lately, and has not yet left out of a
+    few answers in a row over a few seconds: most likely a broker that restarted and has
+    not reloaded its streams (it answers so for a second or two). Sending again, after a
+    moment, may succeed; once the metadata proves the stream gone, the client raises
+    plain `NotFoundError`."""
+
+    retriable = True
+    invalid_metadata = True
 
 
 class AlreadyExistsError(ServerError):

@@ -181,6 +181,7 @@ async def delete_stream(metadata: MetadataCache, options: ClientOptions, name: s
     req = api_pb2.DeleteStreamRequest(name=name)
     timeout = options.rpc_timeout
     await metadata.call_any("DeleteStream", lambda s: s.DeleteStream(req, timeout=timeout))
+    metadata.forget_stream(name)
 
 
 async def pause_stream(

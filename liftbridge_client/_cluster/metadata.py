@@ -61,6 +61,7 @@ _EMPTY = Metadata(brokers=(), streams={})
 ABSENT_ANSWERS = 3
 ABSENT_SECONDS = 5.0
 
+NOT_FOUND_REFRESH_GAP = 1.0  # seconds between the refreshes NOT_FOUND answers start
 SUSPECT_S = 10.0  # seconds a leader stays suspect after a gRPC publish to it timed out
 RECHECK_S = 1.0  # between refreshes while a suspect still leads in the answer
 RECHECK_TIMEOUT = 2.0  # bound on one such refresh
@@ -128,6 +129,7 @@ def _named_brokers(metadata: Metadata) -> set[str]:
 
 
 KNOWN_BROKERS_MAX = 256  # last listed addresses kept by broker id (a cluster has a few)
+DELETED_MAX = 256  # names of streams this client deleted, kept until listed again
 
 
 class MetadataCache:
@@ -148,6 +150,12 @@ class MetadataCache:
         self._suspect_task: TaskHandle | None = None
         # Each broker's last listed entry, for answers that name it but leave it out.
         self._known: dict[str, Broker] = {}
+        # Streams left out of the answers since one listed them, until proven gone
+        # (`not_found`), and the refresh a NOT_FOUND for one of them started.
+        self._missing: dict[str, Absence] = {}
+        self._nudge: TaskHandle | None = None
+        # Streams this client deleted, until listed again (oldest first, a bounded few).
+        self._deleted: dict[str, None] = {}
 
     @property
     def current(self) -> Metadata:
@@ -213,7 +221,9 @@ class MetadataCache:
         async with self._lock:
             if self._generation != generation:
                 return self._metadata  # someone refreshed while we waited
+            before = self._metadata
             self._metadata = self._complete(metadata_from_proto(await self.fetch(avoid=avoid)))
+            self._note_missing(before.streams.keys() - self._metadata.streams.keys())
             self._generation += 1
             await self._drop_departed()
             return self._metadata
@@ -238,6 +248,68 @@ class MetadataCache:
             ", ".join(f"{b.id} at {b.address}" for b in back),
         )
         return dataclasses.replace(answer, brokers=answer.brokers + back)
+
+    def _note_missing(self, dropped: Collection[str]) -> None:
+        """Count this answer for the streams it leaves out (``dropped``: listed by the last
+        one); forget those it lists again and those proven gone."""
+        missing, listed = self._missing, self._metadata.streams
+        for name in [n for n in self._deleted if n in listed]:
+            del self._deleted[name]  # created again
+        for name in dropped:
+            missing.setdefault(name, Absence())
+        for name in list(missing):
+            if name in listed:
+                del missing[name]
+                continue
+            absence = missing[name]
+            absence.note(False)
+            if absence.proven:
+                del missing[name]
+
+    def forget_stream(self, name: str) -> None:
+        """``name`` was deleted (by this client): its NOT_FOUNDs mean what they say, until
+        an answer lists it again."""
+        self._missing.pop(name, None)
+        self._deleted[name] = None
+        if len(self._deleted) > DELETED_MAX:
+            del self._deleted[next(iter(self._deleted))]
+
+    def not_found(self, stream: str, exc: errors.NotFoundError) -> errors.NotFoundError:
+        """A NOT_FOUND for ``stream`` as the client reports it.
+
+        A broker that restarted answers NOT_FOUND (and metadata without the stream) until
+        it has reloaded its streams. While the metadata listed ``stream`` lately and has
+        not yet left it out of `ABSENT_ANSWERS` answers over `ABSENT_SECONDS`, the
+        answer is `StreamNotLoadedError` (retriable), and a refresh starts so that the
+        metadata settles it either way; after that, ``exc`` itself.
+        """
+        if type(exc) is not errors.NotFoundError or stream in self._deleted:
+            return exc
+        absence = self._missing.get(stream)
+        if absence is None and stream not in self._metadata.streams:
+            return exc
+        self._refresh_soon()
+        since = f", and {absence} left it out" if absence is not None else ""
+        return errors.StreamNotLoadedError(
+            f"{exc} (the metadata listed stream {stream!r} lately{since}: a broker that "
+            "restarted may not have reloaded it yet; retry in a moment)",
+            details=exc.details,
+        )
+
+    def _refresh_soon(self) -> None:
+        """Start one refresh in the background unless one runs (or the client is closing)."""
+        if self._spawn is None or (self._nudge is not None and not self._nudge.done):
+            return
+
+        async def refresh() -> None:
+            try:
+                await self.refresh()
+            except errors.LiftbridgeError as exc:
+                log.debug("metadata refresh after NOT_FOUND failed: %s", exc)
+            await asyncio.sleep(NOT_FOUND_REFRESH_GAP)  # one refresh per gap at most
+
+        with contextlib.suppress(RuntimeError):  # raised when the client's tasks stop
+            self._nudge = self._spawn(refresh, name="lb-not-found-refresh")
 
     def known_broker(self, broker_id: str) -> Broker | None:
         """``broker_id``'s entry in the cached metadata, else its last listed one."""
@@ -269,10 +341,10 @@ class MetadataCache:
     async def stop(self, timeout: float = 1.0) -> None:
         self._spawn = None
         self._suspects.clear()
-        for task in (self._task, self._suspect_task):
+        for task in (self._task, self._suspect_task, self._nudge):
             if task is not None and not await task.stop(timeout):
                 log.warning("the metadata refresher did not stop in time")
-        self._task = self._suspect_task = None
+        self._task = self._suspect_task = self._nudge = None
 
     # ------------------------------------------------------------ suspect leaders
 
@@ -324,7 +396,9 @@ class MetadataCache:
         if info is None:
             info = (await self.refresh()).streams.get(name)
         if info is None:
-            raise errors.NotFoundError(f"no such stream: {name}", details="stream not found")
+            raise self.not_found(
+                name, errors.NotFoundError(f"no such stream: {name}", details="stream not found")
+            )
         return info
 
     async def partition(self, stream: str, partition: int) -> PartitionInfo:
@@ -351,9 +425,12 @@ class MetadataCache:
             info = (await self.refresh()).streams.get(stream)
             found = info.partitions.get(partition) if info is not None else None
             if found is None:
-                raise errors.NotFoundError(
-                    f"stream {stream} partition {partition} is not in the metadata",
-                    details="No such partition",
+                raise self.not_found(
+                    stream,
+                    errors.NotFoundError(
+                        f"stream {stream} partition {partition} is not in the metadata",
+                        details="No such partition",
+                    ),
                 )
             address = self._address_of(found.leader)
         if address is None:

@@ -44,6 +44,7 @@ from liftbridge_client.models import Ack, ack_from_proto
 
 __all__ = [
     "MAX_REQUEST_BYTES",
+    "NotFoundJudge",
     "PublishStream",
     "Spawn",
     "Unwritten",
@@ -65,6 +66,8 @@ _Unwritten = Callable[[list[tuple[api_pb2.PublishRequest, AckFuture]]], None]
 _Spawn = Callable[..., TaskHandle]
 Spawn = _Spawn
 Unwritten = _Unwritten
+# Turns a broker's NOT_FOUND for a stream into the error to report (`MetadataCache.not_found`).
+NotFoundJudge = Callable[[str, errors.NotFoundError], errors.NotFoundError]
 
 
 def check_request_size(req: api_pb2.PublishRequest | api_pb2.PublishToSubjectRequest) -> None:
@@ -89,8 +92,10 @@ class PublishStream:
         *,
         spawn: _Spawn,
         outages: OutageLog | None = None,
+        not_found: NotFoundJudge | None = None,
     ) -> None:
         self.address = address
+        self._not_found = not_found
         self._stub = stub
         self._correlator = correlator
         self._spawn = spawn
@@ -221,7 +226,10 @@ class PublishStream:
         if resp.HasField("asyncError"):
             cid = resp.correlationId
             fut = correlator.get(cid)
-            err = async_error(resp.asyncError, cid, None if fut is None else fut.stream)
+            judge, stream = self._not_found, None if fut is None else fut.stream
+            err = async_error(resp.asyncError, cid, stream)
+            if judge is not None and stream is not None and isinstance(err, errors.NotFoundError):
+                err = judge(stream, err)
             if not correlator.fail(cid, err):
                 log.warning("PublishAsync error for a publish no longer pending: %s", err)
             return

@@ -23,7 +23,7 @@ from google.protobuf.message import DecodeError
 from liftbridge_client import errors
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import AckFuture, Correlator
-from liftbridge_client._publish.grpc import PublishStream, Spawn, Unwritten
+from liftbridge_client._publish.grpc import NotFoundJudge, PublishStream, Spawn, Unwritten
 from liftbridge_client._publish.outages import OutageLog
 from liftbridge_client._publish.wire import answer_ack
 from liftbridge_client._transport.grpc import BrokerPool, map_rpc_error
@@ -54,8 +54,16 @@ class H2PublishStream(PublishStream):
         *,
         spawn: Spawn,
         outages: OutageLog | None = None,
+        not_found: NotFoundJudge | None = None,
     ) -> None:
-        super().__init__(address, pool.stub(address), correlator, spawn=spawn, outages=outages)
+        super().__init__(
+            address,
+            pool.stub(address),
+            correlator,
+            spawn=spawn,
+            outages=outages,
+            not_found=not_found,
+        )
         self._h2call: BidiStreamCall[api_pb2.PublishResponse] = pool.h2().bidi_stream(
             address,
             _PATH,

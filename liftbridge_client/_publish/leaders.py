@@ -186,7 +186,12 @@ class LeaderRoute:
     def _new_stream(self, address: str) -> PublishStream:
         if self._h2:
             return H2PublishStream(
-                address, self._pool, self._correlator, spawn=self._spawn, outages=self._outages
+                address,
+                self._pool,
+                self._correlator,
+                spawn=self._spawn,
+                outages=self._outages,
+                not_found=self._metadata.not_found,
             )
         return PublishStream(
             address,
@@ -194,6 +199,7 @@ class LeaderRoute:
             self._correlator,
             spawn=self._spawn,
             outages=self._outages,
+            not_found=self._metadata.not_found,
         )
 
     def _open_stream(self, address: str) -> PublishStream:

@@ -369,3 +369,99 @@ async def test_a_suspect_before_start_is_asked_last_without_a_refresh_task(
     assert _asked(cluster) == []  # nothing runs on its own before start()
     await cache.refresh()
     assert _asked(cluster) == ["a"]
+
+
+# ------------------------------------------------------------ streams left out
+#
+# A broker that restarted answers NOT_FOUND, and metadata without the stream, until it has
+# reloaded its streams: NOT_FOUND for a stream listed lately is retriable until the answers
+# prove it gone (ABSENT_ANSWERS in a row over ABSENT_SECONDS).
+
+
+def _not_found(stream: str = "s") -> errors.NotFoundError:
+    return errors.NotFoundError(f"no such stream {stream}", details="stream not found")
+
+
+async def test_a_stream_left_out_lately_is_not_loaded_until_proven_gone(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metadata_module, "ABSENT_SECONDS", 0.0)
+    cache = cluster.metadata_cache(OPTIONS)
+    await cache.refresh()
+    removed = cluster.streams.pop("s")
+    seen: list[type[errors.NotFoundError]] = []
+    for _ in range(metadata_module.ABSENT_ANSWERS):
+        await cache.refresh()
+        err = cache.not_found("s", _not_found())
+        seen.append(type(err))
+        assert err.retriable is (type(err) is errors.StreamNotLoadedError)
+    # The answers before the last one leave it unproven; the last one proves it gone.
+    assert seen == [errors.StreamNotLoadedError] * (metadata_module.ABSENT_ANSWERS - 1) + [
+        errors.NotFoundError
+    ]
+    with pytest.raises(errors.NotFoundError) as info:
+        await cache.stream("s")  # a lookup (which refreshes) says the same
+    assert type(info.value) is errors.NotFoundError
+    cluster.streams["s"] = removed  # created again: listed, so NOT_FOUND is a restart again
+    await cache.refresh()
+    assert type(cache.not_found("s", _not_found())) is errors.StreamNotLoadedError
+
+
+async def test_proof_takes_absent_seconds_too(cluster: FakeCluster) -> None:
+    cache = cluster.metadata_cache(OPTIONS)
+    await cache.refresh()
+    del cluster.streams["s"]
+    for _ in range(metadata_module.ABSENT_ANSWERS + 2):  # answers in a row, within a second
+        await cache.refresh()
+        with pytest.raises(errors.StreamNotLoadedError, match="answers in a row"):
+            await cache.stream("s")
+
+
+async def test_a_stream_listed_again_is_not_missing(cluster: FakeCluster) -> None:
+    cache = cluster.metadata_cache(OPTIONS)
+    await cache.refresh()
+    removed = cluster.streams.pop("s")
+    await cache.refresh()
+    cluster.streams["s"] = removed
+    await cache.refresh()
+    assert cache._missing == {}
+    err = cache.not_found("s", _not_found())
+    assert isinstance(err, errors.StreamNotLoadedError)
+    assert "left it out" not in str(err)  # listed in the last answer
+
+
+async def test_not_found_for_a_stream_never_listed_or_deleted_here_is_plain(
+    cluster: FakeCluster,
+) -> None:
+    cache = cluster.metadata_cache(OPTIONS)
+    await cache.refresh()
+    exc = _not_found("never")
+    assert cache.not_found("never", exc) is exc
+    del cluster.streams["s"]
+    await cache.refresh()
+    cache.forget_stream("s")  # what delete_stream does: this client deleted it
+    with pytest.raises(errors.NotFoundError) as info:
+        await cache.stream("s")
+    assert type(info.value) is errors.NotFoundError
+    cluster.streams["s"] = Stream("subj", {0: Partition(leader="a", isr=[])})  # created again
+    await cache.refresh()
+    assert type(cache.not_found("s", _not_found())) is errors.StreamNotLoadedError
+    # Subclasses pass through unchanged.
+    other = errors.StreamNotLoadedError("x")
+    assert cache.not_found("s", other) is other
+
+
+async def test_not_found_starts_one_refresh_at_a_time(
+    cluster: FakeCluster, supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metadata_module, "NOT_FOUND_REFRESH_GAP", 0.3)
+    cache = await _started(cluster, supervisor)
+    for _ in range(50):  # a burst of NOT_FOUNDs (1000 pipelined publishes get one each)
+        assert isinstance(cache.not_found("s", _not_found()), errors.StreamNotLoadedError)
+    await wait_until(lambda: _asked(cluster), what="the refresh NOT_FOUND started")
+    await asyncio.sleep(0.1)
+    assert len(_asked(cluster)) == 1
+    await cache.stop()
+    cache.not_found("s", _not_found())  # stopped: no task, no error
+    await asyncio.sleep(0.05)
+    assert len(_asked(cluster)) == 1
