@@ -144,6 +144,7 @@ class Publisher:
             suspect=metadata.suspect,
             spawn=tasks.spawn,
             clock=self._loop.time,
+            not_found=metadata.not_found,
         )
         self._correlator.on_timeout = self._timeouts.take
         self._transport = options.transport or (_NATS if nats is not None else Transport.GRPC)

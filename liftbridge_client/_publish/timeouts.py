@@ -8,7 +8,9 @@ When a NATS publish's ack wait runs out, `TimeoutCheck` looks at the partition i
 fresh metadata and fails the publish with the error that names the cause,
 chained to the `AckTimeoutError`:
 
-- the stream or partition is gone, or its subject changed: `NotFoundError`;
+- the stream or partition is gone, or its subject changed: `NotFoundError`
+  (`StreamNotLoadedError` while the metadata has not yet proven a stream it listed
+  lately gone: `MetadataCache.not_found`);
 - read-only: `ReadonlyPartitionError`, in the words gRPC's refusal gets;
 - paused: `PartitionPausedError` (gRPC would have resumed it);
 - no leader, or another leader than the client knew: `NotLeaderError` (the
@@ -150,8 +152,10 @@ class TimeoutCheck:
         suspect: Callable[[str], None],
         spawn: Callable[..., TaskHandle],
         clock: Callable[[], float],
+        not_found: Callable[[str, errors.NotFoundError], errors.NotFoundError] | None = None,
     ) -> None:
         self._refresh = refresh
+        self._not_found = not_found
         # Called after a check whose answers leave only the NATS path to blame, with
         # whether some leader had not even moved (`_publish.strand.Detour.stranded`).
         self.on_strand: Callable[[bool], None] | None = None
@@ -180,7 +184,7 @@ class TimeoutCheck:
         stream, subject = expect
         answer = self._answer
         if answer is not None and answer[0] > self._clock():
-            _settle(fut, diagnose(exc, stream, subject, answer[1], answer[2]))
+            _settle(fut, self._diagnose(exc, stream, subject, answer[1], answer[2]))
             return True
         if self._task is None:
             self._before = self._current()
@@ -213,7 +217,7 @@ class TimeoutCheck:
             stranded = silent = False
             for fut, exc, stream, subject in waiting:
                 if after is not None:
-                    result = diagnose(exc, stream, subject, before, after)
+                    result = self._diagnose(exc, stream, subject, before, after)
                     stranded = stranded or _stranded(result)
                     silent = silent or isinstance(result, errors.AckTimeoutError)
                     _settle(fut, result)
@@ -229,6 +233,25 @@ class TimeoutCheck:
             log.debug("ack timeout check failed: %r", failure)
         elif stranded and self.on_strand is not None:
             self.on_strand(silent)
+
+    def _diagnose(
+        self,
+        exc: errors.AckTimeoutError,
+        stream: str,
+        subject: str,
+        before: Metadata,
+        after: Metadata,
+    ) -> errors.LiftbridgeError:
+        """`diagnose`, with a stream missing from ``after`` judged by ``not_found``: a
+        broker that restarted answers metadata without the streams it has not reloaded."""
+        result = diagnose(exc, stream, subject, before, after)
+        if self._not_found is not None and stream not in after.streams:
+            assert isinstance(result, errors.NotFoundError)
+            judged = self._not_found(stream, result)
+            if judged is not result:
+                judged.__cause__ = exc
+            return judged
+        return result
 
     def close(self) -> None:
         """Settle the publishes waiting for a check with their `AckTimeoutError` now."""

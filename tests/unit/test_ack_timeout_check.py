@@ -291,3 +291,38 @@ async def test_a_failed_check_strands_nothing(supervisor: TaskSupervisor) -> Non
     with pytest.raises(errors.AckTimeoutError):
         await _send(correlator, "c", 0.05)
     assert seen == []
+
+
+async def test_a_stream_missing_from_the_answer_is_judged_by_not_found(
+    supervisor: TaskSupervisor,
+) -> None:
+    """A broker that restarted answers metadata without the streams it has not reloaded:
+    the metadata cache judges whether "no longer exists" is proven (`not_found`)."""
+    judged: list[str] = []
+
+    def not_found(stream: str, exc: errors.NotFoundError) -> errors.NotFoundError:
+        judged.append(stream)
+        return errors.StreamNotLoadedError(f"{exc} (listed lately)")
+
+    loop = asyncio.get_running_loop()
+    suspected: list[str] = []
+    for after, kind in [
+        (Metadata(brokers=(), streams={}), errors.StreamNotLoadedError),
+        # The stream is listed, on another subject: what it says is proven.
+        (_meta(subject="other"), errors.NotFoundError),
+    ]:
+        correlator = Correlator(10, loop=loop)
+        check = TimeoutCheck(
+            refresh=_Refresh(after),
+            current=_meta,
+            suspect=suspected.append,
+            spawn=supervisor.spawn,
+            clock=loop.time,
+            not_found=not_found,
+        )
+        correlator.on_timeout = check.take
+        with pytest.raises(errors.NotFoundError) as info:
+            await _send(correlator, "c", 0.01)
+        assert type(info.value) is kind
+        assert isinstance(info.value.__cause__, errors.AckTimeoutError)
+    assert judged == ["s"]
