@@ -425,13 +425,12 @@ class MetadataCache:
             info = (await self.refresh()).streams.get(stream)
             found = info.partitions.get(partition) if info is not None else None
             if found is None:
-                raise self.not_found(
-                    stream,
-                    errors.NotFoundError(
-                        f"stream {stream} partition {partition} is not in the metadata",
-                        details="No such partition",
-                    ),
+                missing = errors.NotFoundError(
+                    f"stream {stream} partition {partition} is not in the metadata",
+                    details="No such partition",
                 )
+                # Only a missing stream may be one a restarted broker has not reloaded.
+                raise missing if info is not None else self.not_found(stream, missing)
             address = self._address_of(found.leader)
         if address is None:
             raise errors.UnavailableError(

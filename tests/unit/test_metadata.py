@@ -465,3 +465,16 @@ async def test_not_found_starts_one_refresh_at_a_time(
     cache.not_found("s", _not_found())  # stopped: no task, no error
     await asyncio.sleep(0.05)
     assert len(_asked(cluster)) == 1
+
+
+async def test_a_partition_a_listed_stream_lacks_is_plainly_not_found(
+    cluster: FakeCluster,
+) -> None:
+    """Recreated with fewer partitions: the stream is listed, so no restart explains it."""
+    cluster.streams["s"].partitions[1].leader = ""  # not cached: the lookup refreshes
+    cache = cluster.metadata_cache(OPTIONS)
+    await cache.refresh()
+    del cluster.streams["s"].partitions[1]
+    with pytest.raises(errors.NotFoundError, match="partition 1 is not in the metadata") as info:
+        await cache.leader_address("s", 1)
+    assert type(info.value) is errors.NotFoundError
