@@ -229,6 +229,30 @@ async def test_close_with_a_frozen_server_returns(
         os.kill(pid, signal.SIGCONT)
 
 
+async def test_the_steps_close_timeout_cuts_are_one_warning(
+    liftbridge_server: Deployment, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.WARNING, logger="liftbridge_client.client")
+    options = ClientOptions(close_timeout=0.3)
+    client = Client(liftbridge_server.addresses, options=options)
+    await client.connect()
+
+    async def hangs(*_args: object, **_kwargs: object) -> None:
+        await asyncio.sleep(30)
+
+    # Two steps that never end by themselves (a server that stopped answering).
+    monkeypatch.setattr(client._metadata, "stop", hangs)
+    monkeypatch.setattr(client._pool, "close", hangs)
+    started = time.monotonic()
+    await client.close()
+    assert time.monotonic() - started < options.close_timeout + 0.5
+    warned = [r.getMessage() for r in caplog.records if r.name == "liftbridge_client.client"]
+    assert warned == [
+        "close: close_timeout (0.3 s) ran out; cut short: stopping the metadata refresher, "
+        "closing the gRPC channels, stopping background tasks"  # the last had no time left
+    ]
+
+
 async def test_clean_close_logs_no_warning(
     liftbridge_server: Deployment, stream_names: StreamNames, caplog: pytest.LogCaptureFixture
 ) -> None:
