@@ -245,6 +245,8 @@ class ActivityStream:
         try:
             await self._metadata.stream(ACTIVITY_STREAM)
         except errors.NotFoundError as exc:
+            if exc.retriable:  # a broker that restarted, not a disabled feature
+                raise
             raise _disabled(exc) from exc
         self._checked = True
 
@@ -253,6 +255,8 @@ class ActivityStream:
         try:
             await self._sub.__aenter__()
         except errors.NotFoundError as exc:
+            if exc.retriable:  # a broker that restarted, not a disabled feature
+                raise
             raise _disabled(exc) from exc
         return self
 
@@ -275,6 +279,8 @@ class ActivityStream:
         try:
             msg = await self._sub.__anext__()
         except errors.NotFoundError as exc:
+            if exc.retriable:  # a broker that restarted, not a disabled feature
+                raise
             raise _disabled(exc) from exc
         return decode_event(msg)
 

@@ -132,6 +132,7 @@ async def create_stream(
                 ) from exc
             raise
         log.debug("CreateStream %s: exists already, as asked", name)
+    metadata.stream_created(name)
     await _wait_visible(metadata, name, min(deadline, loop.time() + _VISIBLE_WAIT))
 
 
@@ -295,6 +296,8 @@ async def _call_owner(
     try:
         info = await metadata.stream(CURSORS_STREAM)
     except errors.NotFoundError as exc:
+        if exc.retriable:  # a broker that restarted, not disabled cursors
+            raise
         raise _disabled(exc) from exc
     if not info.partitions:
         raise _disabled()

@@ -123,7 +123,9 @@ async def fetch_cursor(
     key = cursor_key(cursor_id, stream, partition)
     try:
         partitions = len((await metadata.stream(CURSORS_STREAM)).partitions)
-    except errors.NotFoundError:
+    except errors.NotFoundError as exc:
+        if exc.retriable:  # a broker that restarted, not disabled cursors
+            raise
         partitions = 0
     if not partitions:  # cursors disabled: the plain RPC raises the typed error
         return await _admin.fetch_cursor(metadata, options, cursor_id, stream, partition)

@@ -90,9 +90,8 @@ class Absence:
         return self.answers >= ABSENT_ANSWERS and time.monotonic() - self.since >= ABSENT_SECONDS
 
     def __str__(self) -> str:
-        return (
-            f"{self.answers} metadata answers in a row over {time.monotonic() - self.since:.1f} s"
-        )
+        answers = f"{self.answers} metadata answer{'' if self.answers == 1 else 's'}"
+        return f"{answers} in a row over {time.monotonic() - self.since:.1f} s"
 
 
 def _unreachable(exc: errors.LiftbridgeError) -> bool:
@@ -154,8 +153,11 @@ class MetadataCache:
         # (`not_found`), and the refresh a NOT_FOUND for one of them started.
         self._missing: dict[str, Absence] = {}
         self._nudge: TaskHandle | None = None
-        # Streams this client deleted, until listed again (oldest first, a bounded few).
-        self._deleted: dict[str, None] = {}
+        # Streams this client deleted (oldest first, a bounded few), each with whether an
+        # answer has left it out since: one that lists it after that was created again (an
+        # answer that lists it before may predate the deletion, or come from a follower
+        # that has not applied it yet).
+        self._deleted: dict[str, bool] = {}
 
     @property
     def current(self) -> Metadata:
@@ -252,9 +254,12 @@ class MetadataCache:
     def _note_missing(self, dropped: Collection[str]) -> None:
         """Count this answer for the streams it leaves out (``dropped``: listed by the last
         one); forget those it lists again and those proven gone."""
-        missing, listed = self._missing, self._metadata.streams
-        for name in [n for n in self._deleted if n in listed]:
-            del self._deleted[name]  # created again
+        missing, listed, deleted = self._missing, self._metadata.streams, self._deleted
+        for name, gone in list(deleted.items()):
+            if name not in listed:
+                deleted[name] = True
+            elif gone:
+                del deleted[name]  # created again
         for name in dropped:
             missing.setdefault(name, Absence())
         for name in list(missing):
@@ -270,29 +275,42 @@ class MetadataCache:
         """``name`` was deleted (by this client): its NOT_FOUNDs mean what they say, until
         an answer lists it again."""
         self._missing.pop(name, None)
-        self._deleted[name] = None
+        self._deleted.pop(name, None)  # to the end: the newest
+        self._deleted[name] = False
         if len(self._deleted) > DELETED_MAX:
             del self._deleted[next(iter(self._deleted))]
 
-    def not_found(self, stream: str, exc: errors.NotFoundError) -> errors.NotFoundError:
+    def stream_created(self, name: str) -> None:
+        """``name`` was created (by this client): a restart may hide it again."""
+        self._deleted.pop(name, None)
+
+    def not_found(
+        self, stream: str, exc: errors.NotFoundError, *, refresh: bool = True
+    ) -> errors.NotFoundError:
         """A NOT_FOUND for ``stream`` as the client reports it.
 
         A broker that restarted answers NOT_FOUND (and metadata without the stream) until
         it has reloaded its streams. While the metadata listed ``stream`` lately and has
         not yet left it out of `ABSENT_ANSWERS` answers over `ABSENT_SECONDS`, the
-        answer is `StreamNotLoadedError` (retriable), and a refresh starts so that the
-        metadata settles it either way; after that, ``exc`` itself.
+        answer is `StreamNotLoadedError` (retriable), and (with ``refresh``: the caller
+        did not just refresh) a refresh starts so that the metadata settles it either way;
+        after that, ``exc`` itself.
         """
         if type(exc) is not errors.NotFoundError or stream in self._deleted:
             return exc
         absence = self._missing.get(stream)
         if absence is None and stream not in self._metadata.streams:
             return exc
-        self._refresh_soon()
-        since = f", and {absence} left it out" if absence is not None else ""
+        if absence is not None and absence.proven:
+            return exc
+        if refresh:
+            self._refresh_soon()
+        since = f"; {absence} left it out" if absence is not None else ""
         return errors.StreamNotLoadedError(
             f"{exc} (the metadata listed stream {stream!r} lately{since}: a broker that "
-            "restarted may not have reloaded it yet; retry in a moment)",
+            "restarted may not have reloaded it yet, or it was deleted; it counts as gone "
+            f"once {ABSENT_ANSWERS} answers in a row over {ABSENT_SECONDS:g} s leave it out; "
+            "retry in a moment)",
             details=exc.details,
         )
 
@@ -397,7 +415,9 @@ class MetadataCache:
             info = (await self.refresh()).streams.get(name)
         if info is None:
             raise self.not_found(
-                name, errors.NotFoundError(f"no such stream: {name}", details="stream not found")
+                name,
+                errors.NotFoundError(f"no such stream: {name}", details="stream not found"),
+                refresh=False,  # it just did
             )
         return info
 
@@ -430,7 +450,9 @@ class MetadataCache:
                     details="No such partition",
                 )
                 # Only a missing stream may be one a restarted broker has not reloaded.
-                raise missing if info is not None else self.not_found(stream, missing)
+                if info is not None:
+                    raise missing
+                raise self.not_found(stream, missing, refresh=False)  # it just did
             address = self._address_of(found.leader)
         if address is None:
             raise errors.UnavailableError(

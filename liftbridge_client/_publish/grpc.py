@@ -228,7 +228,12 @@ class PublishStream:
             fut = correlator.get(cid)
             judge, stream = self._not_found, None if fut is None else fut.stream
             err = async_error(resp.asyncError, cid, stream)
-            if judge is not None and stream is not None and isinstance(err, errors.NotFoundError):
+            if (
+                judge is not None
+                and stream is not None
+                and isinstance(err, errors.NotFoundError)
+                and err.details.startswith("no such stream")  # not "no such partition"
+            ):
                 err = judge(stream, err)
             if not correlator.fail(cid, err):
                 log.warning("PublishAsync error for a publish no longer pending: %s", err)

@@ -95,7 +95,7 @@ def diagnose(
     result: errors.LiftbridgeError
     if stream not in after.streams:
         result = errors.NotFoundError(
-            f"{where}: the stream no longer exists", details="stream not found"
+            f"{where}: the metadata no longer lists the stream", details="stream not found"
         )
     else:
         pid, stream_subject = _partition_of(stream, subject, after)

@@ -16,7 +16,7 @@ class ExitStatus(enum.IntEnum):
     OK = 0
     ERROR = 1  # any other error
     USAGE = 2  # bad arguments (click), or a value the client rejected (InvalidInputError)
-    UNREACHABLE = 3  # no broker or NATS server could be reached, or the connection was lost
+    UNREACHABLE = 3  # no broker or NATS server reached, the connection lost, a stream not reloaded
     NOT_FOUND = 4  # the stream or partition does not exist (or was deleted)
     ALREADY_EXISTS = 5  # streams create: the name is taken
     TIMEOUT = 6  # no answer or ack in time
@@ -32,6 +32,7 @@ _STATUSES: tuple[tuple[type[BaseException], ExitStatus], ...] = (
     (errors.NoBrokerAvailableError, ExitStatus.UNREACHABLE),
     (errors.ConnectionClosedError, ExitStatus.UNREACHABLE),
     (errors.UnavailableError, ExitStatus.UNREACHABLE),
+    (errors.StreamNotLoadedError, ExitStatus.UNREACHABLE),  # a broker that restarted
     (errors.NotFoundError, ExitStatus.NOT_FOUND),
     (errors.StreamDeletedEnd, ExitStatus.NOT_FOUND),
     (errors.AlreadyExistsError, ExitStatus.ALREADY_EXISTS),

@@ -526,8 +526,9 @@ async def test_nats_timeout_on_deleted_stream(client: Client, stream_names: Stre
     stream = await new_stream(client, stream_names)
     await client.publish(stream.name, b"warm")  # metadata cached: NATS publishes go straight
     await client.delete_stream(stream.name)
-    with pytest.raises(errors.NotFoundError, match="no longer exists") as caught:
+    with pytest.raises(errors.NotFoundError, match="no longer lists the stream") as caught:
         await client.publish(stream.name, b"v", ack_wait=0.5, transport=Transport.NATS)
+    assert type(caught.value) is errors.NotFoundError  # deleted by this client: no doubt
     assert isinstance(caught.value.__cause__, errors.AckTimeoutError)
 
 

@@ -103,6 +103,7 @@ class FakeMetadata:
         self.refreshes = 0
         self.avoided: list[tuple[str, ...]] = []  # each refresh's ``avoid``, sorted
         self.suspected: list[str] = []  # each leader named suspect, in turn
+        self.judged: list[str] = []  # each stream a NOT_FOUND was judged for (not_found)
 
     async def stream(self, name: str) -> StreamInfo:
         await self.gate.wait()
@@ -132,8 +133,12 @@ class FakeMetadata:
     def suspect(self, address: str) -> None:
         self.suspected.append(address)
 
-    def not_found(self, stream: str, exc: errors.NotFoundError) -> errors.NotFoundError:
-        return exc  # what the cache judges is tested in test_metadata
+    def not_found(
+        self, stream: str, exc: errors.NotFoundError, *, refresh: bool = True
+    ) -> errors.NotFoundError:
+        """Each stream judged is recorded; how the cache judges is tested in test_metadata."""
+        self.judged.append(stream)
+        return errors.StreamNotLoadedError(str(exc), details=exc.details)
 
 
 class Rig:

@@ -42,7 +42,7 @@ TIMEOUT = errors.AckTimeoutError("no ack for correlation id 'c' within 0.5s")
     [
         (_meta(readonly=True), errors.ReadonlyPartitionError, "partition 1 is read-only"),
         (_meta(paused=True), errors.PartitionPausedError, "partition 1 is paused"),
-        (Metadata(brokers=(), streams={}), errors.NotFoundError, "no longer exists"),
+        (Metadata(brokers=(), streams={}), errors.NotFoundError, "no longer lists the stream"),
         (_meta(subject="other"), errors.NotFoundError, "now on subject 'other'"),
         (_meta(leader=""), errors.NotLeaderError, "has no leader"),
         (_meta(leader="n2"), errors.NotLeaderError, "moved from n1 to n2"),
@@ -297,7 +297,7 @@ async def test_a_stream_missing_from_the_answer_is_judged_by_not_found(
     supervisor: TaskSupervisor,
 ) -> None:
     """A broker that restarted answers metadata without the streams it has not reloaded:
-    the metadata cache judges whether "no longer exists" is proven (`not_found`)."""
+    the metadata cache judges whether "no longer lists" is proven (`not_found`)."""
     judged: list[str] = []
 
     def not_found(stream: str, exc: errors.NotFoundError) -> errors.NotFoundError:

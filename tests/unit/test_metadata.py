@@ -451,20 +451,62 @@ async def test_not_found_for_a_stream_never_listed_or_deleted_here_is_plain(
     assert cache.not_found("s", other) is other
 
 
-async def test_not_found_starts_one_refresh_at_a_time(
+async def test_not_found_starts_one_refresh_per_gap(
     cluster: FakeCluster, supervisor: TaskSupervisor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(metadata_module, "NOT_FOUND_REFRESH_GAP", 0.3)
+    gap = 0.3
+    monkeypatch.setattr(metadata_module, "NOT_FOUND_REFRESH_GAP", gap)
     cache = await _started(cluster, supervisor)
-    for _ in range(50):  # a burst of NOT_FOUNDs (1000 pipelined publishes get one each)
-        assert isinstance(cache.not_found("s", _not_found()), errors.StreamNotLoadedError)
+
+    def burst() -> None:  # 1000 pipelined publishes get a NOT_FOUND each
+        for _ in range(50):
+            assert isinstance(cache.not_found("s", _not_found()), errors.StreamNotLoadedError)
+
+    burst()
     await wait_until(lambda: _asked(cluster), what="the refresh NOT_FOUND started")
-    await asyncio.sleep(0.1)
+    started = asyncio.get_running_loop().time()
+    await asyncio.sleep(gap / 3)
+    burst()  # within the gap, after the first refresh ended: no second one
+    await asyncio.sleep(gap / 3)
     assert len(_asked(cluster)) == 1
+    await asyncio.sleep(max(gap - (asyncio.get_running_loop().time() - started), 0) + 0.05)
+    burst()  # the gap is over: one more
+    await wait_until(lambda: len(_asked(cluster)) == 2, what="the second refresh")
+    await asyncio.sleep(0.05)
+    assert len(_asked(cluster)) == 2
+    burst()  # from a lookup that has just refreshed itself: none
+    cache.not_found("s", _not_found(), refresh=False)
     await cache.stop()
     cache.not_found("s", _not_found())  # stopped: no task, no error
     await asyncio.sleep(0.05)
-    assert len(_asked(cluster)) == 1
+    assert len(_asked(cluster)) == 2
+
+
+async def test_an_answer_predating_this_clients_delete_does_not_undo_it(
+    cluster: FakeCluster,
+) -> None:
+    cache = cluster.metadata_cache(OPTIONS)
+    await cache.refresh()
+    cache.forget_stream("s")
+    await cache.refresh()  # sent before the delete was applied: still lists it
+    del cluster.streams["s"]
+    await cache.refresh()
+    assert type(cache.not_found("s", _not_found())) is errors.NotFoundError
+    cache.stream_created("s")  # this client creates it again: a restart may hide it again
+    assert type(cache.not_found("s", _not_found())) is errors.StreamNotLoadedError
+
+
+async def test_proven_gone_is_plain_before_a_refresh_forgets_it(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = cluster.metadata_cache(OPTIONS)
+    await cache.refresh()
+    del cluster.streams["s"]
+    for _ in range(metadata_module.ABSENT_ANSWERS):
+        await cache.refresh()  # answers enough, within ABSENT_SECONDS: not proven yet
+    assert type(cache.not_found("s", _not_found())) is errors.StreamNotLoadedError
+    monkeypatch.setattr(metadata_module, "ABSENT_SECONDS", 0.0)  # time has passed
+    assert type(cache.not_found("s", _not_found())) is errors.NotFoundError
 
 
 async def test_a_partition_a_listed_stream_lacks_is_plainly_not_found(

@@ -398,6 +398,33 @@ async def test_async_error_is_checked_before_the_ack(rig: Rig) -> None:
     assert str(info.value) == "stream 's' partition 0 is read-only: it takes no new messages"
 
 
+@pytest.mark.parametrize(
+    ("text", "expected", "judged"),
+    [
+        ("no such stream: s", errors.StreamNotLoadedError, ["s"]),
+        # The stream is there; a partition it lacks is no restart's doing.
+        ("no such partition: 0", errors.NotFoundError, []),
+    ],
+)
+async def test_not_found_for_the_stream_is_judged_by_the_metadata(
+    rig: Rig, text: str, expected: type[errors.NotFoundError], judged: list[str]
+) -> None:
+    fut = rig.publisher.publish_nowait("s", b"v", transport=Transport.GRPC, correlation_id="e")
+    await wait_until(lambda: rig.calls, what="the call")
+    rig.calls[0].responses.put_nowait(
+        api_pb2.PublishResponse(
+            correlationId="e",
+            asyncError=api_pb2.PublishAsyncError(
+                code=api_pb2.PublishAsyncError.NOT_FOUND, message=text
+            ),
+        )
+    )
+    with pytest.raises(errors.NotFoundError) as info:
+        await fut
+    assert type(info.value) is expected
+    assert rig.md.judged == judged
+
+
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
 
