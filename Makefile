@@ -48,8 +48,9 @@ integration: servers
 
 # One pytest run, so its summary counts unit and integration tests together (the fault
 # suite's short profile included; fault-tools installs iptables/iproute2 if root on Debian).
+# The 40 slowest tests are listed at the end: where the CI budget (60 min) goes.
 test: lint typecheck proto-check servers fault-tools
-	$(BIN)/pytest tests --ignore=tests/faults/test_soak_smoke.py $(PYTEST_ARGS)
+	$(BIN)/pytest tests --ignore=tests/faults/test_soak_smoke.py --durations=40 $(PYTEST_ARGS)
 
 # The release as users get it (scripts/release_check.py; .ci/run runs it after make test):
 # the version, CHANGELOG.md's top section and the tag v<version> agree; python -m build
