@@ -444,6 +444,12 @@ def classify(exc: errors.LiftbridgeError, spec: SubscribeSpec, phase: Phase) -> 
         if LOG_DELETED in details:  # the leader saw the deletion itself
             return Verdict(Action.END_RAISE, deleted)
         return Verdict(Action.CHECK_DELETED, deleted)
+    if isinstance(exc, errors.StreamNotLoadedError):
+        # Opening, on a stream the metadata listed lately (`MetadataCache.not_found`): a
+        # broker that restarted, until the metadata proves the stream gone.
+        gone = errors.NotFoundError(f"{where}: not found ({details or exc})", details=details)
+        gone.__cause__ = exc
+        return Verdict(Action.CHECK_DELETED, gone)
     closed_log = isinstance(exc, errors.FailedPreconditionError) and LOG_CLOSED in details
     closed_segment = isinstance(exc, errors.InternalServerError) and SEGMENT_CLOSED in details
     if closed_log or closed_segment:

@@ -599,11 +599,16 @@ class Subscription:
             except errors.LiftbridgeError as exc:
                 if self._closed:  # close() cancelled the call (h2 reports it as CANCELLED)
                     return
+                if phase is Phase.OPENING and type(exc) is errors.NotFoundError:
+                    # The server's own NOT_FOUND: a restarted broker says so too.
+                    exc = self._metadata.not_found(self._spec.stream, exc)
                 verdict = classify(exc, self._spec, phase)
                 if verdict.action is Action.CHECK_DELETED:
                     # Deleted only once the metadata has not listed the partition in a few
                     # answers over a few seconds: a restarting node answers NOT_FOUND, and
                     # metadata without the stream, until it has reloaded its streams.
+                    if deadline is None:  # opening: as long as a resubscription would try
+                        deadline = loop.time() + self._options.resubscribe_wait
                     refreshed = await self._refresh_metadata(deadline)
                     absence.note(self._listed() if refreshed else None)
                     if absence.proven:

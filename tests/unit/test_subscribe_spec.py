@@ -473,3 +473,23 @@ def test_progress_has_no_ceiling_without_a_forward_stop_offset(args: dict[str, A
     progress = Progress.for_spec(SubscribeSpec.build("s", 0, args, now_ns=0))
     assert progress.accept(2**62)
     assert progress.past is None
+
+
+def test_not_found_on_opening_waits_only_for_a_stream_listed_lately() -> None:
+    """Opening: the server's NOT_FOUND fails at once, unless the metadata judged it a
+    restarted broker's (`StreamNotLoadedError`): then the partition is checked as for a
+    deletion, and the error once proven gone is a plain NotFoundError."""
+    spec = SubscribeSpec.build("s", 0, {}, now_ns=0)
+    plain = errors.NotFoundError("NOT_FOUND: No such partition", details="No such partition")
+    assert classify(plain, spec, Phase.OPENING).action is Action.FAIL
+    judged = errors.StreamNotLoadedError(str(plain), details=plain.details)
+    verdict = classify(judged, spec, Phase.OPENING)
+    assert verdict.action is Action.CHECK_DELETED
+    assert type(verdict.error) is errors.NotFoundError
+    assert verdict.error.__cause__ is judged
+    assert "s/0" in str(verdict.error)
+    # Once streaming, NOT_FOUND of either kind is a possible deletion.
+    for exc in (plain, judged):
+        verdict = classify(exc, spec, Phase.STREAMING)
+        assert verdict.action is Action.CHECK_DELETED
+        assert isinstance(verdict.error, errors.StreamDeletedEnd)

@@ -23,6 +23,7 @@ import pytest
 from fake_liftbridge import END, Fail, FakeCluster, Partition, Stream, SubscribeCall
 
 from liftbridge_client import StartPosition, StopPosition, errors
+from liftbridge_client._cluster import metadata as metadata_module
 from liftbridge_client._cluster.metadata import MetadataCache
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.options import ClientOptions, RetryPolicy, StreamTransport
@@ -207,14 +208,39 @@ async def test_async_for_without_async_with_opens_lazily(make_cluster: MakeClust
         await anext(sub)
 
 
-async def test_enter_raises_not_found_early(make_cluster: MakeCluster) -> None:
+async def test_enter_raises_not_found_once_the_metadata_proves_it(
+    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NOT_FOUND at open for a partition the metadata lists may be a restarted broker's;
+    once the metadata answers leave the stream out long enough, it is plainly not found."""
+    monkeypatch.setattr(metadata_module, "ABSENT_SECONDS", 0.0)
     cluster = await make_cluster()
     cluster.script(A, rpc_error(grpc.StatusCode.NOT_FOUND, "No such partition"))
-    sub, closed = subscribe(cluster)
-    with pytest.raises(errors.NotFoundError):
+    sub, closed = subscribe(cluster, dataclasses.replace(OPTIONS, retry=RetryPolicy(10, 0, 0)))
+    await sub._metadata.refresh()  # listed: the NOT_FOUND may be a restart's
+    cluster.stream_exists = False
+    with pytest.raises(errors.NotFoundError) as info:
         await sub.__aenter__()
+    assert type(info.value) is errors.NotFoundError
+    assert cluster.refreshes >= 1 + metadata_module.ABSENT_ANSWERS  # it did look again
     assert sub.end_reason is None
     assert closed == [sub]
+
+
+async def test_not_found_at_open_from_a_restarted_broker_subscribes_once_it_has_reloaded(
+    make_cluster: MakeCluster,
+) -> None:
+    """A broker that restarted answers NOT_FOUND until it has reloaded its streams (the
+    metadata still lists the partition): opening tries again instead of failing."""
+    cluster = await make_cluster()
+    cluster.script(A, rpc_error(grpc.StatusCode.NOT_FOUND, "No such partition"))
+    cluster.script(A, rpc_error(grpc.StatusCode.NOT_FOUND, "No such partition"))
+    cluster.script(A, EMPTY, msg(0))
+    sub, _ = subscribe(cluster, dataclasses.replace(OPTIONS, retry=RetryPolicy(10, 0, 0)))
+    await sub._metadata.refresh()
+    async with sub:
+        assert (await anext(sub)).offset == 0
+    assert len(cluster.requests) == 3
 
 
 async def test_unknown_stream_raises_not_found_without_subscribing(
