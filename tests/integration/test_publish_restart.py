@@ -158,7 +158,8 @@ async def test_a_subscription_opened_as_the_node_comes_back_reads_everything(
                 # Opened while the node may not have reloaded the stream (NOT_FOUND).
                 async with client.subscribe(stream, start=StartPosition.EARLIEST) as sub:
                     # v1.9.0 hides what a restarted node acked until its next write
-                    # (docs/compatibility.md): one more message shows it all.
+                    # (docs/compatibility.md, "A restarted node hides what it acked"):
+                    # one more message shows it all.
                     value = b"after-%d" % round_
                     await publish_until_acked(client, stream, value, failures)
                     sent.append(value)
