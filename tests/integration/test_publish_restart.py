@@ -169,3 +169,21 @@ async def test_a_subscription_opened_as_the_node_comes_back_reads_everything(
                         if len(got) == len(sent):
                             break
                 assert got == sent
+
+
+async def test_subscribing_to_a_stream_another_client_deleted_fails_within_seconds(
+    liftbridge_server: Deployment, stream_names: StreamNames
+) -> None:
+    addresses = liftbridge_server.addresses
+    async with Client(addresses) as client, Client(addresses) as other:
+        stream, subject = stream_names()
+        await client.create_stream(subject, stream, StreamConfig())
+        await client.publish(stream, b"v", transport=Transport.GRPC)  # listed, cached
+        await other.delete_stream(stream)
+        started = time.monotonic()
+        with pytest.raises(errors.NotFoundError) as info:
+            async with client.subscribe(stream, start=StartPosition.EARLIEST):
+                pass
+        # Tried again while it may have been a restart, then proven gone.
+        assert type(info.value) is errors.NotFoundError
+        assert time.monotonic() - started < 15
