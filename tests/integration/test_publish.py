@@ -28,6 +28,7 @@ from liftbridge_client import (
     errors,
 )
 from liftbridge_client._proto import api_pb2, api_pb2_grpc
+from liftbridge_client._publish.route import Slots
 from liftbridge_client._transport.grpc import publish_status_error
 from liftbridge_client.options import StreamTransport
 from liftbridge_client.partitioning import KeyPartitioner, RoundRobinPartitioner, key_partition
@@ -712,3 +713,30 @@ async def test_leader_and_all_acks_with_three_replicas(
         for partition in (0, 1):
             got = await read_back(client, stream.name, 4, partition=partition)
             assert [m.offset for m in got] == [0, 1, 2, 3]
+
+
+async def test_a_lone_nats_publish_is_written_by_its_callers_task(
+    client: Client, stream_names: StreamNames, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One publish at a time goes out from the caller's task (one event-loop iteration
+    less per round trip); a burst still leaves its later publishes to the sender."""
+    stream = await new_stream(client, stream_names)
+    await client.publish(stream.name, b"warm", transport=Transport.NATS)  # metadata cached
+    wakes = 0
+    wake_sender = Slots.wake_sender
+
+    def counting(self: Slots) -> None:
+        nonlocal wakes
+        wakes += 1
+        wake_sender(self)
+
+    monkeypatch.setattr(Slots, "wake_sender", counting)
+    acks = [
+        await client.publish(stream.name, b"%d" % i, transport=Transport.NATS) for i in range(20)
+    ]
+    # nats-py's own flusher may be due now and then (a PING): then the sender is woken.
+    assert wakes <= 2, wakes
+    futs = [client.publish_nowait(stream.name, b"b", transport=Transport.NATS) for _ in range(200)]
+    acks += await asyncio.gather(*futs)
+    assert wakes > 2  # the burst's later publishes went through the sender
+    assert [a.offset for a in acks] == list(range(1, 221))
