@@ -128,7 +128,7 @@ def _named_brokers(metadata: Metadata) -> set[str]:
 
 
 KNOWN_BROKERS_MAX = 256  # last listed addresses kept by broker id (a cluster has a few)
-DELETED_MAX = 256  # names of streams this client deleted, kept until listed again
+DELETED_MAX = 256  # names of streams this client deleted, kept until created again
 
 
 class MetadataCache:
@@ -273,7 +273,7 @@ class MetadataCache:
 
     def forget_stream(self, name: str) -> None:
         """``name`` was deleted (by this client): its NOT_FOUNDs mean what they say, until
-        an answer lists it again."""
+        an answer lists it after one left it out, or this client creates it."""
         self._missing.pop(name, None)
         self._deleted.pop(name, None)  # to the end: the newest
         self._deleted[name] = False
