@@ -424,12 +424,7 @@ class NatsRoute:
         fut = correlator.register(cid, slots.ack_wait)
         if cmd is not None:
             if pub.append_command(cmd):
-                # The only publish in flight (one at a time): write it now, from the
-                # caller's task, instead of one event-loop iteration later from the
-                # sender's (about a quarter of such a publish's round trip). A burst
-                # still leaves its later publishes to the sender, in one write.
-                lone = correlator.held == 1 and pub.write_now()
-                self._written(stream, subject, fut, ack_policy, wake=not lone)
+                self._written(stream, subject, fut, ack_policy, wake=not self._lone_write())
                 return fut
             payload = cmd[cmd.index(b"\r\n") + 2 : -2]  # the buffer is full: the sender's
         elif self._write(stream, subject, payload, fut, ack_policy):
@@ -458,8 +453,16 @@ class NatsRoute:
         """
         if not self.pub.send_nowait_batched(subject, payload):
             return False
-        self._written(stream, subject, fut, ack_policy)
+        self._written(stream, subject, fut, ack_policy, wake=not self._lone_write())
         return True
+
+    def _lone_write(self) -> bool:
+        """Write nats-py's buffer now if the publish just appended is the only one in
+        flight (one at a time): from the caller's task, instead of one event-loop
+        iteration later from the sender's, about a quarter of such a publish's round
+        trip. A burst still leaves its later publishes to the sender, in one write. True:
+        written, the sender has nothing to do."""
+        return self._correlator.held == 1 and self.pub.write_now()
 
     def _written(
         self,
