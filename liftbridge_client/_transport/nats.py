@@ -27,7 +27,9 @@ on an asyncio queue, which a task per subscription takes off and awaits the
 callback with: about a third of the client's CPU per publish went there (the
 acks). `route_sid` hands the payloads of one subscription straight from
 nats-py's protocol parser to a plain function instead, in the same order, on
-the same connection, with no queue and no task hop.
+the same connection, with no queue and no task hop. Once nats-py's read task has
+read from a connection, the acks are served as the socket's data arrives, without
+waking that task (`_FastReads`).
 
 It replaces ``_process_msg`` on the one connection object (an instance
 attribute; nats-py's parser looks it up there for every MSG) with a router
@@ -331,16 +333,8 @@ def _router_unfit(original: object) -> str | None:
 def _install_parser(
     nc: nats.aio.client.Client, table: dict[int, Handler], counts: dict[str, int] | None
 ) -> None:
-    """Serve routed MSGs at the head of each read before nats-py's parser sees them.
-
-    nats-py matches a regular expression, fills a dict and awaits a coroutine for
-    every message; acks arrive hundreds to a read, so that was the largest cost of
-    an ack. `serve_routed` walks the read with ``find`` and slices instead. It
-    stops at the first thing that is not a complete MSG for a routed subscription
-    and hands the rest to nats-py's own ``parse`` (which the router above still
-    serves); a routed MSG cut by the end of the read waits in nats-py's buffer
-    for the next read. Installed only on the parser shape it was written for.
-    """
+    """Serve routed MSGs before nats-py's parser sees them (`_FastReads`), when its
+    parser is of the shape that was written for."""
     ps: Any = getattr(nc, "_ps", None)
     original: Callable[[bytes], Awaitable[None]] | None = getattr(ps, "parse", None)
     if (
@@ -352,25 +346,117 @@ def _install_parser(
     ):
         _fallback("parsing acks", "its parser is not of the shape the fast parse was written for")
         return
+    reads = _FastReads(nc, ps, original, table, counts)
+    setattr(ps, "parse", reads.parse)  # noqa: B010 - an instance attribute, on purpose
 
-    async def parse(data: bytes = b"") -> None:
-        if not table or ps.state != _CONTROL_LINE:
-            await original(data)
+
+class _FastReads:
+    """Routed MSGs served at the head of each read, in two places.
+
+    nats-py matches a regular expression, fills a dict and awaits a coroutine for
+    every message; acks arrive hundreds to a read, so that was the largest cost of
+    an ack. `serve_routed` walks the read with ``find`` and slices instead. It
+    stops at the first thing that is not a complete MSG for a routed subscription
+    and hands the rest to nats-py's own ``parse`` (which the router above still
+    serves); a routed MSG cut by the end of the read waits in nats-py's buffer
+    for the next read.
+
+    1. `parse` stands in for nats-py's parser, which its read task calls with each read.
+    2. `feed_data` stands in for the connection's ``asyncio.StreamReader.feed_data``,
+       which the socket's ``data_received`` calls: while nothing of the connection waits
+       to be parsed (the reader holds nothing, nats-py's parse is not part-way), the
+       acks are served as they arrive. The read task, and the event-loop round that
+       wakes it, are then skipped: one publish at a time, that was an eighth of the
+       round trip. Everything else goes to the reader, in order, as before.
+
+    The reader is taken over when the read task parses the first read of a connection
+    (nats-py makes a new reader for each one); only a plain ``asyncio.StreamReader``.
+    """
+
+    __slots__ = ("_busy", "_counts", "_nc", "_original", "_ps", "_reader", "_table")
+
+    def __init__(
+        self,
+        nc: nats.aio.client.Client,
+        ps: Any,
+        original: Callable[[bytes], Awaitable[None]],
+        table: dict[int, Handler],
+        counts: dict[str, int] | None,
+    ) -> None:
+        self._nc: Any = nc
+        self._ps = ps
+        self._original = original
+        self._table = table
+        self._counts = counts
+        self._busy = False  # nats-py's own parse is under way (it awaits between ops)
+        self._reader: object = None  # the reader whose feed_data is `feed_data`
+
+    async def parse(self, data: bytes = b"") -> None:
+        reader = getattr(getattr(self._nc, "_transport", None), "_io_reader", None)
+        if reader is not self._reader:  # a connection's first read
+            self._take_over(reader)
+        ps = self._ps
+        if not self._table or ps.state != _CONTROL_LINE:
+            await self._nats_parse(data)
             return
-        buf = ps.buf
+        rest = self._serve_head(data)
+        if rest:
+            await self._nats_parse(rest)
+
+    def _serve_head(self, data: bytes) -> bytes:
+        """Serve the routed MSGs at the head of what nats-py's buffer holds and ``data``;
+        returns what is left for nats-py to parse (nothing when a routed MSG is cut: it
+        waits in nats-py's buffer for the next read, as nats-py's own parse would keep it)."""
+        buf = self._ps.buf
         if buf:  # the tail of the previous read
             buf.extend(data)
             data = bytes(buf)
             del buf[:]
-        pos, partial = _serve(data, table, counts)
-        if pos < len(data):
-            rest = data[pos:] if pos else data
-            if partial:
-                buf.extend(rest)  # the rest of this MSG comes with the next read
-            else:
-                await original(rest)
+        pos, partial = _serve(data, self._table, self._counts)
+        if pos == len(data):
+            return b""
+        rest = data[pos:] if pos else data
+        if partial:
+            buf.extend(rest)
+            return b""
+        return rest
 
-    setattr(ps, "parse", parse)  # noqa: B010 - an instance attribute, on purpose
+    async def _nats_parse(self, data: bytes) -> None:
+        self._busy = True
+        try:
+            await self._original(data)
+        finally:
+            self._busy = False
+
+    def _take_over(self, reader: object) -> None:
+        self._reader = reader
+        if type(reader) is not asyncio.StreamReader:
+            _fallback("reading acks", "its transport does not read through an asyncio.StreamReader")
+            return
+        pending = getattr(reader, "_buffer", None)
+        if not isinstance(pending, bytearray):
+            _fallback("reading acks", "asyncio.StreamReader has no _buffer bytearray")
+            return
+        feed = reader.feed_data
+        nc = self._nc
+        ps = self._ps
+
+        def feed_data(data: bytes) -> None:
+            if (
+                self._busy
+                or reader._buffer  # type: ignore[attr-defined]
+                or ps.state != _CONTROL_LINE
+                or not self._table
+                or not data
+                or getattr(nc._transport, "_io_reader", None) is not reader  # a former socket's
+            ):
+                feed(data)
+                return
+            rest = self._serve_head(data)
+            if rest:
+                feed(rest)  # nats-py's read task parses what is not a routed MSG
+
+        setattr(reader, "feed_data", feed_data)  # noqa: B010 - an instance attribute
 
 
 def serve_routed(

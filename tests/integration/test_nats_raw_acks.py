@@ -46,6 +46,23 @@ async def test_acks_take_the_raw_route_and_other_traffic_is_untouched(
             transport_nats._serve = real_serve
         assert [a.offset for a in acks if a is not None] == [0, 1, 2]
         assert served >= 3  # each ack's read went through the walk
+        # Once nats-py's read task has parsed a read, acks are served as the socket's
+        # data arrives (_FastReads.feed_data): the read task sees none of them.
+        parsed_acks = 0
+        real_parse = nc._ps.parse
+
+        async def counting_parse(data: bytes = b"") -> None:
+            nonlocal parsed_acks
+            parsed_acks += b"MSG " in data
+            await real_parse(data)
+
+        nc._ps.parse = counting_parse  # type: ignore[method-assign]
+        try:
+            acks = [await client.publish(stream.name, b"u%d" % i) for i in range(20)]
+        finally:
+            nc._ps.parse = real_parse  # type: ignore[method-assign]
+        assert [a.offset for a in acks if a is not None] == list(range(3, 23))
+        assert parsed_acks == 0
         # Then the sender appends to nats-py's buffer itself (the subject is known now).
         out = nc.stats["out_msgs"]
         slow: list[str] = []
@@ -58,7 +75,7 @@ async def test_acks_take_the_raw_route_and_other_traffic_is_untouched(
         nc.publish = counting_publish  # type: ignore[method-assign,assignment]
         futs = [await client.send(stream.name, b"w%d" % i) for i in range(300)]
         acks = [await f for f in futs]
-        assert [a.offset for a in acks if a is not None] == list(range(3, 303))
+        assert [a.offset for a in acks if a is not None] == list(range(23, 323))
         assert nc.stats["out_msgs"] - out >= 300
         assert slow == []  # none took nats-py's publish
         nc.publish = real_publish  # type: ignore[method-assign]
