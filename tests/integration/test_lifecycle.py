@@ -37,6 +37,25 @@ from liftbridge_client.testing import (
 )
 
 
+async def _freeze(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it has stopped. The signal reaches a
+    thread running on the other core a moment later: a publish written before then can
+    still be stored and acked (it happened to the first publish after the kill)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5.0
+    while not _all_threads_stopped(pid):
+        assert time.monotonic() < deadline, f"process {pid} did not stop within 5 s"
+        await asyncio.sleep(0.001)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    # /proc/<pid>/task/<tid>/stat: "tid (comm) state ...", comm may hold spaces or ")".
+    return all(
+        stat.read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat")
+    )
+
+
 async def new_stream(client: Client, names: StreamNames) -> StreamName:
     stream = names()
     await client.create_stream(stream.subject, stream.name)
@@ -220,7 +239,7 @@ async def test_close_with_a_frozen_server_returns(
     stream = await new_stream(client, stream_names)
     pid = own_node.node.process.pid
     assert pid is not None
-    os.kill(pid, signal.SIGSTOP)  # NATS is embedded: it freezes too
+    await _freeze(pid)  # NATS is embedded: it freezes too
     try:
         elapsed = await _publish_big_then_close(client, stream.name)
         assert elapsed < options.close_timeout + 0.5, elapsed
@@ -433,7 +452,7 @@ async def test_flush_ends_when_the_client_closes(
     await client.publish(stream.name, b"warm")
     pid = own_node.node.process.pid
     assert pid is not None
-    os.kill(pid, signal.SIGSTOP)  # NATS is embedded: the flush's round trip gets no answer
+    await _freeze(pid)  # NATS is embedded: the flush's round trip gets no answer
     try:
         futs = [client.publish_nowait(stream.name, b"x") for _ in range(20)]
         flushing = asyncio.create_task(client.flush())
@@ -457,7 +476,7 @@ async def test_close_cancelled_mid_drain_over_grpc_still_tears_down(
     await client.publish(stream.name, b"warm")
     pid = own_node.node.process.pid
     assert pid is not None
-    os.kill(pid, signal.SIGSTOP)
+    await _freeze(pid)
     try:
         futs = [client.publish_nowait(stream.name, b"x") for _ in range(20)]
         with pytest.raises(TimeoutError):
