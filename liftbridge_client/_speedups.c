@@ -3,7 +3,7 @@
  * These functions, each the equivalent of Python code the package keeps (and uses when
  * this module is not built):
  *
- *   serve_routed     liftbridge_client._transport.nats.serve_routed (the MSG walk)
+ *   serve_routed     liftbridge_client._transport.nats_shortcuts.serve_routed (the MSG walk)
  *   pending_ack      the pending publish a plain success ack on the NATS inbox settles,
  *                    and its Ack, or None when the bytes are anything but the plain shape
  *                    the server sends or name no publish expecting them; the caller then
@@ -20,7 +20,7 @@
  *   new_slotted      cls(*values) for a slotted class whose __init__ only stores them
  *                    (exactly_once.sequencer.Envelope, one per message read committed)
  *   publish_command  envelope.encode_message_plain and the PUB command around it
- *                    (_transport.nats.PubBuffer.append), in one piece
+ *                    (_transport.nats_shortcuts.PubBuffer.append), in one piece
  *   publish_request  _publish.wire.plain_publish_request (PublishAsync's request)
  *   split_messages   _transport.h2.framing.split_messages_twin (the gRPC messages of a
  *                    call's DATA bytes: every answer and every message read over h2)
@@ -1632,7 +1632,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"serve_routed", (PyCFunction)(void (*)(void))serve_routed, METH_FASTCALL,
-     "The C twin of _transport.nats.serve_routed."},
+     "The C twin of _transport.nats_shortcuts.serve_routed."},
     {"scan_ack", (PyCFunction)(void (*)(void))scan_ack, METH_FASTCALL,
      "The hot fields of a plain enveloped api.Ack and its Ack, or None."},
     {"pending_ack", (PyCFunction)(void (*)(void))pending_ack, METH_FASTCALL,

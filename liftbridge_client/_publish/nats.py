@@ -5,7 +5,7 @@ A message goes out as an enveloped ``Message`` on its partition's subject
 client's ack inbox and a correlation id. The partition leader appends it and
 publishes an enveloped ``Ack`` to that inbox; `NatsPublisher` decodes it and
 hands it to the `Correlator` by ``Ack.correlationId``. `NatsRoute` is the `Route`
-over it: through nats-py's outgoing buffer (`_transport.nats.PubBuffer`) when nothing
+over it: through nats-py's outgoing buffer (`_transport.nats_shortcuts.PubBuffer`) when nothing
 would differ from nats-py's own publish, else by the publisher's sender.
 
 What the server does NOT answer: a publish to a paused partition (nobody
@@ -43,7 +43,7 @@ from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.acks import AckFuture, Correlator
 from liftbridge_client._publish.route import Item, Slots
 from liftbridge_client._transport.grpc import ack_error
-from liftbridge_client._transport.nats import PubBuffer, route_sid, unroute_sid
+from liftbridge_client._transport.nats_shortcuts import PubBuffer, route_sid, unroute_sid
 from liftbridge_client.envelope import MESSAGE_HEADERS_TAG, plain_header_entries
 from liftbridge_client.models import Ack, AckPolicy, StreamInfo, ack_from_proto
 
@@ -86,7 +86,7 @@ class NatsPublisher:
         self._sub: nats.aio.subscription.Subscription | None = None
         self.undecodable_acks = 0
         self.mismatched_acks = 0
-        # True: acks come straight from nats-py's parser (`_transport.nats.route_sid`).
+        # True: acks come straight from nats-py's parser (`_transport.nats_shortcuts.route_sid`).
         self.raw_acks = False
         self._buffer = PubBuffer(nc)
         # envelope.plain_parts of a keyless publish, by ack policy (command_plain).

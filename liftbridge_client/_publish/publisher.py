@@ -21,9 +21,9 @@ which checks every argument once (`_publish_args.stream_publish`).
 Ordering. A plain publish (at most a key, a few plain headers, a partition, an ack policy
 and a transport) with nothing queued ahead of it and the sender idle takes one step in the
 call (`Publisher.send_plain`, then the route's ``direct``): over NATS it is appended to
-nats-py's outgoing buffer (`_transport.nats.PubBuffer`), over gRPC with the h2 transport it
-goes, serialized, to the PublishAsync stream to its leader (opened from the cached metadata
-if needed; `LeaderRoute.direct`). Every other publish puts one item on a FIFO queue,
+nats-py's outgoing buffer (`_transport.nats_shortcuts.PubBuffer`), over gRPC with the h2
+transport it goes, serialized, to the PublishAsync stream to its leader (opened from the
+cached metadata if needed; `LeaderRoute.direct`). Every other publish puts one item on a FIFO queue,
 synchronously, before it returns (or, for `send`, once it has a window slot; slots are
 granted first come, first served). One sender task drains the queue in order. NATS items it
 writes itself, awaiting each write; a gRPC item it hands (no await) to the outbox of the

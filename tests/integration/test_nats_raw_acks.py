@@ -8,7 +8,7 @@ import nats
 import pytest
 
 from liftbridge_client import Client, envelope
-from liftbridge_client._transport import nats as transport_nats
+from liftbridge_client._transport import nats_shortcuts as transport_nats
 from liftbridge_client.options import ClientOptions
 from liftbridge_client.testing import Deployment, StreamNames, wait_until
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from liftbridge_client import Client, ClientOptions, StartPosition, Transport
-from liftbridge_client._transport.nats import READ_SIZE
+from liftbridge_client._transport.nats_shortcuts import READ_SIZE
 from liftbridge_client.options import StreamTransport
 from liftbridge_client.testing import Deployment, StreamNames
 

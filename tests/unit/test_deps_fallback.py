@@ -31,6 +31,7 @@ from test_nats_fastparse import Conn as ParserConn
 from test_nats_raw import PendingConn, Sub
 
 from liftbridge_client._transport import nats as transport_nats
+from liftbridge_client._transport import nats_shortcuts as shortcuts
 from liftbridge_client._transport.h2 import connection as h2conn
 
 # ------------------------------------------------------------------ nats-py: acks
@@ -59,7 +60,7 @@ READS = [
 
 async def _deliveries(conn: ParserConn, routed: bool) -> list[tuple[Any, ...]]:
     handler = lambda d: conn.events.append(("msg", 3, d, None))  # noqa: E731
-    assert transport_nats.route_sid(cast(Any, conn), Sub(3), handler) is routed
+    assert shortcuts.route_sid(cast(Any, conn), Sub(3), handler) is routed
     for read in READS:
         await conn._ps.parse(read)
     return conn.events
@@ -82,7 +83,7 @@ async def test_a_changed_process_msg_leaves_acks_to_nats_py(
     assert plain == routed  # the same messages, in the same order, by nats-py's own path
     assert [e[0] for e in plain].count("msg") == 5
     again = OtherMsgConn()
-    assert not transport_nats.route_sid(cast(Any, again), Sub(3), print)
+    assert not shortcuts.route_sid(cast(Any, again), Sub(3), print)
     assert "_process_msg" not in vars(again)  # nothing was replaced
     records = [r for r in caplog.records if "routing acks" in r.getMessage()]
     assert len(records) == 1  # once per process, not per connection
@@ -96,13 +97,13 @@ async def test_a_parser_that_no_longer_calls_process_msg_routes_nothing(
 ) -> None:
     caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats")
     routed = await _deliveries(ParserConn(), routed=True)
-    monkeypatch.setattr(transport_nats, "_PARSER_CALLS_PROCESS_MSG", False)
+    monkeypatch.setattr(shortcuts, "_PARSER_CALLS_PROCESS_MSG", False)
     assert await _deliveries(ParserConn(), routed=False) == routed
     assert "its parser does not call _process_msg" in caplog.text
 
 
 def test_the_parser_check_reads_nats_py_s_parser() -> None:
-    assert transport_nats._PARSER_CALLS_PROCESS_MSG  # this nats-py's parser calls nc._process_msg
+    assert shortcuts._PARSER_CALLS_PROCESS_MSG  # this nats-py's parser calls nc._process_msg
     assert "_process_msg" in Parser.parse.__code__.co_names
 
 
@@ -113,7 +114,7 @@ async def test_a_parser_of_another_shape_keeps_nats_py_s_parse(
     caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats")
     routed = await _deliveries(ParserConn(), routed=True)
     # A nats-py without the parser state the walk starts from.
-    monkeypatch.setattr(transport_nats, "_CONTROL_LINE", None)
+    monkeypatch.setattr(shortcuts, "_CONTROL_LINE", None)
     conn = ParserConn()
     assert await _deliveries(conn, routed=True) == routed  # routed by _process_msg only
     assert "parse" not in vars(conn._ps)
@@ -141,14 +142,14 @@ async def test_pub_buffer_leaves_publishing_to_nats_py_when_internals_differ(
     caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats")
     conn = PendingConn()
     change(conn)
-    buf = transport_nats.PubBuffer(cast(Any, conn))
+    buf = shortcuts.PubBuffer(cast(Any, conn))
     buf.learn("s")
     assert not buf.append("s", b"x")  # the caller then awaits nc.publish
     assert not buf.unflushed
     await buf.kick()  # nothing queued: nothing touched
     assert conn.flushes == 0
     assert why in caplog.text
-    transport_nats.PubBuffer(cast(Any, PendingConn()))  # a fit one: no second record
+    shortcuts.PubBuffer(cast(Any, PendingConn()))  # a fit one: no second record
     assert caplog.text.count("publishing goes through") == 1
 
 
@@ -159,7 +160,7 @@ async def test_pub_buffer_without_nats_py_s_connected_status(
     caplog.set_level(logging.DEBUG, "liftbridge_client._transport.nats")
     conn = PendingConn()
     monkeypatch.delattr(nats.aio.client.Client, "CONNECTED")
-    buf = transport_nats.PubBuffer(cast(Any, conn))
+    buf = shortcuts.PubBuffer(cast(Any, conn))
     buf.learn("s")
     assert not buf.append("s", b"x")
     assert "has no CONNECTED status" in caplog.text

@@ -1,4 +1,4 @@
-"""The routed-MSG fast parse (liftbridge_client._transport.nats) against nats-py's own parser.
+"""The routed-MSG fast parse (`_transport.nats_shortcuts`) against nats-py's own parser.
 
 The same protocol bytes, cut into arbitrary reads, go to a parser with the
 fast path installed and to a plain nats-py parser; every handler, message,
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from nats.protocol.parser import AWAITING_MSG_PAYLOAD, Parser
 from test_nats_raw import Sub
 
-from liftbridge_client._transport.nats import route_sid, serve_routed
+from liftbridge_client._transport.nats_shortcuts import route_sid, serve_routed
 
 ROUTED = (3, 11)  # the subscription ids with a raw handler
 

@@ -1,4 +1,4 @@
-"""The raw ack route into nats-py's parser (liftbridge_client._transport.nats)."""
+"""The raw ack route into nats-py's parser (liftbridge_client._transport.nats_shortcuts)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, cast
 import nats.aio.client
 import pytest
 
-from liftbridge_client._transport.nats import PubBuffer, route_sid, unroute_sid
+from liftbridge_client._transport.nats_shortcuts import PubBuffer, route_sid, unroute_sid
 
 
 class Sub:
@@ -56,7 +56,7 @@ async def test_a_failing_handler_is_logged_not_raised(caplog: pytest.LogCaptureF
         raise RuntimeError("bug")
 
     assert route_sid(cast(Any, conn), Sub(1), broken)
-    with caplog.at_level(logging.ERROR, logger="liftbridge_client._transport.nats"):
+    with caplog.at_level(logging.ERROR, logger="liftbridge_client._transport.nats_shortcuts"):
         await conn._process_msg(1, b"s", b"", b"x", b"")
     assert "handler of NATS subscription 1 failed" in caplog.text
 

@@ -1,4 +1,4 @@
-"""Routed MSGs served from the socket's StreamReader (liftbridge_client._transport.nats).
+"""Routed MSGs served from the socket's StreamReader (liftbridge_client._transport.nats_shortcuts).
 
 Once nats-py's read task has parsed one read of a connection, the reader's ``feed_data``
 serves routed MSGs as the bytes arrive, while nothing of the connection waits to be parsed.

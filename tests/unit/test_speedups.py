@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from liftbridge_client import _native, envelope, models
 from liftbridge_client._proto import api_pb2
 from liftbridge_client._publish.wire import plain_answer, plain_publish_request
-from liftbridge_client._transport import nats as transport
+from liftbridge_client._transport import nats_shortcuts as transport
 from liftbridge_client._transport.h2 import framing
 from liftbridge_client.errors import InvalidInputError, ProtocolError
 from liftbridge_client.exactly_once import mapping, uuids
