@@ -57,6 +57,12 @@ _PARSER_CALLS_PROCESS_MSG: bool = "_process_msg" in getattr(
     (),
 )
 _MSG_ARGS = ("sid", "subject", "reply", "data", "headers")
+# The connection states in which nats-py's read task parses what arrives.
+_READING: frozenset[int] = frozenset(
+    getattr(nats.aio.client.Client, name)
+    for name in ("CONNECTED", "DRAINING_SUBS", "DRAINING_PUBS")
+    if type(getattr(nats.aio.client.Client, name, None)) is int
+)
 
 
 def _install(nc: nats.aio.client.Client) -> dict[int, Handler] | None:
@@ -189,11 +195,13 @@ class _FastReads:
         returns what is left for nats-py to parse (nothing when a routed MSG is cut: it
         waits in nats-py's buffer for the next read, as nats-py's own parse would keep it)."""
         buf = self._ps.buf
-        if buf:  # the tail of the previous read
+        joined = bool(buf)
+        if joined:  # the tail of the previous read
             buf.extend(data)
             data = bytes(buf)
-            del buf[:]
         pos, partial = _serve(data, self._table, self._counts)
+        if joined:
+            del buf[:]
         if pos == len(data):
             return b""
         rest = data[pos:] if pos else data
@@ -210,20 +218,30 @@ class _FastReads:
             self._busy = False
 
     def _take_over(self, reader: object) -> None:
+        ps = self._ps
+        if self._reader is not None and hasattr(ps, "reset"):
+            # A new connection's first read: nothing parsed before it belongs to it. (nats-py
+            # resets its parser when it finds the connection broken, and its reset on
+            # reconnecting does not run: _process_connect_init sets CONNECTING first.)
+            ps.reset()
         self._reader = reader
         if type(reader) is not asyncio.StreamReader:
             internals_differ(
                 "reading acks", "its transport does not read through an asyncio.StreamReader"
             )
             return
-        small_reads(getattr(reader, "_transport", None))
+        # The writer's: after start_tls (nats-py's TLS upgrade) the reader has no transport.
+        writer = getattr(getattr(self._nc, "_transport", None), "_io_writer", None)
+        small_reads(getattr(writer, "transport", None))
         pending = getattr(reader, "_buffer", None)
         if not isinstance(pending, bytearray):
             internals_differ("reading acks", "asyncio.StreamReader has no _buffer bytearray")
             return
+        if type(getattr(self._nc, "_status", None)) is not int or not _READING:
+            internals_differ("reading acks", "the connection has no status of nats-py's kinds")
+            return
         feed = reader.feed_data
         nc = self._nc
-        ps = self._ps
 
         def feed_data(data: bytes) -> None:
             if (
@@ -231,7 +249,9 @@ class _FastReads:
                 or reader._buffer  # type: ignore[attr-defined]
                 or ps.state != _CONTROL_LINE
                 or not self._table
+                or type(data) is not bytes  # a proactor's bytearray: nats-py's to parse
                 or not data
+                or nc._status not in _READING  # broken: nats-py reset its parser, stopped reading
                 or getattr(nc._transport, "_io_reader", None) is not reader  # a former socket's
             ):
                 feed(data)
@@ -251,11 +271,14 @@ READ_SIZE = 64 * 1024
 
 
 def small_reads(transport: object) -> None:
-    """Make an asyncio socket transport read at most `READ_SIZE` bytes at a time (a
-    transport of another kind, TLS or uvloop's, reads into a buffer of its own)."""
-    size = getattr(type(transport), "max_size", None)
+    """Make an asyncio socket transport read at most `READ_SIZE` bytes at a time. Over
+    TLS the limit is its SSL protocol's, which reads the decrypted bytes with
+    ``SSLObject.read(max_size)``, also 256 KiB. uvloop's transports read into a buffer of
+    their own."""
+    target = getattr(transport, "_ssl_protocol", transport)
+    size = getattr(type(target), "max_size", None)
     if type(size) is int and size > READ_SIZE:
-        transport.max_size = READ_SIZE  # type: ignore[attr-defined]
+        target.max_size = READ_SIZE  # type: ignore[attr-defined]
 
 
 def serve_routed(

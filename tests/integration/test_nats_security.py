@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_read_sizes import BIG, peak_during
 
 from liftbridge_client import (
     AckPolicy,
@@ -26,6 +27,7 @@ from liftbridge_client import (
     Transport,
     errors,
 )
+from liftbridge_client._transport.nats_shortcuts import READ_SIZE
 from liftbridge_client.testing import (
     NatsServer,
     NkeyUser,
@@ -102,6 +104,30 @@ async def test_publish_over_nats_with_mutual_tls_and_an_nkey(
             name, start=StartPosition.EARLIEST, stop=StopPosition.LATEST
         ) as sub:
             assert [m.value async for m in sub] == [b"over tls"]
+
+
+async def test_over_tls_a_lone_publish_reads_no_256_kib_at_once(
+    secure_node: SingleNode, pki: TestPKI, nkey_user: NkeyUser
+) -> None:
+    # The SSL protocol reads the decrypted bytes with SSLObject.read(max_size): 256 KiB,
+    # allocated in full for each read, unless the client lowers it (tests/integration/
+    # test_read_sizes.py has the plain TCP and h2 cases).
+    opts = options(pki, NatsAuth(nkey_seed_file=nkey_user.seed_file))
+    tag = uuid.uuid4().hex[:10]
+    name = f"natssec-{tag}"
+    async with Client(
+        secure_node.addresses, nats_servers=[secure_node.nats_url], options=opts
+    ) as client:
+        await client.create_stream(f"natssec.{tag}", name)
+        await client.publish(name, b"first", transport=Transport.NATS)
+        nc: Any = client._nats
+        assert nc._transport._io_writer.transport._ssl_protocol.max_size == READ_SIZE
+
+        async def publish() -> None:
+            for i in range(30):
+                await client.publish(name, b"m%d" % i, transport=Transport.NATS)
+
+        assert await peak_during(publish) < BIG
 
 
 async def test_server_name_override(

@@ -25,10 +25,10 @@ from liftbridge_client.testing import Deployment, StreamNames
 
 pytestmark = pytest.mark.integration
 
-_BIG = 200 * 1024  # a read of asyncio's default size would allocate 256 KiB
+BIG = 200 * 1024  # a read of asyncio's default size would allocate 256 KiB
 
 
-async def _peak_during(work: Callable[[], Awaitable[None]]) -> int:
+async def peak_during(work: Callable[[], Awaitable[None]]) -> int:
     """The most memory traced at once while ``work`` ran, above what was traced before."""
     tracemalloc.start()
     try:
@@ -64,7 +64,7 @@ async def test_one_at_a_time_publishes_and_reads_allocate_no_big_read_buffer(
             for i in range(30):
                 await client.publish(stream.name, b"m%d" % i)
 
-        assert await _peak_during(publish) < _BIG
+        assert await peak_during(publish) < BIG
         if transport is Transport.NATS:
             nc: Any = client._nats
             assert nc._transport._io_writer.transport.max_size == READ_SIZE
@@ -77,4 +77,4 @@ async def test_one_at_a_time_publishes_and_reads_allocate_no_big_read_buffer(
                     if got == 31:
                         return
 
-        assert await _peak_during(read) < _BIG
+        assert await peak_during(read) < BIG

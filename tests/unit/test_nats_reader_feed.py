@@ -17,6 +17,7 @@ from typing import Any
 from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nats.aio.client import Client
 from test_nats_fastparse import Conn, _op, fast_conn
 
 
@@ -75,8 +76,15 @@ async def _through_reader(reads: list[bytes], pauses: list[int]) -> tuple[SlowPi
     return conn, parses
 
 
+def connected() -> Any:
+    """A connection with routes, in nats-py's CONNECTED state."""
+    conn: Any = fast_conn()
+    conn._status = Client.CONNECTED
+    return conn
+
+
 def fast_conn_of(cls: type[Conn]) -> Any:
-    conn = fast_conn()
+    conn = connected()
     conn.__class__ = cls  # the same routes, on a connection whose PING awaits
     return conn
 
@@ -130,7 +138,7 @@ def test_acks_after_the_first_read_skip_the_read_task() -> None:
 
 def test_a_new_connection_s_reader_is_served_once_read() -> None:
     async def go() -> list[tuple[Any, ...]]:
-        conn: Any = fast_conn()
+        conn = connected()
         first, second = Transport(), Transport()
         conn._transport = first
         first._io_reader.feed_data(b"MSG a 3 1\r\na\r\n")
@@ -156,7 +164,7 @@ async def _read_loop_once(conn: Any, transport: Transport) -> None:
 
 def test_a_stand_in_transport_leaves_reading_to_nats_py() -> None:
     async def go() -> None:
-        conn: Any = fast_conn()
+        conn = connected()
         conn._transport = object()  # a websocket transport, say: no StreamReader
         await conn._ps.parse(b"MSG a 3 1\r\na\r\n")
         assert [e[2] for e in conn.events] == [b"a"]
@@ -177,3 +185,50 @@ def test_a_payload_that_looks_like_a_routed_msg_is_nats_py_s() -> None:
         assert fast.events == plain.events
 
     asyncio.run(both())
+
+
+def test_a_broken_connection_s_reads_are_left_to_nats_py_and_its_parser_reset() -> None:
+    # nats-py finds the connection broken (force_reconnect, _process_op_err): RECONNECTING,
+    # its parser reset, and the old socket may still deliver a read in the same round, cut
+    # in the middle of an ack. None of it may reach the new connection's parse.
+    async def go() -> list[tuple[Any, ...]]:
+        conn = connected()
+        old, new = Transport(), Transport()
+        conn._transport = old
+        old._io_reader.feed_data(b"MSG a 3 1\r\na\r\n")
+        await _read_loop_once(conn, old)
+        conn._status = Client.RECONNECTING
+        conn._ps.reset()
+        old._io_reader.feed_data(b"MSG a 3 1\r\nb\r\nMSG a 3 40\r\nyyy")
+        assert not conn._ps.buf  # all of it went to the old reader, which nobody reads
+        conn._ps.buf.extend(b"MSG a 3 9\r\nz")  # and a stale tail the reset did not see
+        conn._transport = new
+        conn._status = Client.CONNECTED
+        new._io_reader.feed_data(b"MSG a 3 1\r\nc\r\nPING\r\n")
+        await _read_loop_once(conn, new)
+        new._io_reader.feed_data(b"MSG a 3 1\r\nd\r\n")
+        events: list[tuple[Any, ...]] = conn.events
+        return events
+
+    assert asyncio.run(go()) == [
+        ("msg", 3, b"a", None),
+        ("msg", 3, b"c", None),
+        ("ping",),
+        ("msg", 3, b"d", None),
+    ]
+
+
+def test_a_read_that_is_not_bytes_goes_to_nats_py_unchanged() -> None:
+    # Windows' proactor loop hands data_received a bytearray.
+    async def go() -> None:
+        conn = connected()
+        transport = Transport()
+        conn._transport = transport
+        transport._io_reader.feed_data(b"MSG a 3 1\r\na\r\n")
+        await _read_loop_once(conn, transport)
+        transport._io_reader.feed_data(bytearray(b"MSG a 3 1\r\nb\r\n"))
+        assert bytes(transport._io_reader._buffer) == b"MSG a 3 1\r\nb\r\n"  # type: ignore[attr-defined]
+        await _read_loop_once(conn, transport)
+        assert [e[2] for e in conn.events] == [b"a", b"b"]
+
+    asyncio.run(go())
