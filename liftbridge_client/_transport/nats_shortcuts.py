@@ -151,8 +151,9 @@ class _FastReads:
     1. `parse` stands in for nats-py's parser, which its read task calls with each read.
     2. `feed_data` stands in for the connection's ``asyncio.StreamReader.feed_data``,
        which the socket's ``data_received`` calls: while nothing of the connection waits
-       to be parsed (the reader holds nothing, nats-py's parse is not part-way), the
-       acks are served as they arrive. The read task, and the event-loop round that
+       to be parsed (the reader holds nothing, nats-py's parse is not part-way) and
+       nats-py still reads it (not found broken, no other socket since), the acks are
+       served as they arrive. The read task, and the event-loop round that
        wakes it, are then skipped: one publish at a time, that was an eighth of the
        round trip. Everything else goes to the reader, in order, as before.
 
