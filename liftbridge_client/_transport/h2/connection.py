@@ -1,11 +1,12 @@
 """One HTTP/2 connection to a broker, shared by every gRPC stream to it.
 
-An asyncio Protocol around an ``h2`` state machine (the sans-IO statuses and message
-framing are in `framing`). Received bytes are parsed
-once per chunk and each event goes to the stream it belongs to (a `StreamHandler`,
-one per call); frames to send are written once per event-loop iteration, so
-many small writes and window updates leave in one ``write``: what the calls send
-(their pumps) and what the connection answers (window updates, PING answers) alike.
+An asyncio protocol around an ``h2`` state machine (the sans-IO statuses and message
+framing are in `framing`). It is a buffered one: the socket is read into a buffer of the
+connection's own (see ``_READ_BUFFER`` for why). Received bytes are parsed once per
+chunk and each event goes to the stream it belongs to (a `StreamHandler`, one per
+call); frames to send are written once per event-loop iteration, so many small writes
+and window updates leave in one ``write``: what the calls send (their pumps) and what
+the connection answers (window updates, PING answers) alike.
 
 Keepalive pings go out every ``keepalive_time`` seconds only while streams are
 open (the server counts pings without calls as abuse); an unanswered ping closes
