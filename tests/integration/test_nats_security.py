@@ -8,8 +8,9 @@ The client configures NATS like gRPC: ``ClientOptions.nats_tls`` (a `TLSConfig`)
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,18 +87,25 @@ def options(
     return ClientOptions(nats_tls=nats_tls, nats_auth=auth, connect_timeout=connect_timeout)
 
 
+@contextlib.asynccontextmanager
+async def tls_client_and_stream(
+    node: SingleNode, opts: ClientOptions
+) -> AsyncIterator[tuple[Client, str]]:
+    """A client of ``node`` with ``opts``, and a new stream's name."""
+    tag = uuid.uuid4().hex[:10]
+    name = f"natssec-{tag}"
+    async with Client(node.addresses, nats_servers=[node.nats_url], options=opts) as client:
+        await client.create_stream(f"natssec.{tag}", name)
+        yield client, name
+
+
 async def test_publish_over_nats_with_mutual_tls_and_an_nkey(
     secure_node: SingleNode, pki: TestPKI, nkey_user: NkeyUser
 ) -> None:
     opts = options(pki, NatsAuth(nkey_seed_file=nkey_user.seed_file))
     assert str(nkey_user.seed_file) in repr(opts)  # the path, never the seed
     assert nkey_user.seed_file.read_text()[:10] not in repr(opts)
-    tag = uuid.uuid4().hex[:10]
-    name = f"natssec-{tag}"
-    async with Client(
-        secure_node.addresses, nats_servers=[secure_node.nats_url], options=opts
-    ) as client:
-        await client.create_stream(f"natssec.{tag}", name)
+    async with tls_client_and_stream(secure_node, opts) as (client, name):
         ack = await client.publish(name, b"over tls", transport=Transport.NATS)
         assert ack.offset == 0
         async with client.subscribe(
@@ -113,12 +121,7 @@ async def test_over_tls_a_lone_publish_reads_no_256_kib_at_once(
     # allocated in full for each read, unless the client lowers it (tests/integration/
     # test_read_sizes.py has the plain TCP and h2 cases).
     opts = options(pki, NatsAuth(nkey_seed_file=nkey_user.seed_file))
-    tag = uuid.uuid4().hex[:10]
-    name = f"natssec-{tag}"
-    async with Client(
-        secure_node.addresses, nats_servers=[secure_node.nats_url], options=opts
-    ) as client:
-        await client.create_stream(f"natssec.{tag}", name)
+    async with tls_client_and_stream(secure_node, opts) as (client, name):
         await client.publish(name, b"first", transport=Transport.NATS)
         nc: Any = client._nats
         assert nc._transport._io_writer.transport._ssl_protocol.max_size == READ_SIZE
