@@ -139,10 +139,7 @@ def test_acks_after_the_first_read_skip_the_read_task() -> None:
 def test_a_new_connection_s_reader_is_served_once_read() -> None:
     async def go() -> list[tuple[Any, ...]]:
         conn = connected()
-        first, second = Transport(), Transport()
-        conn._transport = first
-        first._io_reader.feed_data(b"MSG a 3 1\r\na\r\n")
-        await _read_loop_once(conn, first)
+        first, second = await _taken_over(conn), Transport()
         conn._transport = second  # nats-py reconnected: a new socket, a new reader
         first._io_reader.feed_data(b"MSG a 3 1\r\nx\r\n")  # the former socket: not served
         assert bytes(first._io_reader._buffer) == b"MSG a 3 1\r\nx\r\n"  # type: ignore[attr-defined]
@@ -160,6 +157,16 @@ def test_a_new_connection_s_reader_is_served_once_read() -> None:
 
 async def _read_loop_once(conn: Any, transport: Transport) -> None:
     await conn._ps.parse(await transport._io_reader.read(65536))
+
+
+async def _taken_over(conn: Any) -> Transport:
+    """A new socket for ``conn`` whose first read (ack ``a``) nats-py's read task parsed:
+    from then on its reader serves acks itself."""
+    transport = Transport()
+    conn._transport = transport
+    transport._io_reader.feed_data(b"MSG a 3 1\r\na\r\n")
+    await _read_loop_once(conn, transport)
+    return transport
 
 
 def test_a_stand_in_transport_leaves_reading_to_nats_py() -> None:
@@ -193,10 +200,7 @@ def test_a_broken_connection_s_reads_are_left_to_nats_py_and_its_parser_reset() 
     # in the middle of an ack. None of it may reach the new connection's parse.
     async def go() -> list[tuple[Any, ...]]:
         conn = connected()
-        old, new = Transport(), Transport()
-        conn._transport = old
-        old._io_reader.feed_data(b"MSG a 3 1\r\na\r\n")
-        await _read_loop_once(conn, old)
+        old, new = await _taken_over(conn), Transport()
         conn._status = Client.RECONNECTING
         conn._ps.reset()
         old._io_reader.feed_data(b"MSG a 3 1\r\nb\r\nMSG a 3 40\r\nyyy")
@@ -222,10 +226,7 @@ def test_a_read_that_is_not_bytes_goes_to_nats_py_unchanged() -> None:
     # Windows' proactor loop hands data_received a bytearray.
     async def go() -> None:
         conn = connected()
-        transport = Transport()
-        conn._transport = transport
-        transport._io_reader.feed_data(b"MSG a 3 1\r\na\r\n")
-        await _read_loop_once(conn, transport)
+        transport = await _taken_over(conn)
         transport._io_reader.feed_data(bytearray(b"MSG a 3 1\r\nb\r\n"))
         assert bytes(transport._io_reader._buffer) == b"MSG a 3 1\r\nb\r\n"  # type: ignore[attr-defined]
         await _read_loop_once(conn, transport)
