@@ -24,6 +24,8 @@
  *   publish_request  _publish.wire.plain_publish_request (PublishAsync's request)
  *   split_messages   _transport.h2.framing.split_messages_twin (the gRPC messages of a
  *                    call's DATA bytes: every answer and every message read over h2)
+ *   data_run         _transport.h2.framing.data_run_twin (the DATA frames of one stream
+ *                    that follow each other in a read, joined: every message read over h2)
  *   plain_response   _publish.wire.plain_ack (the common PublishAsync answer over h2),
  *                    checked to the last byte where that one looks at the telling ones
  *
@@ -1444,6 +1446,61 @@ split_messages(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* ---- data_run: a run of DATA frames of one stream, in one piece --------------------- */
+
+/* data_run(data, i, head, max_frame) -> (payload, flow, end)
+ *
+ * The twin of _transport.h2.framing.data_run_twin: from offset i, the complete HTTP/2
+ * frames whose type, flags and stream id (the 6 bytes after the length) equal head and
+ * whose length is at most max_frame, their payloads joined, the sum of their lengths and
+ * the offset after the last one. head is a DATA frame's without flags (no padding), so a
+ * frame's payload is all of it. A server sends each gRPC message in a frame of its own:
+ * a read chunk carries hundreds of these, walked here rather than one by one in Python.
+ */
+static PyObject *
+data_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyBytes_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
+        !PyBytes_CheckExact(args[2]) || PyBytes_GET_SIZE(args[2]) != 6 ||
+        !PyLong_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "data_run takes bytes, an int, 6 bytes of frame head and an int");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    long long max_frame = PyLong_AsLongLong(args[3]);
+    if ((start == -1 || max_frame == -1) && PyErr_Occurred())
+        return NULL;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    const char *head = PyBytes_AS_STRING(args[2]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    if (start < 0 || start > size) {
+        PyErr_SetString(PyExc_ValueError, "data_run: offset out of range");
+        return NULL;
+    }
+    /* First the extent, then one copy into a bytes object of the right size. */
+    Py_ssize_t i = start, total = 0;
+    while (size - i >= 9) {
+        Py_ssize_t length = ((Py_ssize_t)p[i] << 16) | ((Py_ssize_t)p[i + 1] << 8) | p[i + 2];
+        if (length > max_frame || length > size - i - 9 || memcmp(p + i + 3, head, 6) != 0)
+            break;
+        total += length;
+        i += 9 + length;
+    }
+    Py_ssize_t end = i;
+    PyObject *payload = PyBytes_FromStringAndSize(NULL, total);
+    if (payload == NULL)
+        return NULL;
+    char *out = PyBytes_AS_STRING(payload);
+    for (i = start; i < end;) {
+        Py_ssize_t length = ((Py_ssize_t)p[i] << 16) | ((Py_ssize_t)p[i + 1] << 8) | p[i + 2];
+        memcpy(out, p + i + 9, (size_t)length);
+        out += length;
+        i += 9 + length;
+    }
+    return Py_BuildValue("(Nnn)", payload, total, end);
+}
+
 /* ---- plain_span and message_columns: a subscription's messages as Spark's columns ---- */
 
 /* plain_span(raws) -> (first, last) | None
@@ -1637,6 +1694,8 @@ static PyMethodDef methods[] = {
      "The hot fields of a plain enveloped api.Ack and its Ack, or None."},
     {"pending_ack", (PyCFunction)(void (*)(void))pending_ack, METH_FASTCALL,
      "The pending entry a plain success ack settles and its Ack, or None."},
+    {"data_run", (PyCFunction)(void (*)(void))data_run, METH_FASTCALL,
+     "A run of one stream's DATA frames: (payload, flow, end)."},
     {"split_messages", (PyCFunction)(void (*)(void))split_messages, METH_FASTCALL,
      "The payloads of the complete gRPC messages at the start of bytes, and where it stopped."},
     {"fnv1a_32", fnv1a_32, METH_O, "The 32-bit FNV-1a hash of bytes."},

@@ -648,6 +648,70 @@ def test_split_messages_refuses_other_types() -> None:
         speedups.split_messages(b"", 1 << 70)
 
 
+# ---- a run of one stream's DATA frames: data_run --------------------------------------
+
+_RUN_HEAD = bytes([0, 0]) + (7).to_bytes(4, "big")  # DATA, no flags, stream 7
+
+
+@st.composite
+def frame_runs(draw: st.DrawFn) -> tuple[bytes, int]:
+    """HTTP/2 frames back to back, mostly DATA of stream 7 without flags, now and then one
+    of another type, flags or stream, or longer than the limit; cut anywhere, and an offset
+    to start from (sometimes past a frame's start)."""
+    out = draw(st.binary(max_size=12))
+    start = len(out) if draw(st.booleans()) else draw(st.integers(0, len(out)))
+    for _ in range(draw(st.integers(0, 8))):
+        payload = draw(st.binary(max_size=30))
+        head = draw(
+            st.sampled_from(
+                [_RUN_HEAD] * 4
+                + [
+                    bytes([0, 1]) + (7).to_bytes(4, "big"),  # END_STREAM
+                    bytes([0, 8]) + (7).to_bytes(4, "big"),  # PADDED
+                    bytes([0, 0]) + (9).to_bytes(4, "big"),  # another stream
+                    bytes([8, 0]) + (7).to_bytes(4, "big"),  # WINDOW_UPDATE
+                ]
+            )
+        )
+        out += len(payload).to_bytes(3, "big") + head + payload
+    if draw(st.booleans()):
+        out = out[: draw(st.integers(start, len(out)))]
+    return out, start
+
+
+@needs_c
+@settings(max_examples=examples(2000), deadline=None)
+@given(
+    run=st.one_of(frame_runs(), st.tuples(st.binary(max_size=60), st.just(0))),
+    max_frame=st.integers(0, 40),
+)
+@example(run=(b"\xff\xff\xff" + _RUN_HEAD, 0), max_frame=1 << 24)  # a head naming 16 MiB
+@example(run=((b"\x00\x00\x00" + _RUN_HEAD) * 3, 0), max_frame=0)  # empty frames
+def test_data_run_matches_its_twin(run: tuple[bytes, int], max_frame: int) -> None:
+    assert speedups is not None
+    data, start = run
+    got = speedups.data_run(data, start, _RUN_HEAD, max_frame)
+    assert got == framing.data_run_twin(data, start, _RUN_HEAD, max_frame)
+    payload, flow, end = got
+    assert start <= end <= len(data)
+    assert flow == len(payload)  # no padding: a frame's length is its payload's
+
+
+@needs_c
+def test_data_run_refuses_other_inputs() -> None:
+    assert speedups is not None
+    with pytest.raises(TypeError):
+        speedups.data_run(bytearray(9), 0, _RUN_HEAD, 10)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        speedups.data_run(b"", 0, b"\x00" * 5, 10)  # a head is 6 bytes
+    with pytest.raises(TypeError):
+        speedups.data_run(b"", 0, _RUN_HEAD)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="out of range"):
+        speedups.data_run(b"abc", 4, _RUN_HEAD, 10)
+    with pytest.raises(ValueError, match="out of range"):
+        speedups.data_run(b"abc", -1, _RUN_HEAD, 10)
+
+
 # ---- the headers of a plain publish ---------------------------------------------------
 
 

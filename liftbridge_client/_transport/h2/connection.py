@@ -31,7 +31,12 @@ from grpc import StatusCode
 from h2.errors import ErrorCodes
 from h2.stream import H2Stream, StreamState
 
-from liftbridge_client._transport.h2.framing import H2RpcError, encode_timeout, from_reset
+from liftbridge_client._transport.h2.framing import (
+    H2RpcError,
+    data_run,
+    encode_timeout,
+    from_reset,
+)
 from liftbridge_client._version import __version__
 
 __all__ = ["CONNECTION_WINDOW", "STREAM_WINDOW", "Connection", "StreamHandler"]
@@ -259,9 +264,10 @@ class Connection(asyncio.BufferedProtocol):
             if end > size:
                 break
             if last and batch is not None and data.startswith(last, i + 3) and length <= max_frame:
-                batch.parts.append(data[i + 9 : end])
-                batch.flow += length
-                i = slow = end
+                payload, flow, i = data_run(data, i, last, max_frame)  # this frame and the
+                batch.parts.append(payload)  # like ones after it: a read holds hundreds
+                batch.flow += flow
+                slow = i
                 continue
             entry = None
             kind = data[i + 3]
