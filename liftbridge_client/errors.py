@@ -66,6 +66,14 @@ flags hold where the tree says so and are inherited by subclasses.
 from __future__ import annotations
 
 import builtins
+import re
+
+# Control characters but tab and newline (C0, DEL and C1): shown escaped in messages.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
 
 
 class LiftbridgeError(Exception):
@@ -73,6 +81,12 @@ class LiftbridgeError(Exception):
 
     retriable: bool = False
     invalid_metadata: bool = False
+
+    def __str__(self) -> str:
+        # A message quotes names and server text as given: a NUL or an escape sequence
+        # in them would reach logs and terminals raw, so such characters show as \xNN.
+        text = super().__str__()
+        return _CONTROL.sub(_escaped, text) if _CONTROL.search(text) else text
 
 
 class InvalidInputError(LiftbridgeError, ValueError):

@@ -11,7 +11,7 @@ skip: no Java is a failure.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from budget import examples, scale
 from hypothesis import settings
 
 from liftbridge_client._tasks import TaskSupervisor
+from liftbridge_client.testing import SingleNode
 
 pytest_plugins = ["liftbridge_client.testing.plugin"]
 
@@ -56,3 +57,11 @@ async def supervisor() -> AsyncIterator[TaskSupervisor]:
     await tasks.start()
     yield tasks
     await tasks.aclose(1.0)
+
+
+@pytest.fixture
+def own_node(tmp_path: Path, liftbridge_server_version: str) -> Iterator[SingleNode]:
+    """A node of the test's own, so the shared one stays untouched: to freeze, kill or
+    restart, at the version the session's servers run."""
+    with SingleNode(base_dir=tmp_path, version=liftbridge_server_version) as node:
+        yield node

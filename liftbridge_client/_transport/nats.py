@@ -33,6 +33,7 @@ from liftbridge_client.options import ClientOptions, NatsAuth, TLSConfig
 __all__ = [
     "abort_nats_transport",
     "connect_nats",
+    "end_failed_attempt",
     "internals_differ",
     "move_nats",
     "nats_security_args",
@@ -103,6 +104,32 @@ def abort_nats_transport(nc: nats.aio.client.Client) -> None:
             _close_fallback("aborting the socket", "no _transport._io_writer.transport.abort()")
         return
     raw.abort()
+
+
+def end_failed_attempt(nc: nats.aio.client.Client) -> None:
+    """Stop what a failed reconnect attempt of nats-py started; called first in its error
+    callback.
+
+    nats-py (2.10 to 2.16) starts its read, ping and flush tasks on a new socket once the
+    server accepted CONNECT, then flushes; when that fails (the flush times out, the
+    socket breaks), it tries the next server and leaves those tasks running and the socket
+    open. The stale read task then reads the next connection's socket beside the new one,
+    and two flushers write one buffer. In nats-py's reconnect task, with its read task
+    alive, the attempt got that far: its tasks are cancelled and its socket closed here,
+    before nats-py goes on.
+    """
+    if asyncio.current_task() is not getattr(nc, "_reconnection_task", None):
+        return  # not nats-py's reconnect loop (it also reports through this callback)
+    reading = getattr(nc, "_reading_task", None)
+    if not isinstance(reading, asyncio.Task) or reading.done():
+        return  # this attempt started no tasks, or they ended
+    for name in ("_reading_task", "_ping_interval_task", "_flusher_task"):
+        task = getattr(nc, name, None)
+        if isinstance(task, asyncio.Task) and not task.done():
+            task.cancel()
+    transport = getattr(nc, "_transport", None)
+    if transport is not None:
+        transport.close()
 
 
 async def move_nats(nc: nats.aio.client.Client) -> bool:
@@ -192,6 +219,14 @@ async def connect_nats(args: dict[str, Any], timeout: float) -> nats.aio.client.
     servers: list[str] = list(args["servers"])
     addresses = [nats_address(s) for s in servers]
     nc = nats.aio.client.Client()
+    reported = args.get("error_cb")
+
+    async def error_cb(exc: Exception) -> None:
+        end_failed_attempt(nc)
+        if reported is not None:
+            await reported(exc)
+
+    args = {**args, "error_cb": error_cb}
     connecting = asyncio.ensure_future(nc.connect(**args))
     probing = asyncio.ensure_future(explain(addresses, Protocol.NATS, timeout))
     try:

@@ -7,8 +7,7 @@ import asyncio
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -318,13 +317,6 @@ async def test_a_value_that_does_not_decode_is_committed_without_uuid_and_resume
     )
     async with resumed:
         assert [m.offset async for m in resumed] == [1, 2, 3]
-
-
-@pytest.fixture
-def own_node(tmp_path: Path, liftbridge_server_version: str) -> Iterator[SingleNode]:
-    """A node of this test's own, to restart."""
-    with SingleNode(base_dir=tmp_path, version=liftbridge_server_version) as node:
-        yield node
 
 
 async def lists_at_first_answer(client: Client, stream: str) -> bool:

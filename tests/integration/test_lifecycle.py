@@ -20,7 +20,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -64,13 +64,6 @@ async def new_stream(client: Client, names: StreamNames) -> StreamName:
 
 async def _no_task_left(before: set[asyncio.Task[object]]) -> None:
     assert await tasks_left(before) == set()
-
-
-@pytest.fixture
-def own_node(tmp_path: Path) -> Iterator[SingleNode]:
-    """A node of this test's own: these tests freeze it."""
-    with SingleNode(base_dir=tmp_path) as node:
-        yield node
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -32,13 +30,6 @@ pytestmark = pytest.mark.integration
 STREAMS = pytest.mark.parametrize(
     "stream_transport", [StreamTransport.GRPC, StreamTransport.H2], ids=["grpc", "h2"]
 )
-
-
-@pytest.fixture
-def own_node(tmp_path: Path, liftbridge_server_version: str) -> Iterator[SingleNode]:
-    """A node of this test's own, to kill and restart."""
-    with SingleNode(base_dir=tmp_path, version=liftbridge_server_version) as node:
-        yield node
 
 
 def options(stream_transport: StreamTransport) -> ClientOptions:
