@@ -37,13 +37,19 @@ class Scripted:
     third: asyncio.Event = field(default_factory=asyncio.Event)  # connection 2 opened
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(INFO)
+        first = b""
+        with contextlib.suppress(ConnectionError):
+            first = await reader.readline()
+        if not first.startswith(b"CONNECT"):  # connect_nats's probe: not a connection
+            writer.close()
+            return
         index = len(self.writers)
         self.writers.append(writer)
-        if index == 2:
-            self.third.set()
         self.subscribed.append(asyncio.Event())
         self.closed_by_client.append(asyncio.Event())
-        writer.write(INFO)
+        if index == 2:
+            self.third.set()
         pings = 0
         with contextlib.suppress(ConnectionError):
             while line := await reader.readline():
