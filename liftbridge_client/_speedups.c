@@ -24,6 +24,8 @@
  *   publish_request  _publish.wire.plain_publish_request (PublishAsync's request)
  *   split_messages   _transport.h2.framing.split_messages_twin (the gRPC messages of a
  *                    call's DATA bytes: every answer and every message read over h2)
+ *   eo_fields        spark._committed.eo_fields_twin (what a read_committed read sequences
+ *                    each message by, without a protobuf object)
  *   data_run         _transport.h2.framing.data_run_twin (the DATA frames of one stream
  *                    that follow each other in a read, joined: every message read over h2)
  *   plain_response   _publish.wire.plain_ack (the common PublishAsync answer over h2),
@@ -1394,6 +1396,71 @@ headers_of(PyObject *self, PyObject *raw)
     return result;
 }
 
+/* eo_fields(raw, uuid_name, clocks_name) -> (offset, uuid, clocks, size) | None
+ *
+ * What a read_committed read needs of each message to sequence it, from the wire: for
+ * pb = api_pb2.Message.FromString(raw) of message_of's plain shape, (pb.offset,
+ * pb.headers.get(uuid_name), pb.headers.get(clocks_name), len(pb.key) + len(pb.value)),
+ * the names given as UTF-8 bytes (the last entry of a name wins, as in protobuf). None for
+ * any other shape: the caller decodes with protobuf. The twin is
+ * spark._committed.eo_fields_twin.
+ */
+static PyObject *
+eo_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]) ||
+        !PyBytes_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "eo_fields takes three bytes");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    struct message_scan scan;
+    if (scan_message(p, n, &scan) < 0)
+        Py_RETURN_NONE;
+    const char *names[2] = {PyBytes_AS_STRING(args[1]), PyBytes_AS_STRING(args[2])};
+    Py_ssize_t lens[2] = {PyBytes_GET_SIZE(args[1]), PyBytes_GET_SIZE(args[2])};
+    const unsigned char *found[2] = {NULL, NULL};
+    Py_ssize_t found_len[2] = {0, 0};
+    struct field f = {0}, e = {0};
+    /* scan_message checked every field: next_field cannot fail here. */
+    for (Py_ssize_t at = 0; scan.headers && at < n;) {
+        next_field(p, n, &at, &f);
+        if (f.number != 9)
+            continue;
+        const unsigned char *q = p + f.span.at;
+        struct span key = {0, 0}, value = {0, 0};
+        for (Py_ssize_t eat = 0; eat < f.span.len;) {
+            next_field(q, f.span.len, &eat, &e);
+            if (e.number == 1)
+                key = e.span;
+            else
+                value = e.span;
+        }
+        for (int k = 0; k < 2; k++)
+            if (key.len == lens[k] && memcmp(q + key.at, names[k], (size_t)key.len) == 0) {
+                found[k] = q + value.at;
+                found_len[k] = value.len;
+            }
+    }
+    PyObject *values[2];
+    for (int k = 0; k < 2; k++) {
+        if (found[k] == NULL) {
+            values[k] = Py_NewRef(Py_None);
+            continue;
+        }
+        values[k] = PyBytes_FromStringAndSize((const char *)found[k], found_len[k]);
+        if (values[k] == NULL) {
+            if (k == 1)
+                Py_DECREF(values[0]);
+            return NULL;
+        }
+    }
+    /* api.Message.offset is an int64: protobuf reads a varint above 2**63 as negative. */
+    return Py_BuildValue("(LNNn)", (long long)scan.offset, values[0], values[1],
+                         scan.bytes[2].len + scan.bytes[3].len);
+}
+
 /* ---- split_messages: gRPC messages out of a call's DATA bytes ------------------------- */
 
 /* split_messages(data, max_length) -> (messages, end)
@@ -1553,7 +1620,7 @@ zeroed_bytes(Py_ssize_t n)
     return b;
 }
 
-/* message_columns(raws, end, magic) -> (rows, offsets, timestamps, value_offsets, values,
+/* message_columns(raws, end, magic[, ordered]) -> (rows, offsets, timestamps, value_offsets, values,
  *                                       key_offsets, keys, key_validity, key_nulls,
  *                                       subject) | None
  *
@@ -1566,19 +1633,24 @@ zeroed_bytes(Py_ssize_t n)
  * null), and subject: the str every row has, or a list of each row's. None when a message
  * is not of the plain shape (scan_message), offsets do not strictly ascend, a value
  * starts with `magic` (a packed message: the caller's decoding path unpacks it), or a
- * column would outgrow int32 offsets: the caller then decodes with protobuf.
+ * column would outgrow int32 offsets: the caller then decodes with protobuf. ordered
+ * false (default true) takes offsets in any order: a read_committed read delivers each
+ * transaction at its commit, after messages that came later.
  */
 static PyObject *
 message_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     long long end;
-    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
-        !PyBytes_CheckExact(args[2])) {
+    if ((nargs != 3 && nargs != 4) || !PyList_CheckExact(args[0]) ||
+        !PyLong_CheckExact(args[1]) || !PyBytes_CheckExact(args[2])) {
         PyErr_SetString(PyExc_TypeError,
-                        "message_columns takes a list of bytes, an int and bytes");
+                        "message_columns takes a list of bytes, an int, bytes and a flag");
         return NULL;
     }
     if ((end = PyLong_AsLongLong(args[1])) == -1 && PyErr_Occurred())
+        return NULL;
+    int ordered = nargs == 4 ? PyObject_IsTrue(args[3]) : 1;
+    if (ordered < 0)
         return NULL;
 #if !PY_LITTLE_ENDIAN
     Py_RETURN_NONE; /* Arrow's buffers are little-endian: leave it to protobuf's path */
@@ -1600,7 +1672,7 @@ message_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto none;
         const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(raw);
         if (scan_message(p, PyBytes_GET_SIZE(raw), &scan) < 0 ||
-            (i > 0 && scan.offset <= spans[i - 1].offset))
+            (ordered && i > 0 && scan.offset <= spans[i - 1].offset))
             goto none;
         if (end < 0 || scan.offset >= (unsigned long long)end)
             break; /* offsets are never negative: a negative end takes no row */
@@ -1696,6 +1768,8 @@ static PyMethodDef methods[] = {
      "The pending entry a plain success ack settles and its Ack, or None."},
     {"data_run", (PyCFunction)(void (*)(void))data_run, METH_FASTCALL,
      "A run of one stream's DATA frames: (payload, flow, end)."},
+    {"eo_fields", (PyCFunction)(void (*)(void))eo_fields, METH_FASTCALL,
+     "A message's offset, two headers and key and value size, from the wire."},
     {"split_messages", (PyCFunction)(void (*)(void))split_messages, METH_FASTCALL,
      "The payloads of the complete gRPC messages at the start of bytes, and where it stopped."},
     {"fnv1a_32", fnv1a_32, METH_O, "The 32-bit FNV-1a hash of bytes."},

@@ -19,8 +19,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 import pyarrow as pa
+from google.protobuf.message import DecodeError
 
-from liftbridge_client._native import new_slotted
+from liftbridge_client._native import new_slotted, speedups
 from liftbridge_client._proto import api_pb2
 from liftbridge_client.exactly_once.publisher import CLOCKS_HEADER, UUID_HEADER
 from liftbridge_client.exactly_once.reader import clocks_of, delivered, envelope_of, read_range
@@ -41,14 +42,16 @@ from liftbridge_client.spark._read import (
     BATCH_ROWS,
     RangePartition,
     _batch_of,
+    _chunks,
     _protos_batch,
+    _wire_batch,
     data_loss,
     end_runtime,
     new_runtime,
-    proto_chunks,
 )
 from liftbridge_client.spark._runtime import TaskRuntime
 from liftbridge_client.spark._stats import ReadStats
+from liftbridge_client.subscription import WireMessages
 
 __all__ = ["read_committed_range"]
 
@@ -84,21 +87,72 @@ def _envelope(pb: api_pb2.Message, ref: PartitionRef) -> Envelope:
     return new_slotted(Envelope, ref, offset, offset + 1, uuid, pb, ticks, 0)
 
 
-def _delivered(env: Envelope) -> Message | api_pb2.Message:
+_NO_END = (1 << 63) - 1  # message_columns takes every row
+_UUID_NAME = UUID_HEADER.encode()
+_CLOCKS_NAME = CLOCKS_HEADER.encode()
+
+
+def eo_fields_twin(
+    raw: bytes, uuid_name: bytes, clocks_name: bytes
+) -> tuple[int, bytes | None, bytes | None, int] | None:
+    """A message's offset, its headers ``uuid_name`` and ``clocks_name`` (None when
+    absent) and the size of its key and value, from its wire bytes; None when protobuf
+    cannot decode them. (The C accelerator's ``eo_fields`` reads the same without a
+    protobuf object, and says None for any shape but the plain one.)"""
+    try:
+        pb = api_pb2.Message.FromString(raw)
+    except DecodeError:
+        return None
+    headers = pb.headers
+    uuid, clocks = headers.get(uuid_name.decode()), headers.get(clocks_name.decode())
+    return pb.offset, uuid, clocks, len(pb.key) + len(pb.value)
+
+
+_eo_fields = None if speedups is None else speedups.eo_fields
+
+
+def _envelope_raw(raw: bytes, ref: PartitionRef) -> Envelope:
+    """`_envelope` of a message's wire bytes (the accelerator's ``eo_fields`` reads what
+    sequencing needs): the envelope holds the bytes, which become columns in C."""
+    assert _eo_fields is not None  # the wire path is taken with the accelerator only
+    fields = _eo_fields(raw, _UUID_NAME, _CLOCKS_NAME)
+    if fields is None:  # not the plain shape: protobuf decodes it (or says what is wrong)
+        return _envelope(api_pb2.Message.FromString(raw), ref)
+    offset, uuid, clocks, _ = fields
+    if uuid is None or len(uuid) != 16:
+        return new_slotted(Envelope, ref, offset, offset + 1, _ZERO, raw, 1, 0)
+    ticks = 1 if clocks is None else clocks_of(clocks, ref.stream, ref.partition, offset)
+    return new_slotted(Envelope, ref, offset, offset + 1, uuid, raw, ticks, 0)
+
+
+# What a committed envelope delivers: its wire bytes or protobuf as read, or a `Message`
+# (from a replay, or a pack an earlier copy delivered some rows of).
+Delivered = bytes | api_pb2.Message | Message
+
+
+def _delivered(env: Envelope) -> Delivered:
     message = env.message
+    if isinstance(message, bytes):
+        if not env.skip:
+            return message
+        message = api_pb2.Message.FromString(message)
     if env.skip and isinstance(message, api_pb2.Message):
         return delivered(replace(env, message=owned_message_from_proto(message)))
     return message if isinstance(message, api_pb2.Message) else delivered(env)
 
 
-def _rows(
-    out: list[Message | api_pb2.Message], r: PartitionRange, include_headers: bool
-) -> pa.RecordBatch:
-    pbs = [m for m in out if isinstance(m, api_pb2.Message)]
-    if len(pbs) == len(out):
-        return _protos_batch(pbs, r.stream, r.partition, include_headers)
+def _rows(out: list[Delivered], r: PartitionRange, include_headers: bool) -> pa.RecordBatch:
+    if not include_headers and all(type(m) is bytes for m in out):
+        raws: list[bytes] = out  # type: ignore[assignment]
+        made = _wire_batch(raws, _NO_END, r.stream, r.partition, ordered=False)
+        if made is not None:
+            return made[0]
+    decode = api_pb2.Message.FromString
+    pbs = [decode(m) if isinstance(m, bytes) else m for m in out]
+    if all(isinstance(m, api_pb2.Message) for m in pbs):
+        return _protos_batch(pbs, r.stream, r.partition, include_headers)  # type: ignore[arg-type]
     # Some came from a replay, or lost rows to an earlier copy (`delivered`): as messages.
-    messages = [m if isinstance(m, Message) else owned_message_from_proto(m) for m in out]
+    messages = [m if isinstance(m, Message) else owned_message_from_proto(m) for m in pbs]
     return _batch_of(messages, include_headers)
 
 
@@ -153,6 +207,31 @@ class _Earlier:
         return found
 
 
+def _envelopes(
+    chunk: list[api_pb2.Message] | WireMessages, ref: PartitionRef, stats: ReadStats | None
+) -> list[Envelope]:
+    """A chunk's messages as envelopes, counted in ``stats``."""
+    if isinstance(chunk, WireMessages):
+        envelopes = [_envelope_raw(raw, ref) for raw in chunk.raws]
+        if stats is not None:
+            stats.ranged_count(len(envelopes), sum(_size(env.message) for env in envelopes))
+        return envelopes
+    if stats is not None:
+        stats.ranged(chunk)
+    return [_envelope(pb, ref) for pb in chunk]
+
+
+def _size(message: bytes | api_pb2.Message) -> int:
+    """The bytes of a message's key and value."""
+    if isinstance(message, bytes):
+        eo_fields = eo_fields_twin if _eo_fields is None else _eo_fields
+        fields = eo_fields(message, _UUID_NAME, _CLOCKS_NAME)
+        if fields is not None:
+            return fields[3]
+        message = api_pb2.Message.FromString(message)
+    return len(message.key) + len(message.value)
+
+
 def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
     """The committed messages of ``[start, end)`` of one partition, in offset order."""
     r, options = part.range, part.options
@@ -180,12 +259,13 @@ def read_committed_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
         sequencer = Sequencer(Checkpoint({ref: r.start}, states), buffer=ring_size(r.size))
         stats = ReadStats.of(r, options.isolation) if options.task_stats else None
         earlier = _Earlier(runtime, r, states, stats)
-        out: list[Message | api_pb2.Message] = []
-        for pbs in proto_chunks(part, runtime):
-            if stats is not None:
-                stats.ranged(pbs)
-            for pb in pbs:
-                outcome = sequencer.queue(_envelope(pb, ref))
+        out: list[Delivered] = []
+        # Wire bytes where the accelerator reads them (not with headers: those columns are
+        # made from protobufs), else protobufs.
+        wire = _eo_fields is not None and not options.include_headers
+        for chunk in _chunks(part, runtime, wire=wire):
+            for queued in _envelopes(chunk, ref, stats):
+                outcome = sequencer.queue(queued)
                 if outcome not in COMMIT_OUTCOMES:
                     continue  # held or dropped: nothing to step through
                 if outcome is QueueOutcome.ACK_COMMIT_REPLAY:

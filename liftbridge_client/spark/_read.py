@@ -214,15 +214,15 @@ def _repeated(value: object, type_: pa.DataType, n: int) -> pa.Array:
 
 
 def _wire_batch(
-    wire: WireMessages, end: int, stream: str, partition: int
+    raws: list[bytes], end: int, stream: str, partition: int, *, ordered: bool = True
 ) -> tuple[pa.RecordBatch, int] | None:
     """`_protos_batch` without headers, made by the accelerator's ``message_columns``
-    from the messages' wire bytes (those below ``end``), and the bytes of their keys and
-    values; None without the accelerator, or for what it leaves to protobuf (a packed
-    message, above all)."""
+    from the messages' wire bytes (those below ``end``; ``ordered``: their offsets
+    ascend), and the bytes of their keys and values; None without the accelerator, or
+    for what it leaves to protobuf (a packed message, above all)."""
     if _message_columns is None:
         return None
-    columns = _message_columns(wire.raws, end, MAGIC)
+    columns = _message_columns(raws, end, MAGIC, ordered)
     if columns is None:
         return None
     n, offsets, stamps, value_offsets, values, key_offsets, keys, valid, nulls, subject = columns
@@ -303,7 +303,7 @@ def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
     stats = ReadStats.of(r, options.isolation) if options.task_stats else None
     for chunk in _chunks(part, None, wire=not options.include_headers):
         if isinstance(chunk, WireMessages):
-            made = _wire_batch(chunk, r.end, r.stream, r.partition)
+            made = _wire_batch(chunk.raws, r.end, r.stream, r.partition)
             if made is not None:
                 if stats is not None:
                     stats.ranged_count(made[0].num_rows, made[1])

@@ -154,12 +154,12 @@ needs_c = pytest.mark.skipif(
 
 
 def _wire_batch(
-    wire: WireMessages, end: int, stream: str, partition: int
+    wire: WireMessages, end: int, stream: str, partition: int, *, ordered: bool = True
 ) -> tuple[pa.RecordBatch, int] | None:
     """The read task's `_wire_batch` with the accelerator as built, also where the
     client runs without it."""
     with mock.patch.object(_read, "_message_columns", speedups.message_columns):
-        return _read._wire_batch(wire, end, stream, partition)
+        return _read._wire_batch(wire.raws, end, stream, partition, ordered=ordered)
 
 
 def plain_span(raws: list[bytes]) -> tuple[int, int] | None:
@@ -226,6 +226,30 @@ def test_wire_columns_are_the_protobuf_paths_columns(
     batch, size = made
     assert batch.equals(_protos_batch(below, STREAM, PARTITION, False))
     assert size == sum(len(pb.key) + len(pb.value) for pb in below)
+
+
+@needs_c
+@settings(max_examples=examples(300), deadline=None)
+@given(drawn=_messages, order=st.randoms(use_true_random=False))
+def test_unordered_wire_columns_are_the_protobuf_paths_columns(
+    drawn: list[dict[str, Any]], order: Any
+) -> None:
+    """``ordered=False`` (a read_committed read's rows, each transaction at its commit):
+    offsets in any order, even repeated, make the protobuf path's rows in that order."""
+    raws = _wire(drawn, 0)
+    order.shuffle(raws)
+    if len(raws) > 1 and order.random() < 0.3:
+        raws.append(raws[0])  # a message delivered twice is still a row each time
+    pbs = [api_pb2.Message.FromString(raw) for raw in raws]
+    made = _wire_batch(WireMessages(raws, 0, 0), 2**63 - 1, STREAM, PARTITION, ordered=False)
+    if any(pb.value.startswith(MAGIC) for pb in pbs):
+        assert made is None
+        return
+    assert made is not None
+    assert made[0].equals(_protos_batch(pbs, STREAM, PARTITION, False))
+    ascending = all(a.offset < b.offset for a, b in itertools.pairwise(pbs))
+    in_order = _wire_batch(WireMessages(raws, 0, 0), 2**63 - 1, STREAM, PARTITION)
+    assert (in_order is not None) == ascending  # ordered (the default) declines the rest
 
 
 @needs_c

@@ -1323,3 +1323,68 @@ def test_headers_of_refuses_other_types_and_frees() -> None:
         speedups.headers_of(raw)
     gc.collect()
     assert sys.getrefcount(raw) == before
+
+
+# ---- what a read_committed read sequences a message by: eo_fields ---------------------
+
+_UUID, _CLOCKS = b"eo-uuid", b"eo-clocks"
+_header_names = st.sampled_from(["eo-uuid", "eo-clocks", "other", "", "eo-uuid2", "EO-UUID"])
+
+
+@st.composite
+def eo_messages(draw: st.DrawFn) -> bytes:
+    """An api.Message's bytes: headers drawn among the two names and others (a name may
+    come twice on the wire: the last wins), now and then mangled."""
+    pb = api_pb2.Message(
+        offset=draw(st.integers(-(2**63), 2**63 - 1)),
+        key=draw(st.binary(max_size=8)),
+        value=draw(st.binary(max_size=24)),
+        subject=draw(st.sampled_from(["", "s.subj"])),
+    )
+    raw = pb.SerializeToString()
+    for _ in range(draw(st.integers(0, 4))):
+        entry = api_pb2.Message(headers={draw(_header_names): draw(st.binary(max_size=18))})
+        raw += entry.SerializeToString()  # appended map entries: protobuf merges them
+    if draw(st.integers(0, 9)) == 0:
+        cut = draw(st.integers(0, len(raw)))
+        raw = raw[:cut] + draw(st.binary(max_size=3))
+    return raw
+
+
+@needs_c
+@settings(max_examples=examples(2000), deadline=None)
+@given(raw=eo_messages())
+def test_eo_fields_matches_its_twin(raw: bytes) -> None:
+    from liftbridge_client.spark._committed import eo_fields_twin
+
+    assert speedups is not None
+    got = speedups.eo_fields(raw, _UUID, _CLOCKS)
+    twin = eo_fields_twin(raw, _UUID, _CLOCKS)
+    if got is None:  # not the plain shape: protobuf decides (the caller decodes)
+        try:
+            pb = api_pb2.Message.FromString(raw)
+        except DecodeError:
+            assert twin is None
+            return
+        assert _plain_shape_refused(raw, pb)
+        return
+    assert got == twin
+
+
+def _plain_shape_refused(raw: bytes, pb: api_pb2.Message) -> bool:
+    """Whether the C scan may refuse bytes protobuf reads: message_of refuses them too."""
+    return speedups is not None and (
+        speedups.message_of(raw, Message, models._LazyHeaders, models._EMPTY) is None
+    )
+
+
+@needs_c
+def test_eo_fields_refuses_other_types() -> None:
+    assert speedups is not None
+    with pytest.raises(TypeError):
+        speedups.eo_fields(bytearray(b"\x08\x01"), _UUID, _CLOCKS)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        speedups.eo_fields(b"\x08\x01", "eo-uuid", _CLOCKS)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        speedups.eo_fields(b"\x08\x01", _UUID)  # type: ignore[call-arg]
+    assert speedups.eo_fields(b"\x08\x05", _UUID, _CLOCKS) == (5, None, None, 0)
