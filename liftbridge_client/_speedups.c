@@ -1334,6 +1334,34 @@ done:
     return msg;
 }
 
+/* The next header entry of a message scan_message took, from p[*at] on: where its bytes
+ * start (*entry) and its name's (field 1) and value's (field 2) spans in them, each
+ * absent or its last occurrence. 0 when no entry is left. */
+static int
+next_header(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, const unsigned char **entry,
+            struct span *key, struct span *value)
+{
+    struct field f = {0}, e = {0};
+    while (*at < n) {
+        next_field(p, n, at, &f); /* scan_message checked every field: it cannot fail */
+        if (f.number != 9)
+            continue;
+        const unsigned char *q = p + f.span.at;
+        *key = (struct span){0, 0};
+        *value = (struct span){0, 0};
+        for (Py_ssize_t eat = 0; eat < f.span.len;) {
+            next_field(q, f.span.len, &eat, &e);
+            if (e.number == 1)
+                *key = e.span;
+            else
+                *value = e.span;
+        }
+        *entry = q;
+        return 1;
+    }
+    return 0;
+}
+
 /* headers_of(raw) -> (headers, subject, reply_subject) | None
  *
  * The twin of (dict(pb.headers), pb.subject.encode(), pb.replySubject.encode()) for
@@ -1356,22 +1384,9 @@ headers_of(PyObject *self, PyObject *raw)
     PyObject *headers = PyDict_New();
     if (headers == NULL)
         return NULL;
-    struct field f = {0}, e = {0};
-    /* scan_message checked every field: next_field cannot fail here. */
-    for (Py_ssize_t at = 0; scan.headers && at < n;) {
-        next_field(p, n, &at, &f);
-        if (f.number != 9)
-            continue;
-        /* A header entry: its name (field 1) and value (field 2), each absent or last. */
-        const unsigned char *q = p + f.span.at;
-        struct span key = {0, 0}, value = {0, 0};
-        for (Py_ssize_t eat = 0; eat < f.span.len;) {
-            next_field(q, f.span.len, &eat, &e);
-            if (e.number == 1)
-                key = e.span;
-            else
-                value = e.span;
-        }
+    const unsigned char *q;
+    struct span key, value;
+    for (Py_ssize_t at = 0; scan.headers && next_header(p, n, &at, &q, &key, &value);) {
         PyObject *name = PyUnicode_DecodeUTF8((const char *)q + key.at, key.len, NULL);
         PyObject *data = name == NULL ? NULL
                                       : PyBytes_FromStringAndSize((const char *)q + value.at,
@@ -1422,21 +1437,9 @@ eo_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t lens[2] = {PyBytes_GET_SIZE(args[1]), PyBytes_GET_SIZE(args[2])};
     const unsigned char *found[2] = {NULL, NULL};
     Py_ssize_t found_len[2] = {0, 0};
-    struct field f = {0}, e = {0};
-    /* scan_message checked every field: next_field cannot fail here. */
-    for (Py_ssize_t at = 0; scan.headers && at < n;) {
-        next_field(p, n, &at, &f);
-        if (f.number != 9)
-            continue;
-        const unsigned char *q = p + f.span.at;
-        struct span key = {0, 0}, value = {0, 0};
-        for (Py_ssize_t eat = 0; eat < f.span.len;) {
-            next_field(q, f.span.len, &eat, &e);
-            if (e.number == 1)
-                key = e.span;
-            else
-                value = e.span;
-        }
+    const unsigned char *q;
+    struct span key, value;
+    for (Py_ssize_t at = 0; scan.headers && next_header(p, n, &at, &q, &key, &value);) {
         for (int k = 0; k < 2; k++)
             if (key.len == lens[k] && memcmp(q + key.at, names[k], (size_t)key.len) == 0) {
                 found[k] = q + value.at;
