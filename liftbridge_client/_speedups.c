@@ -1538,8 +1538,10 @@ data_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
     long long max_frame = PyLong_AsLongLong(args[3]);
-    if ((start == -1 || max_frame == -1) && PyErr_Occurred())
+    if (max_frame == -1 && PyErr_Occurred())
         return NULL;
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
     const char *head = PyBytes_AS_STRING(args[2]);
@@ -1637,8 +1639,9 @@ zeroed_bytes(Py_ssize_t n)
  * is not of the plain shape (scan_message), offsets do not strictly ascend, a value
  * starts with `magic` (a packed message: the caller's decoding path unpacks it), or a
  * column would outgrow int32 offsets: the caller then decodes with protobuf. ordered
- * false (default true) takes offsets in any order: a read_committed read delivers each
- * transaction at its commit, after messages that came later.
+ * false (default true) takes offsets in any order (a read_committed read delivers each
+ * transaction at its commit, after messages that came later) and every row: None when
+ * one is at or past `end`.
  */
 static PyObject *
 message_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1677,8 +1680,11 @@ message_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (scan_message(p, PyBytes_GET_SIZE(raw), &scan) < 0 ||
             (ordered && i > 0 && scan.offset <= spans[i - 1].offset))
             goto none;
-        if (end < 0 || scan.offset >= (unsigned long long)end)
+        if (end < 0 || scan.offset >= (unsigned long long)end) {
+            if (!ordered)
+                goto none; /* unordered rows have no cut: never drop one silently */
             break; /* offsets are never negative: a negative end takes no row */
+        }
         struct row_spans *r = &spans[rows++];
         /* Each row holds its bytes: an allocation below may run a collection, and Python
          * code it runs (a __del__) could empty the caller's list. The scan allocates

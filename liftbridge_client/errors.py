@@ -68,12 +68,15 @@ from __future__ import annotations
 import builtins
 import re
 
-# Control characters but tab and newline (C0, DEL and C1): shown escaped in messages.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Control characters but tab and newline (C0, DEL and C1), the line and paragraph
+# separators, and the bidirectional overrides and isolates (text that reorders what follows
+# it on a terminal): shown escaped in messages.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def _escaped(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 class LiftbridgeError(Exception):
@@ -84,7 +87,8 @@ class LiftbridgeError(Exception):
 
     def __str__(self) -> str:
         # A message quotes names and server text as given: a NUL or an escape sequence
-        # in them would reach logs and terminals raw, so such characters show as \xNN.
+        # in them would reach logs and terminals raw, so such characters show as \xNN
+        # (or \uNNNN).
         text = super().__str__()
         return _CONTROL.sub(_escaped, text) if _CONTROL.search(text) else text
 

@@ -115,8 +115,8 @@ def end_failed_attempt(nc: nats.aio.client.Client) -> None:
     socket breaks), it tries the next server and leaves those tasks running and the socket
     open. The stale read task then reads the next connection's socket beside the new one,
     and two flushers write one buffer. In nats-py's reconnect task, with its read task
-    alive, the attempt got that far: its tasks are cancelled and its socket closed here,
-    before nats-py goes on.
+    alive, the attempt got that far: its tasks are cancelled, its socket closed and the
+    parser reset here, before nats-py goes on.
     """
     if asyncio.current_task() is not getattr(nc, "_reconnection_task", None):
         return  # not nats-py's reconnect loop (it also reports through this callback)
@@ -130,6 +130,12 @@ def end_failed_attempt(nc: nats.aio.client.Client) -> None:
     transport = getattr(nc, "_transport", None)
     if transport is not None:
         transport.close()
+    # The attempt may have stopped inside a message its socket sent part of; nats-py's
+    # own reset never runs on this path (it sets CONNECTING first): the next connection's
+    # bytes would be read as that message's rest.
+    parser = getattr(nc, "_ps", None)
+    if parser is not None and callable(getattr(parser, "reset", None)):
+        parser.reset()
 
 
 async def move_nats(nc: nats.aio.client.Client) -> bool:

@@ -145,7 +145,7 @@ def _rows(out: list[Delivered], r: PartitionRange, include_headers: bool) -> pa.
     if not include_headers and all(type(m) is bytes for m in out):
         raws: list[bytes] = out  # type: ignore[assignment]
         made = _wire_batch(raws, _NO_END, r.stream, r.partition, ordered=False)
-        if made is not None:
+        if made is not None and made[0].num_rows == len(raws):  # one row per message
             return made[0]
     decode = api_pb2.Message.FromString
     pbs = [decode(m) if isinstance(m, bytes) else m for m in out]

@@ -203,8 +203,9 @@ def test_control_characters_in_a_message_show_escaped(name: str) -> None:
     # A stream name with a NUL, or a server's text with an escape sequence, must not
     # reach a log or a terminal raw; tab and newline stay as they are.
     cls = CLASSES[name]
-    raw = "stream a\x00b: \x1b[31mred\x7f\x85 and\tso\non"
+    raw = "stream a\x00b: \x1b[31mred\x7f\x85 \u202egnp.exe\u2028and\tso\non"
     shown = str(cls(raw))
-    assert shown == "stream a\\x00b: \\x1b[31mred\\x7f\\x85 and\tso\non"
-    assert not any(ch in shown for ch in "\x00\x1b\x7f\x85")
+    expected = "stream a\\x00b: \\x1b[31mred\\x7f\\x85 \\u202egnp.exe\\u2028and\tso\non"
+    assert shown == expected
+    assert not any(ch in shown for ch in "\x00\x1b\x7f\x85\u202e\u2028")
     assert str(cls("plain text")) == "plain text"  # the common case untouched

@@ -28,13 +28,15 @@ INFO = b'INFO {"server_id":"scripted","version":"2.10.0","max_payload":1048576}\
 
 @dataclass
 class Scripted:
-    """Connection 1 mute after CONNECT's PONG; the others answer every PING."""
+    """Connection 1 mute after CONNECT's PONG (then ``tail``, the start of a message that
+    never ends, when given); the others answer every PING."""
 
     address: str = ""
     writers: list[asyncio.StreamWriter] = field(default_factory=list)
     subscribed: list[asyncio.Event] = field(default_factory=list)
     closed_by_client: list[asyncio.Event] = field(default_factory=list)
     third: asyncio.Event = field(default_factory=asyncio.Event)  # connection 2 opened
+    tail: bytes = b""
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(INFO)
@@ -56,7 +58,7 @@ class Scripted:
                 if line.startswith(b"PING"):
                     pings += 1
                     if index != 1 or pings == 1:  # connection 1: only CONNECT's PING
-                        writer.write(b"PONG\r\n")
+                        writer.write(b"PONG\r\n" + (self.tail if index == 1 else b""))
                 elif line.startswith(b"SUB "):
                     self.subscribed[index].set()
             self.closed_by_client[index].set()
@@ -134,12 +136,23 @@ async def _reconnect_through_the_mute_one(
     return nc, got, reported
 
 
-async def test_a_failed_attempt_leaves_no_reader_and_no_socket(scripted: Scripted) -> None:
+@pytest.mark.parametrize(
+    "tail",
+    [b"", b"MSG topic 1 40\r\nhalf-", b"MSG topic 1 4"],
+    ids=["silent", "a message cut in its payload", "a message cut in its line"],
+)
+async def test_a_failed_attempt_leaves_no_reader_and_no_socket(
+    scripted: Scripted, tail: bytes
+) -> None:
+    # With a cut message the attempt's parser stops inside it: the next connection's
+    # bytes must not be read as its rest (nor its PONGs swallowed).
+    scripted.tail = tail
     all_in = asyncio.Event()
     nc, got, reported = await _reconnect_through_the_mute_one(scripted, all_in)
     try:
         assert any(isinstance(e, nats.errors.FlushTimeoutError) for e in reported), reported
         assert len(scripted.writers) == 3
+        assert sum(isinstance(e, nats.errors.FlushTimeoutError) for e in reported) == 1
         async with asyncio.timeout(2):
             await scripted.closed_by_client[1].wait()  # the attempt's socket was closed
         assert _read_loops() == [nc._reading_task]

@@ -250,6 +250,10 @@ def test_unordered_wire_columns_are_the_protobuf_paths_columns(
     ascending = all(a.offset < b.offset for a, b in itertools.pairwise(pbs))
     in_order = _wire_batch(WireMessages(raws, 0, 0), 2**63 - 1, STREAM, PARTITION)
     assert (in_order is not None) == ascending  # ordered (the default) declines the rest
+    # Unordered rows have no cut: a row at or past ``end`` makes it decline, never drop.
+    end = order.choice(pbs).offset
+    cut = _wire_batch(WireMessages(raws, 0, 0), end, STREAM, PARTITION, ordered=False)
+    assert cut is None
 
 
 @needs_c

@@ -706,10 +706,13 @@ def test_data_run_refuses_other_inputs() -> None:
         speedups.data_run(b"", 0, b"\x00" * 5, 10)  # a head is 6 bytes
     with pytest.raises(TypeError):
         speedups.data_run(b"", 0, _RUN_HEAD)  # type: ignore[call-arg]
-    with pytest.raises(ValueError, match="out of range"):
-        speedups.data_run(b"abc", 4, _RUN_HEAD, 10)
-    with pytest.raises(ValueError, match="out of range"):
-        speedups.data_run(b"abc", -1, _RUN_HEAD, 10)
+    for walk in (speedups.data_run, framing.data_run_twin):
+        with pytest.raises(ValueError, match="out of range"):
+            walk(b"abc", 4, _RUN_HEAD, 10)
+        with pytest.raises(ValueError, match="out of range"):
+            walk(b"abc", -1, _RUN_HEAD, 10)
+    with pytest.raises(OverflowError):
+        speedups.data_run(b"abc", 1 << 70, _RUN_HEAD, 10)
 
 
 # ---- the headers of a plain publish ---------------------------------------------------

@@ -191,8 +191,10 @@ def data_run_twin(data: bytes, i: int, head: bytes, max_frame: int) -> tuple[byt
     their payloads joined, the sum of their lengths, and the offset after the last one.
     ``head`` is that of a DATA frame without flags, so each payload is the whole frame.
     (The C accelerator's ``data_run`` is the same walk, for a read's hundreds of frames.)"""
-    parts: list[bytes] = []
     size = len(data)
+    if not 0 <= i <= size:
+        raise ValueError("data_run: offset out of range")
+    parts: list[bytes] = []
     flow = 0
     while size - i >= 9:
         length = int.from_bytes(data[i : i + 3], "big")
