@@ -114,25 +114,26 @@ def end_failed_attempt(nc: nats.aio.client.Client) -> None:
     server accepted CONNECT, then flushes; when that fails (the flush times out, the
     socket breaks), it tries the next server and leaves those tasks running and the socket
     open. The stale read task then reads the next connection's socket beside the new one,
-    and two flushers write one buffer. In nats-py's reconnect task, with its read task
-    alive, the attempt got that far: its tasks are cancelled, its socket closed and the
-    parser reset here, before nats-py goes on.
+    and two flushers write one buffer. In nats-py's reconnect task, whatever of those
+    tasks still runs is cancelled and, if any did (the read task may have died on a line
+    it could not parse), the socket closed; the parser is reset either way, before
+    nats-py goes on.
     """
     if asyncio.current_task() is not getattr(nc, "_reconnection_task", None):
         return  # not nats-py's reconnect loop (it also reports through this callback)
-    reading = getattr(nc, "_reading_task", None)
-    if not isinstance(reading, asyncio.Task) or reading.done():
-        return  # this attempt started no tasks, or they ended
+    started = False
     for name in ("_reading_task", "_ping_interval_task", "_flusher_task"):
         task = getattr(nc, name, None)
         if isinstance(task, asyncio.Task) and not task.done():
             task.cancel()
+            started = True
     transport = getattr(nc, "_transport", None)
-    if transport is not None:
+    if started and transport is not None:
         transport.close()
-    # The attempt may have stopped inside a message its socket sent part of; nats-py's
-    # own reset never runs on this path (it sets CONNECTING first): the next connection's
-    # bytes would be read as that message's rest.
+    # The attempt may have stopped inside a message its socket sent part of, or on a line
+    # its reader died of; nats-py's own reset never runs on this path (it sets CONNECTING
+    # first): the next connection's bytes would be read after them. No read task uses the
+    # parser now: the next one starts with the next connection.
     parser = getattr(nc, "_ps", None)
     if parser is not None and callable(getattr(parser, "reset", None)):
         parser.reset()

@@ -138,8 +138,13 @@ async def _reconnect_through_the_mute_one(
 
 @pytest.mark.parametrize(
     "tail",
-    [b"", b"MSG topic 1 40\r\nhalf-", b"MSG topic 1 4"],
-    ids=["silent", "a message cut in its payload", "a message cut in its line"],
+    [b"", b"MSG topic 1 40\r\nhalf-", b"MSG topic 1 4", b"-ERR \r\n"],
+    ids=[
+        "silent",
+        "a message cut in its payload",
+        "a message cut in its line",
+        "a line nats-py's reader dies of",  # its parser raises on it, and keeps it
+    ],
 )
 async def test_a_failed_attempt_leaves_no_reader_and_no_socket(
     scripted: Scripted, tail: bytes
